@@ -1,0 +1,322 @@
+"""Action batches: what the server does with an uploaded payload.
+
+Each action names a target table (in the published data source) and, where it reads one, a
+source table (in the payload)::
+
+    from tabhyper_update import ActionBatch, Delete, Insert, Upsert, keys_match, target
+
+    batch = ActionBatch(actions=[
+        Delete(target_table="Extract", condition=target("ts") < cutoff),
+        Insert(target_table="Extract", source_table="new_rows"),
+        Upsert(target_table="Extract", source_table="changes", condition=keys_match("id")),
+    ])
+    batch.to_json()   # exactly the JSON Tableau expects, keys in kebab-case
+
+Schemas default to ``"Extract"`` (the schema the payload builder writes and the one most
+published extracts use) and are always sent: an omitted schema is a known cause of failed
+jobs with empty notes. :meth:`ActionBatch.from_json` fills the same defaults, so JSON written
+by :meth:`ActionBatch.to_json` reads back to an equal batch and writes out unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Literal, TypeAlias
+
+from pydantic import (
+    Discriminator,
+    Field,
+    GetJsonSchemaHandler,
+    Tag,
+    ValidationError,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, ErrorDetails
+
+from .conditions import And, Comparison, Or, _Model, condition_columns
+from .errors import InvalidActionBatchError, Problem
+
+__all__ = [
+    "ACTION_NAMES",
+    "DEFAULT_SCHEMA",
+    "Action",
+    "ActionBatch",
+    "Delete",
+    "Insert",
+    "Replace",
+    "Update",
+    "Upsert",
+]
+
+DEFAULT_SCHEMA = "Extract"
+ACTION_NAMES: tuple[str, ...] = ("insert", "update", "delete", "replace", "upsert")
+
+ActionCondition: TypeAlias = Annotated[
+    Annotated[Comparison, Tag("comparison")]
+    | Annotated[And, Tag("and")]
+    | Annotated[Or, Tag("or")]
+    | Annotated[Literal[True], Tag("true")],
+    Discriminator(
+        lambda v: (
+            "true"
+            if v is True
+            else (
+                v.get("op")
+                if isinstance(v, dict) and v.get("op") in ("and", "or")
+                else getattr(v, "op", None)
+                if isinstance(v, (And, Or))
+                else "comparison"
+                if isinstance(v, (dict, Comparison))
+                else None
+            )
+        ),
+        custom_error_type="invalid_condition",
+        custom_error_message="a condition must be an object with an 'op' (or true for every row)",
+    ),
+]
+
+
+class _Action(_Model):
+    """Fields shared by every action; subclasses fix ``action`` and what it needs."""
+
+    _reads_source: ClassVar[Literal["required", "optional"]] = "required"
+    _condition_rule: ClassVar[Literal["required", "forbidden"]] = "required"
+
+    action: str
+    target_schema: str = Field(default=DEFAULT_SCHEMA, alias="target-schema", min_length=1)
+    target_table: str = Field(alias="target-table", min_length=1)
+    source_schema: str | None = Field(default=None, alias="source-schema", min_length=1)
+    source_table: str | None = Field(default=None, alias="source-table", min_length=1)
+    condition: ActionCondition | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_source_schema(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            has_table = data.get("source-table") is not None or data.get("source_table") is not None
+            has_schema = "source-schema" in data or "source_schema" in data
+            if has_table and not has_schema:
+                data = {**data, "source-schema": DEFAULT_SCHEMA}
+        return data
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> _Action:
+        name = self.action
+        if self._reads_source == "required" and self.source_table is None:
+            raise ValueError(f"{name} reads a payload table: 'source-table' is required")
+        if self.source_table is None and self.source_schema is not None:
+            raise ValueError(f"{name} has a 'source-schema' but no 'source-table'")
+        if self._condition_rule == "required" and self.condition is None:
+            raise ValueError(f"{name} needs a 'condition' that selects the target rows")
+        if self._condition_rule == "forbidden" and self.condition is not None:
+            raise ValueError(f"{name} takes no 'condition' (it applies to every source row)")
+        if self.condition is not None and self.condition is not True and self.source_table is None:
+            _, sources = condition_columns(self.condition)
+            if sources:
+                cols = ", ".join(repr(c) for c in sorted(sources))
+                raise ValueError(
+                    f"{name} has no 'source-table' but its condition reads source column(s) {cols}"
+                )
+        return self
+
+    @property
+    def reads_source(self) -> bool:
+        """Whether this action reads a payload table (and so needs an upload)."""
+        return self.source_table is not None
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # The per-action rules of _check_shape, stated in the schema too.
+        schema = handler.resolve_ref_schema(handler(core_schema))
+        required = ["action", "target-table"]
+        if cls._reads_source == "required":
+            required.append("source-table")
+        if cls._condition_rule == "required":
+            required.append("condition")
+        else:
+            schema["properties"].pop("condition", None)
+        schema["required"] = required
+        return schema
+
+
+class Insert(_Action):
+    """Append every row of the source table; columns are matched by name."""
+
+    _condition_rule = "forbidden"
+    action: Literal["insert"] = "insert"
+
+
+class Update(_Action):
+    """Set the source's column values on the target rows its condition matches."""
+
+    action: Literal["update"] = "update"
+
+
+class Delete(_Action):
+    """Delete the target rows the condition matches (source table optional)."""
+
+    _reads_source = "optional"
+    action: Literal["delete"] = "delete"
+
+
+class Replace(_Action):
+    """Delete every target row, then insert the source (names and types must match)."""
+
+    _condition_rule = "forbidden"
+    action: Literal["replace"] = "replace"
+
+
+class Upsert(_Action):
+    """Update matching target rows, then insert the source rows that matched none."""
+
+    action: Literal["upsert"] = "upsert"
+
+
+Action: TypeAlias = Annotated[
+    Annotated[Insert, Tag("insert")]
+    | Annotated[Update, Tag("update")]
+    | Annotated[Delete, Tag("delete")]
+    | Annotated[Replace, Tag("replace")]
+    | Annotated[Upsert, Tag("upsert")],
+    Discriminator(
+        lambda v: v.get("action") if isinstance(v, dict) else getattr(v, "action", None),
+        custom_error_type="invalid_action",
+        custom_error_message="each action needs an 'action' key: "
+        "insert, update, delete, replace or upsert",
+    ),
+]
+
+_TAGS = frozenset({*ACTION_NAMES, "comparison", "and", "or", "true"})
+
+
+class ActionBatch(_Model):
+    """An ordered list of actions, applied by the server in one transaction.
+
+    >>> ActionBatch(actions=[Insert(target_table="Extract", source_table="new_rows")]).to_dict()
+    {'actions': [{'target-schema': 'Extract', 'target-table': 'Extract', \
+'source-schema': 'Extract', 'source-table': 'new_rows', 'action': 'insert'}]}
+    """
+
+    actions: list[Action] = Field(min_length=1)
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    @property
+    def reads_source(self) -> bool:
+        """Whether any action reads a payload table (otherwise no upload is needed)."""
+        return any(a.reads_source for a in self.actions)
+
+    def to_json(self, *, indent: int | None = None) -> str:
+        """The request body Tableau expects, as JSON text."""
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    def canonical_json(self) -> str:
+        """A stable text of the batch (sorted keys, no spaces), e.g. for idempotency keys."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ActionBatch:
+        """Read a batch from JSON; every problem is reported with its JSON path."""
+        try:
+            data = json.loads(text)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise InvalidActionBatchError([Problem("$", f"not valid JSON: {err}")]) from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: object) -> ActionBatch:
+        """Read a batch from parsed JSON (a dict with ``actions``, or a bare list)."""
+        if isinstance(data, list):
+            data = {"actions": data}
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            raise InvalidActionBatchError(problems_from(err)) from None
+
+    @classmethod
+    def coerce(cls, value: ActionBatch | Iterable[Any] | Mapping[str, Any] | str) -> ActionBatch:
+        """Accept a batch, a list of actions, parsed JSON or JSON text."""
+        if isinstance(value, ActionBatch):
+            return value
+        if isinstance(value, (str, bytes)):
+            return cls.from_json(value)
+        if isinstance(value, Mapping):
+            return cls.from_dict(dict(value))
+        items = list(value)
+        return cls.from_dict([a.to_dict() if isinstance(a, _Model) else a for a in items])
+
+    @classmethod
+    def problems(cls, data: object) -> list[Problem]:
+        """Every problem in parsed JSON, or an empty list when it is a valid batch."""
+        try:
+            cls.from_dict(data)
+        except InvalidActionBatchError as err:
+            return err.problems
+        return []
+
+
+def _json_path(loc: Sequence[int | str]) -> str:
+    path = "$"
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in _TAGS:
+            continue  # union tags are pydantic's bookkeeping, not part of the document
+        else:
+            path += f".{part}"
+    return path
+
+
+def _problem(error: ErrorDetails) -> Problem:
+    loc = list(error["loc"])
+    kind = error["type"]
+    message = error["msg"].removeprefix("Value error, ")
+    if kind == "missing":
+        field = loc.pop() if loc else "?"
+        message = f"missing required field '{field}'"
+    elif kind == "extra_forbidden":
+        field = loc.pop() if loc else "?"
+        message = f"unknown key '{field}'"
+    elif kind == "invalid_action":
+        given = error.get("input")
+        if not isinstance(given, dict):
+            message = f"an action must be a JSON object, got {given!r}"
+        elif "action" not in given:
+            message = f"missing required field 'action' ({', '.join(ACTION_NAMES)})"
+        else:
+            message = (
+                f"unknown action {given['action']!r}; expected one of {', '.join(ACTION_NAMES)}"
+            )
+    elif kind == "invalid_condition":
+        given = error.get("input")
+        if isinstance(given, dict) and "op" not in given:
+            message = "a condition needs an 'op'"
+        elif not isinstance(given, dict):
+            message = f"a condition must be an object with an 'op' (or true), got {given!r}"
+    elif kind in ("too_short",) and loc and loc[-1] in ("actions", "args"):
+        what = (
+            "an action batch needs at least one action"
+            if loc[-1] == "actions"
+            else ("'and' / 'or' need at least one condition in 'args'")
+        )
+        message = what
+    elif kind not in ("value_error", "invalid_action", "invalid_condition"):
+        shown = error.get("input")
+        if not isinstance(shown, (dict, list)):
+            message = f"{message} (got {shown!r})"
+    return Problem(_json_path(loc), message)
+
+
+def problems_from(err: ValidationError) -> list[Problem]:
+    """Our problems (JSON path + message) from a pydantic validation error."""
+    seen: list[Problem] = []
+    for e in err.errors(include_url=False):
+        p = _problem(e)
+        if p not in seen:
+            seen.append(p)
+    return seen

@@ -1,0 +1,171 @@
+"""The one exception tree of tabhyper_update.
+
+Everything the SDK raises on bad input, a failing server or a failing job derives from
+:class:`TabHyperError`, so a CDC job can catch one type. Messages never carry a secret:
+URLs are stored without query strings that could hold one, and no header is ever kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "ApiError",
+    "AuthenticationError",
+    "ConnectionFailedError",
+    "InvalidActionBatchError",
+    "JobCancelledError",
+    "JobFailedError",
+    "JobTimeoutError",
+    "NotFoundError",
+    "PayloadError",
+    "Problem",
+    "RequestTimeoutError",
+    "TabHyperError",
+    "TransportError",
+    "UnsupportedServerError",
+]
+
+
+class TabHyperError(Exception):
+    """Root of every error raised by tabhyper_update."""
+
+
+class Problem:
+    """One problem found in an action batch: where (a JSON path) and what."""
+
+    __slots__ = ("message", "path")
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+    def __repr__(self) -> str:
+        return f"Problem(path={self.path!r}, message={self.message!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Problem) and other.path == self.path and other.message == self.message
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.message))
+
+
+class InvalidActionBatchError(TabHyperError, ValueError):
+    """An action batch that Tableau would refuse, with every problem found.
+
+    ``problems`` lists each problem with its JSON path (``$.actions[2].condition.args[0]``).
+    """
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        lines = [str(p) for p in self.problems] or ["invalid action batch"]
+        if len(lines) == 1:
+            text = f"invalid action batch: {lines[0]}"
+        else:
+            text = "invalid action batch:\n" + "\n".join(f"  - {line}" for line in lines)
+        super().__init__(text)
+
+
+class PayloadError(TabHyperError, ValueError):
+    """A change set or payload that cannot be turned into a valid upload."""
+
+
+class TransportError(TabHyperError):
+    """Talking to the server failed before a usable answer came back."""
+
+    def __init__(self, message: str, *, method: str | None = None, url: str | None = None) -> None:
+        self.method = method
+        self.url = url
+        super().__init__(message)
+
+
+class ConnectionFailedError(TransportError, ConnectionError):
+    """The connection could not be made or was dropped."""
+
+
+class RequestTimeoutError(TransportError, TimeoutError):
+    """The server did not answer within the client's timeout."""
+
+
+class ApiError(TabHyperError):
+    """The server answered with an HTTP error (Tableau's error body parsed when present)."""
+
+    def __init__(
+        self,
+        *,
+        status: int,
+        code: str | None = None,
+        summary: str | None = None,
+        detail: str | None = None,
+        method: str | None = None,
+        url: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.status = status
+        self.code = code
+        self.summary = summary
+        self.detail = detail
+        self.method = method
+        self.url = url
+        self.hint = hint
+        parts = [f"HTTP {status}"]
+        if code:
+            parts.append(f"code {code}")
+        head = ", ".join(parts)
+        text = head
+        if summary:
+            text += f": {summary}"
+        if detail:
+            text += f" ({detail})"
+        if method and url:
+            text += f" [{method} {url}]"
+        if hint:
+            text += f". {hint}"
+        super().__init__(text)
+
+
+class AuthenticationError(ApiError):
+    """Sign-in failed, or the session could not be restored after it expired."""
+
+
+class NotFoundError(ApiError):
+    """A site, data source, connection, upload session or job does not exist."""
+
+
+class UnsupportedServerError(TabHyperError):
+    """The server's REST API is older than the Hyper update endpoints (3.12)."""
+
+
+class JobFailedError(TabHyperError):
+    """The server ran the update job and it failed; ``notes`` holds the server's reason."""
+
+    def __init__(self, job_id: str, notes: str | None) -> None:
+        self.job_id = job_id
+        self.notes = notes
+        reason = notes if notes else "the server gave no notes"
+        super().__init__(f"job {job_id} failed: {reason}")
+
+
+class JobCancelledError(TabHyperError):
+    """The update job was cancelled before it finished."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id} was cancelled")
+
+
+class JobTimeoutError(TabHyperError, TimeoutError):
+    """Waiting for a job passed its deadline; the job may still finish: wait again."""
+
+    def __init__(self, job_id: str, waited_seconds: float) -> None:
+        self.job_id = job_id
+        self.waited_seconds = waited_seconds
+        super().__init__(
+            f"job {job_id} did not finish within {waited_seconds:.1f} s; "
+            "it may still complete: call wait() on it again"
+        )

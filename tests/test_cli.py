@@ -1,0 +1,100 @@
+"""The tabhyper-update command: --version, validate, schema."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tabhyper_update import __version__
+from tabhyper_update.cli import main, schema_text
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "batches" / "cdc_composite_key.json"
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert __version__ in capsys.readouterr().out
+
+
+def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(EXAMPLE)]) == 0
+    assert capsys.readouterr().out.strip() == "OK"
+
+
+def test_validate_prints_each_problem_with_its_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        json.dumps(
+            {
+                "actions": [
+                    {"action": "insert", "target-table": "T"},
+                    {
+                        "action": "update",
+                        "target-table": "T",
+                        "source-table": "S",
+                        "condition": {
+                            "op": "eq",
+                            "target-col": "a",
+                            "const": {"type": "integer", "v": "x"},
+                        },
+                    },
+                ]
+            }
+        )
+    )
+    assert main(["validate", str(bad)]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines == [
+        "$.actions[0]: insert reads a payload table: 'source-table' is required",
+        "$.actions[1].condition.const: integer constant must be a whole number, got 'x'",
+    ]
+
+
+def test_validate_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["validate", "--json", str(bad)]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["valid"] is False
+    assert out["problems"][0]["path"] == "$"
+
+
+def test_validate_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "/nonexistent/batch.json"]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(["validate"])
+    assert stop.value.code == 2
+    with pytest.raises(SystemExit) as stop:
+        main(["frobnicate"])
+    assert stop.value.code == 2
+    assert main([]) == 2
+
+
+def test_schema_prints_and_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema"]) == 0
+    assert capsys.readouterr().out == schema_text()
+    out = tmp_path / "s.json"
+    assert main(["schema", "-o", str(out)]) == 0
+    assert main(["schema", "--check", str(out)]) == 0
+    out.write_text("{}")
+    assert main(["schema", "--check", str(out)]) == 1
+
+
+def test_installed_console_script_runs() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tabhyper_update", "validate", str(EXAMPLE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "OK"
