@@ -34,6 +34,7 @@ from .errors import (
     TransportError,
     UnsupportedServerError,
 )
+from .payload import ColumnInfo, Payload, PayloadPart, TableInfo, build_payload
 
 __all__ = [
     "Action",
@@ -41,6 +42,7 @@ __all__ = [
     "And",
     "ApiError",
     "AuthenticationError",
+    "ColumnInfo",
     "Comparison",
     "Condition",
     "ConnectionFailedError",
@@ -53,10 +55,13 @@ __all__ = [
     "JobTimeoutError",
     "NotFoundError",
     "Or",
+    "Payload",
     "PayloadError",
+    "PayloadPart",
     "Replace",
     "RequestTimeoutError",
     "TabHyperError",
+    "TableInfo",
     "TransportError",
     "UnsupportedServerError",
     "Update",
@@ -64,6 +69,7 @@ __all__ = [
     "__version__",
     "all_of",
     "any_of",
+    "build_payload",
     "keys_match",
     "source",
     "target",

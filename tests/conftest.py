@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -15,11 +16,15 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     pyspark_sql = pytest.importorskip("pyspark.sql")
-    os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)  # type: ignore[attr-defined]
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Spark talks to itself on loopback only.
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     session = (
         pyspark_sql.SparkSession.builder.master("local[2]")
         .appName("tabhyper-update-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.default.parallelism", "2")
         .config("spark.sql.session.timeZone", "UTC")

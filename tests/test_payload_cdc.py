@@ -1,0 +1,238 @@
+"""Change sets: each convention, last change wins per key, derived actions, clear errors."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tabhyper_update import PayloadError
+from tabhyper_update.payload import build_payload
+
+from ._util import read_columns, read_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def tables(payload: Any) -> dict[str, list[tuple[Any, ...]]]:
+    (part,) = payload.parts
+    return {name: read_rows(part.path, name) for name in part.tables}
+
+
+def test_delta_change_data_feed(spark: SparkSession) -> None:
+    ts = datetime(2024, 5, 1)
+    rows = [
+        # key 1: inserted, updated twice, deleted -> delete
+        (1, "a", "insert", 1, ts),
+        (1, "a", "update_preimage", 2, ts),
+        (1, "b", "update_postimage", 2, ts),
+        (1, "b", "update_preimage", 3, ts),
+        (1, "c", "update_postimage", 3, ts),
+        (1, "c", "delete", 4, ts),
+        # key 2: deleted, then inserted again -> upsert with the new values
+        (2, "old", "delete", 1, ts),
+        (2, "new", "insert", 5, ts),
+        # key 3: updated -> upsert with the post-image
+        (3, "before", "update_preimage", 7, ts),
+        (3, "after", "update_postimage", 7, ts),
+        # key 4: inserted
+        (4, "x", "insert", 2, ts),
+    ]
+    df = spark.createDataFrame(
+        rows,
+        "id long, v string, _change_type string, _commit_version long, _commit_timestamp timestamp",
+    )
+    with build_payload(
+        df, key="id", op_column="_change_type", order_by="_commit_version"
+    ) as payload:
+        assert tables(payload) == {
+            "upserts": [(2, "new"), (3, "after"), (4, "x")],
+            "deletes": [(1,)],
+        }
+        # Change-feed metadata stays out of the payload.
+        assert payload.tables["upserts"].column_names == ["id", "v"]
+        assert payload.actions is not None
+        assert json.loads(payload.actions.to_json()) == {
+            "actions": [
+                {
+                    "action": "delete",
+                    "target-schema": "Extract",
+                    "target-table": "Extract",
+                    "source-schema": "Extract",
+                    "source-table": "deletes",
+                    "condition": {"op": "eq", "target-col": "id", "source-col": "id"},
+                },
+                {
+                    "action": "upsert",
+                    "target-schema": "Extract",
+                    "target-table": "Extract",
+                    "source-schema": "Extract",
+                    "source-table": "upserts",
+                    "condition": {"op": "eq", "target-col": "id", "source-col": "id"},
+                },
+            ]
+        }
+        payload.validate(payload.actions)
+
+
+def test_delta_defaults_order_by_to_commit_version(spark: SparkSession) -> None:
+    df = spark.createDataFrame(
+        [(1, "a", "insert", 1), (1, "b", "update_postimage", 2)],
+        "id int, v string, _change_type string, _commit_version long",
+    )
+    with build_payload(df, key="id") as payload:
+        assert tables(payload) == {"upserts": [(1, "b")]}
+
+
+def test_debezium_on_composite_key(spark: SparkSession) -> None:
+    rows = [
+        ("eu", 1, "snap", "r", 100),
+        ("eu", 1, "upd", "u", 200),
+        ("eu", 2, "created", "c", 150),
+        ("eu", 2, None, "d", 300),
+        ("us", 1, "created", "c", 100),
+    ]
+    df = spark.createDataFrame(rows, "region string, id int, v string, op string, ts_ms long")
+    with build_payload(
+        df, key=["region", "id"], op_column="op", order_by="ts_ms", target_table="Orders"
+    ) as payload:
+        assert tables(payload) == {
+            "upserts": [("eu", 1, "upd"), ("us", 1, "created")],
+            "deletes": [("eu", 2)],
+        }
+        # The delete table holds the key columns only.
+        assert [c[0] for c in read_columns(payload.parts[0].path, "deletes")] == ["region", "id"]
+        actions = payload.actions
+        assert actions is not None
+        assert actions.actions[0].to_dict()["condition"] == {
+            "op": "and",
+            "args": [
+                {"op": "eq", "target-col": "region", "source-col": "region"},
+                {"op": "eq", "target-col": "id", "source-col": "id"},
+            ],
+        }
+        assert actions.actions[1].target_table == "Orders"
+
+
+def test_plain_iud_with_only_upserts_derives_only_an_upsert(spark: SparkSession) -> None:
+    df = spark.createDataFrame(
+        [(1, "I", 1), (2, "U", 1), (1, "U", 2)], "id int, op string, seq int"
+    )
+    with build_payload(df, key="id", op_column="op", order_by="seq") as payload:
+        assert tables(payload) == {"upserts": [(1,), (2,)]}
+        assert payload.actions is not None
+        assert [a.action for a in payload.actions.actions] == ["upsert"]
+
+
+def test_user_op_map_and_kept_columns(spark: SparkSession) -> None:
+    df = spark.createDataFrame(
+        [(1, "NEW", 1), (2, "GONE", 1), (3, "NOISE", 1)], "id int, kind string, seq int"
+    )
+    with build_payload(
+        df,
+        key="id",
+        op_column="kind",
+        order_by="seq",
+        keep_columns=["seq"],
+        op_map={"NEW": "insert", "GONE": "delete", "NOISE": "ignore"},
+    ) as p:
+        assert tables(p) == {"upserts": [(1, 1)], "deletes": [(2,)]}
+
+
+def test_empty_change_set_is_a_clear_no_op(spark: SparkSession, tmp_path: Path) -> None:
+    df = spark.createDataFrame(
+        [(1, "update_preimage", 1)], "id int, _change_type string, _commit_version long"
+    )
+    payload = build_payload(df, key="id", output_dir=tmp_path / "out")
+    assert payload.is_empty
+    assert payload.parts == []
+    assert payload.actions is None
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("rows", "words"),
+    [
+        (
+            [(None, "I", 1), (2, "I", 1)],
+            r"key column 'id' is NULL in the change set, e.g. the row with key \(id=None\)",
+        ),
+        (
+            [(1, "I", 1), (1, "X", 0), (2, "Z", 1)],
+            r"op column 'op' holds the unknown value '[XZ]', e.g. for key \(id=[12]\) \(2 "
+            "offending rows",
+        ),
+        (
+            [(1, "I", 5), (1, "U", 5), (2, "I", 1)],
+            r"several changes for key \(id=1\) share the greatest order_by value",
+        ),
+    ],
+    ids=["null-key", "unknown-op", "tie"],
+)
+def test_change_set_errors_name_the_column_and_a_key(
+    spark: SparkSession, rows: list[tuple[Any, ...]], words: str, tmp_path: Path
+) -> None:
+    df = spark.createDataFrame(rows, "id int, op string, seq int")
+    with pytest.raises(PayloadError, match=words):
+        build_payload(
+            df,
+            key="id",
+            op_column="op",
+            order_by="seq",
+            staging_dir=tmp_path / "stage",
+            output_dir=tmp_path / "out",
+        )
+    # Nothing is left behind on failure.
+    assert list((tmp_path / "stage").iterdir()) == []
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_unknown_op_hidden_behind_a_later_change_is_still_caught(spark: SparkSession) -> None:
+    df = spark.createDataFrame([(1, "BOGUS", 1), (1, "U", 9)], "id int, op string, seq int")
+    with pytest.raises(PayloadError, match="unknown value 'BOGUS'"):
+        build_payload(df, key="id", op_column="op", order_by="seq")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"key": "nope", "op_column": "op", "order_by": "seq"}, "key column 'nope' is not in"),
+        ({"key": "id", "op_column": "nope", "order_by": "seq"}, "op column 'nope' is not in"),
+        ({"key": "id", "op_column": "op", "order_by": "nope"}, "order_by column 'nope' is not in"),
+        ({"key": "id", "op_column": "op"}, "order_by= is required"),
+        ({"key": [], "op_column": "op", "order_by": "seq"}, "at least one column"),
+        ({"key": ["id", "id"], "op_column": "op", "order_by": "seq"}, "names a column twice"),
+        ({"op_column": "op", "order_by": "seq"}, "needs key="),
+        (
+            {"key": "id", "op_column": "op", "order_by": "seq", "op_map": {"I": "merge"}},
+            r"op_map\['I'\] is 'merge'",
+        ),
+        (
+            {
+                "key": "id",
+                "order_by": "seq",
+                "op_column": "op",
+                "upsert_table": "t",
+                "delete_table": "t",
+            },
+            "must differ",
+        ),
+    ],
+)
+def test_bad_change_set_options_fail_before_any_spark_job(
+    spark: SparkSession, kwargs: dict[str, Any], words: str, tmp_path: Path
+) -> None:
+    df = spark.createDataFrame([(1, "I", 1)], "id int, op string, seq int")
+    with pytest.raises(PayloadError, match=words):
+        build_payload(df, staging_dir=tmp_path, **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_op_column_is_detected_for_debezium(spark: SparkSession) -> None:
+    df = spark.createDataFrame([(1, "c", 1)], "id int, op string, ts_ms long")
+    with build_payload(df, key="id", order_by="ts_ms") as payload:
+        assert tables(payload) == {"upserts": [(1,)]}
