@@ -30,6 +30,9 @@ __all__ = [
 class TabHyperError(Exception):
     """Root of every error raised by tabhyper_update."""
 
+    #: How many times the failing request was tried (set by the transport's retry loop).
+    attempts: int = 1
+
 
 class Problem:
     """One problem found in an action batch: where (a JSON path) and what."""
@@ -113,6 +116,8 @@ class ApiError(TabHyperError):
         self.method = method
         self.url = url
         self.hint = hint
+        #: Seconds the server asked to wait before retrying (``Retry-After``), if any.
+        self.retry_after: float | None = None
         parts = [f"HTTP {status}"]
         if code:
             parts.append(f"code {code}")

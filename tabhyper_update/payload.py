@@ -29,6 +29,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,9 @@ BUCKET_COLUMN = "__tabhyper_bucket"
 #: Parts are aimed a little under the cap so that one rebuild is usually enough.
 _SPLIT_HEADROOM = 0.9
 _MB = 1024 * 1024
+#: Staging Parquet options. Dictionary encoding is off: measured on 2M rows it doubled
+#: Spark's write time and slowed Hyper's read, for files that live a few seconds.
+_PARQUET_OPTIONS = {"compression": "snappy", "parquet.enable.dictionary": "false"}
 _SPARK_CONF = {
     # Proleptic Gregorian dates and timestamps, as Hyper stores them, for every year 1-9999.
     "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
@@ -504,7 +508,10 @@ def build_payload(
     out = Path(output_dir) if output_dir is not None else None
     owned = _private_dir(out, "tabhyper-payload-")
     try:
+        started = time.perf_counter()
         staged = _stage(spark_frames, spec, stage, delete_table=delete_table)
+        log.debug("Spark staged the change set in %.2f s", time.perf_counter() - started)
+        started = time.perf_counter()
         parts = _build_parts(
             staged,
             owned,
@@ -513,6 +520,7 @@ def build_payload(
             cap_bytes=int(max_payload_mb * _MB),
             drop_empty=spec is not None,
         )
+        log.debug("Hyper wrote %d part(s) in %.2f s", len(parts), time.perf_counter() - started)
         if spec is not None:
             parts = [
                 PayloadPart(
@@ -581,6 +589,7 @@ def _stage(
                 (
                     df.select(*columns, bucket.cast("smallint").alias(BUCKET_COLUMN))
                     .write.mode("overwrite")
+                    .options(**_PARQUET_OPTIONS)
                     .parquet(target.resolve().as_uri())
                 )
                 staged.append(_Staged(name, plans, staged_names, _parquet_files(target)))
@@ -597,6 +606,7 @@ def _stage(
                     F.col(ORDER_TEXT_COLUMN),
                 )
                 .write.mode("overwrite")
+                .options(**_PARQUET_OPTIONS)
                 .partitionBy(KIND_COLUMN)
                 .parquet(target.resolve().as_uri())
             )

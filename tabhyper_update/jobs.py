@@ -1,0 +1,202 @@
+"""Asynchronous server jobs: the model, polling with a deadline, cancel.
+
+Polling follows the widely used schedule: the first poll at once, then waits of 0.5 s
+growing by a factor of 1.4 up to 30 s, until the job finishes or the deadline passes. ``sleep`` and
+``clock`` are injectable so that tests assert the waits instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from .errors import JobCancelledError, JobFailedError, JobTimeoutError
+
+if TYPE_CHECKING:
+    from .client import TableauClient
+
+__all__ = ["Job", "PollPolicy"]
+
+log = logging.getLogger("tabhyper_update")
+
+FINISH_SUCCESS = (0, 3)
+FINISH_FAILED = 1
+FINISH_CANCELLED = 2
+
+
+@dataclass(frozen=True)
+class PollPolicy:
+    """How to wait for a job: first poll at once, then ``initial`` growing by ``factor``
+    after each poll up to ``maximum``; give up after ``timeout`` seconds."""
+
+    initial: float = 0.5
+    factor: float = 1.4
+    maximum: float = 30.0
+    timeout: float = 3600.0
+
+    def waits(self) -> Callable[[], float]:
+        current = self.initial
+
+        def next_wait() -> float:
+            nonlocal current
+            value = current
+            current = min(self.maximum, current * self.factor)
+            return value
+
+        return next_wait
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    return int(value)
+
+
+class Job(BaseModel):
+    """A server job as last seen. Unknown server fields are kept (``model_extra``)."""
+
+    model_config = ConfigDict(
+        extra="allow", populate_by_name=True, validate_by_alias=True, validate_by_name=True
+    )
+
+    id: str
+    mode: str | None = None
+    type: str | None = None
+    progress: str | None = None
+    created_at: str | None = Field(default=None, alias="createdAt")
+    started_at: str | None = Field(default=None, alias="startedAt")
+    completed_at: str | None = Field(default=None, alias="completedAt")
+    finish_code: int | None = Field(default=None, alias="finishCode")
+    update_uploaded_file_job: dict[str, Any] | None = Field(
+        default=None, alias="updateUploadedFileJob"
+    )
+    status_notes: Any = Field(default=None, alias="statusNotes")
+
+    _client: TableauClient | None = PrivateAttr(default=None)
+
+    @classmethod
+    def from_response(cls, body: dict[str, Any] | None, client: TableauClient | None) -> Job:
+        data = dict((body or {}).get("job") or {})
+        if "finishCode" in data:
+            data["finishCode"] = _int_or_none(data["finishCode"])
+        for key in ("progress",):
+            if data.get(key) is not None:
+                data[key] = str(data[key])
+        job = cls.model_validate(data)
+        job._client = client
+        return job
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def is_done(self) -> bool:
+        return self.finish_code is not None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.finish_code in FINISH_SUCCESS
+
+    @property
+    def notes(self) -> str | None:
+        """The server's notes on the job (the reason of a failure)."""
+        candidates: list[Any] = []
+        if self.update_uploaded_file_job:
+            candidates.append(self.update_uploaded_file_job.get("notes"))
+        candidates.append(self.status_notes)
+        for value in candidates:
+            text = _notes_text(value)
+            if text:
+                return text
+        return None
+
+    def _require_client(self) -> TableauClient:
+        if self._client is None:
+            raise RuntimeError("this Job is not bound to a client; use client.job(id)")
+        return self._client
+
+    def _update_from(self, other: Job) -> None:
+        for name in type(self).model_fields:
+            setattr(self, name, getattr(other, name))
+        if other.model_extra is not None and self.model_extra is not None:
+            self.model_extra.clear()
+            self.model_extra.update(other.model_extra)
+
+    # -- actions -----------------------------------------------------------------------------
+    def refresh(self) -> Job:
+        """Fetch the job again; returns ``self``, updated."""
+        self._update_from(self._require_client().job(self.id))
+        return self
+
+    def cancel(self) -> Job:
+        """Ask the server to cancel the job (update jobs may not be cancellable)."""
+        self._require_client().cancel_job(self.id)
+        return self.refresh()
+
+    def raise_for_status(self) -> Job:
+        """Raise when the job failed or was cancelled; return ``self`` otherwise."""
+        if self.finish_code == FINISH_FAILED:
+            raise JobFailedError(self.id, self.notes)
+        if self.finish_code == FINISH_CANCELLED:
+            raise JobCancelledError(self.id)
+        return self
+
+    def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        poll: PollPolicy | None = None,
+        sleep: Callable[[float], None] | None = None,
+        clock: Callable[[], float] | None = None,
+        on_poll: Callable[[Job], None] | None = None,
+    ) -> Job:
+        """Poll until the job finishes; raise if it failed, was cancelled or took too long.
+
+        >>> job.wait(timeout=600)  # doctest: +SKIP
+        """
+        client = self._require_client()
+        policy = poll or client.poll
+        sleep = sleep or client.sleep
+        clock = clock or client.clock
+        deadline_s = policy.timeout if timeout is None else timeout
+        start = clock()
+        next_wait = policy.waits()
+        while True:
+            self.refresh()
+            if on_poll is not None:
+                on_poll(self)
+            if self.is_done:
+                log.info("job %s finished with code %s", self.id, self.finish_code)
+                return self.raise_for_status()
+            waited = clock() - start
+            pause = next_wait()
+            if waited + pause > deadline_s:
+                remaining = deadline_s - waited
+                if remaining > 0:
+                    sleep(remaining)
+                    self.refresh()
+                    if self.is_done:
+                        return self.raise_for_status()
+                raise JobTimeoutError(self.id, clock() - start)
+            log.debug(
+                "job %s not finished (progress %s); next poll in %.1f s",
+                self.id,
+                self.progress,
+                pause,
+            )
+            sleep(pause)
+
+
+def _notes_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, dict):
+        return _notes_text(value.get("value") or value.get("notes") or value.get("statusNote"))
+    if isinstance(value, list):
+        parts = [t for t in (_notes_text(v) for v in value) if t]
+        return "; ".join(parts) or None
+    return str(value)
