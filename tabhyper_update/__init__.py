@@ -5,8 +5,11 @@ The one line in a CDC job::
     build_payload(df).upload().apply(actions)
 """
 
+from ._http import RetryPolicy
 from ._version import __version__
 from .actions import Action, ActionBatch, Delete, Insert, Replace, Update, Upsert
+from .auth import ConnectedAppJWT, PersonalAccessToken, UsernamePassword
+from .client import DataSourceRef, TableauClient
 from .conditions import (
     And,
     Comparison,
@@ -34,6 +37,7 @@ from .errors import (
     TransportError,
     UnsupportedServerError,
 )
+from .jobs import Job, PollPolicy
 from .payload import ColumnInfo, Payload, PayloadPart, TableInfo, build_payload
 
 __all__ = [
@@ -45,11 +49,14 @@ __all__ = [
     "ColumnInfo",
     "Comparison",
     "Condition",
+    "ConnectedAppJWT",
     "ConnectionFailedError",
     "Const",
+    "DataSourceRef",
     "Delete",
     "Insert",
     "InvalidActionBatchError",
+    "Job",
     "JobCancelledError",
     "JobFailedError",
     "JobTimeoutError",
@@ -58,14 +65,19 @@ __all__ = [
     "Payload",
     "PayloadError",
     "PayloadPart",
+    "PersonalAccessToken",
+    "PollPolicy",
     "Replace",
     "RequestTimeoutError",
+    "RetryPolicy",
     "TabHyperError",
     "TableInfo",
+    "TableauClient",
     "TransportError",
     "UnsupportedServerError",
     "Update",
     "Upsert",
+    "UsernamePassword",
     "__version__",
     "all_of",
     "any_of",

@@ -66,6 +66,17 @@ class _Body(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, min(len(self._view), base + offset))
+        return self._pos
+
     def read(self, size: int | None = -1) -> bytes:
         end = (
             len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
