@@ -24,6 +24,7 @@ from .conditions import (
 )
 from .errors import (
     ApiError,
+    ApplyError,
     AuthenticationError,
     ConnectionFailedError,
     InvalidActionBatchError,
@@ -45,6 +46,7 @@ __all__ = [
     "ActionBatch",
     "And",
     "ApiError",
+    "ApplyError",
     "AuthenticationError",
     "ColumnInfo",
     "Comparison",

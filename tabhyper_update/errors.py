@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 __all__ = [
     "ApiError",
+    "ApplyError",
     "AuthenticationError",
     "ConnectionFailedError",
     "InvalidActionBatchError",
@@ -76,6 +77,25 @@ class InvalidActionBatchError(TabHyperError, ValueError):
 
 class PayloadError(TabHyperError, ValueError):
     """A change set or payload that cannot be turned into a valid upload."""
+
+
+class ApplyError(TabHyperError):
+    """An action batch could not be applied to a ``.hyper`` file; nothing was changed.
+
+    ``action_index`` is the failing action's position in the batch (``None`` when the
+    batch failed before any action, e.g. a missing file), ``reason`` the cause.
+    """
+
+    def __init__(
+        self, reason: str, *, action_index: int | None = None, action: str | None = None
+    ) -> None:
+        self.reason = reason
+        self.action_index = action_index
+        self.action = action
+        if action_index is None:
+            super().__init__(reason)
+        else:
+            super().__init__(f"action {action_index} ({action}) failed: {reason}")
 
 
 class TransportError(TabHyperError):
