@@ -9,6 +9,7 @@ EXPECTED = {
     "ActionBatch",
     "And",
     "ApiError",
+    "ApplyError",
     "AuthenticationError",
     "ColumnInfo",
     "Comparison",
