@@ -1,0 +1,112 @@
+"""Wire formats of the fake server: Tableau's XML and JSON shapes, strict multipart parsing."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from typing import Any
+
+__all__ = ["MultipartError", "encode", "parse_multipart", "parse_xml_request"]
+
+NS = "http://tableau.com/api"
+
+
+def _to_xml(parent: ET.Element, name: str, value: Any) -> None:
+    if isinstance(value, list):
+        for item in value:
+            _to_xml(parent, name, item)
+        return
+    child = ET.SubElement(parent, name)
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            if key == "value":
+                child.text = str(sub)
+            elif isinstance(sub, (dict, list)):
+                _to_xml(child, key, sub)
+            elif sub is not None:
+                child.set(key, _scalar(sub))
+    elif value is not None:
+        child.text = _scalar(value)
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def encode(body: dict[str, Any] | None, *, as_json: bool) -> tuple[bytes, str]:
+    """Body bytes and Content-Type, in the format the client asked for."""
+    if body is None:
+        return b"", "text/plain"
+    if as_json:
+        return json.dumps(body).encode(), "application/json;charset=utf-8"
+    root = ET.Element("tsResponse", {"xmlns": NS})
+    for key, value in body.items():
+        _to_xml(root, key, value)
+    text = ET.tostring(root, encoding="unicode")
+    return (
+        "<?xml version='1.0' encoding='UTF-8'?>" + text
+    ).encode(), "application/xml;charset=utf-8"
+
+
+def parse_xml_request(text: str) -> dict[str, Any]:
+    """A ``tsRequest`` body mapped to the JSON shape (attributes and child elements)."""
+    root = ET.fromstring(text)  # noqa: S314
+
+    def convert(element: ET.Element) -> dict[str, Any]:
+        data: dict[str, Any] = dict(element.attrib)
+        for child in element:
+            data[child.tag.split("}")[-1]] = convert(child)
+        return data
+
+    return convert(root)
+
+
+class MultipartError(ValueError):
+    pass
+
+
+_DISPOSITION = re.compile(r'^(?:form-data;\s*)?name="([^"]+)"(?:;\s*filename="([^"]*)")?$')
+
+
+def parse_multipart(body: bytes, content_type: str) -> bytes:
+    """The file bytes of an append body, checked strictly against Tableau's layout."""
+    match = re.match(r"^multipart/mixed;\s*boundary=(\S+)$", content_type.strip(), re.I)
+    if match is None:
+        raise MultipartError(
+            f"Content-Type must be multipart/mixed with a boundary, got {content_type!r}"
+        )
+    boundary = match.group(1).strip('"').encode()
+    delimiter = b"--" + boundary
+    if not body.startswith(delimiter + b"\r\n"):
+        raise MultipartError("the body does not start with the boundary")
+    closing = b"\r\n" + delimiter + b"--"
+    end = body.rfind(closing)
+    if end < 0 or body[end + len(closing) :] not in (b"", b"\r\n"):
+        raise MultipartError("the body does not end with the closing boundary")
+    inner = body[len(delimiter) + 2 : end]
+    pieces = inner.split(b"\r\n" + delimiter + b"\r\n")
+    if len(pieces) != 2:
+        raise MultipartError(f"expected exactly 2 parts, found {len(pieces)}")
+    names: list[str] = []
+    contents: list[bytes] = []
+    for piece in pieces:
+        head, sep, content = piece.partition(b"\r\n\r\n")
+        if not sep:
+            raise MultipartError("a part has no blank line after its headers")
+        headers = {}
+        for line in head.decode("latin-1").split("\r\n"):
+            key, colon, value = line.partition(":")
+            if not colon:
+                raise MultipartError(f"malformed part header {line!r}")
+            headers[key.strip().lower()] = value.strip()
+        disposition = _DISPOSITION.match(headers.get("content-disposition", ""))
+        if disposition is None:
+            raise MultipartError("a part lacks a Content-Disposition with a name")
+        names.append(disposition.group(1))
+        contents.append(content)
+    if names != ["request_payload", "tableau_file"]:
+        raise MultipartError(f"parts must be request_payload then tableau_file, got {names}")
+    return contents[1]
