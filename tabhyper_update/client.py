@@ -494,12 +494,12 @@ class TableauClient:
         target: DataSourceRef | str,
         batch: ActionBatch,
         *,
-        payload_sha256: str | None = None,
+        payload_digest: str | None = None,
         upload_session_id: str | None = None,
     ) -> str:
         """The deterministic RequestID of an update: the same content gives the same id."""
         ref = target if isinstance(target, DataSourceRef) else DataSourceRef(target)
-        content = payload_sha256 or upload_session_id or ""
+        content = payload_digest or upload_session_id or ""
         name = "|".join([ref.id, ref.connection_id or "", content, batch.canonical_json()])
         return str(uuid.uuid5(REQUEST_ID_NAMESPACE, name))
 
@@ -510,12 +510,13 @@ class TableauClient:
         *,
         upload_session_id: str | None = None,
         request_id: str | None = None,
-        payload_sha256: str | None = None,
+        payload_digest: str | None = None,
     ) -> Job:
         """Ask the server to apply ``batch``; returns the queued :class:`Job`.
 
         The default RequestID is a UUID5 of the data source, connection, payload content
-        (``payload_sha256``, else the upload session) and the canonical actions, so a re-run
+        (``payload_digest``, e.g. ``PayloadPart.content_digest``; else the upload session)
+        and the canonical actions, so a re-run
         of the same update after a crash is ignored by the server (24 h window). The same
         RequestID is sent on every retry.
         """
@@ -527,7 +528,7 @@ class TableauClient:
             )
         session = upload_session_id if checked.reads_source else None
         rid = request_id or self.request_id_for(
-            ref, checked, payload_sha256=payload_sha256, upload_session_id=session
+            ref, checked, payload_digest=payload_digest, upload_session_id=session
         )
         path = (
             f"datasources/{ref.id}/connections/{ref.connection_id}/data"

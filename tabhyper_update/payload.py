@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import math
 import os
@@ -71,6 +72,11 @@ DEFAULT_MAX_PAYLOAD_MB = 100
 #: Split granularity: rows are spread over this many buckets; a part is a bucket range.
 BUCKETS = 1024
 BUCKET_COLUMN = "__tabhyper_bucket"
+#: A per-row hash staged beside the data: the payload's content digest sums it, so that a
+#: rebuilt payload of the same change set has the same identity (Hyper files themselves
+#: differ byte for byte from one build to the next).
+ROWHASH_COLUMN = "__tabhyper_rowhash"
+_DIGEST_MODULI = (2147483647, 2147483629)
 #: Parts are aimed a little under the cap so that one rebuild is usually enough.
 _SPLIT_HEADROOM = 0.9
 _MB = 1024 * 1024
@@ -102,6 +108,8 @@ class TableInfo:
     name: str
     columns: tuple[ColumnInfo, ...]
     row_count: int
+    #: Order-independent digest of the table's rows (same rows, same digest).
+    row_digest: str = ""
 
     @property
     def column_names(self) -> list[str]:
@@ -122,6 +130,23 @@ class PayloadPart:
     @property
     def row_count(self) -> int:
         return sum(t.row_count for t in self.tables.values())
+
+    @property
+    def content_digest(self) -> str:
+        """A digest of what the part holds (schema, tables, columns, rows), stable across
+        rebuilds of the same change set: the identity behind the default RequestID."""
+        identity = [
+            [
+                t.schema,
+                t.name,
+                [[c.name, c.hyper_type, c.nullable] for c in t.columns],
+                t.row_count,
+                t.row_digest,
+            ]
+            for t in sorted(self.tables.values(), key=lambda t: t.name)
+        ]
+        text = json.dumps(identity, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass
@@ -399,11 +424,21 @@ def _write_part(
             if rows == 0 and drop_empty:
                 conn.execute_command(f"DROP TABLE {ref}")
                 continue
+            digest = ""
+            if rows:
+                h = quote_name(ROWHASH_COLUMN)
+                sums = ", ".join(f"SUM({h} % {m})" for m in _DIGEST_MODULI)
+                values = conn.execute_list_query(
+                    f"SELECT COUNT(*), {sums} FROM "
+                    f"external(ARRAY[{files}], FORMAT => 'parquet'){where}"
+                )[0]
+                digest = ":".join(str(v) for v in values)
             tables[t.name] = TableInfo(
                 schema,
                 t.name,
                 tuple(ColumnInfo(p.name, p.hyper_type, p.nullable) for p in t.plans),
                 rows,
+                digest,
             )
     return tables
 
@@ -578,10 +613,9 @@ def _stage(
     staged: list[_Staged] = []
     for index, (name, df, plans) in enumerate(frames):
         staged_names = [f"c{i}" for i in range(len(plans))]
-        columns = [
-            p.spark_column(F.col(f"`{p.name.replace('`', '``')}`")).alias(s)
-            for p, s in zip(plans, staged_names, strict=True)
-        ]
+        values = [p.spark_column(F.col(f"`{p.name.replace('`', '``')}`")) for p in plans]
+        columns = [v.alias(s) for v, s in zip(values, staged_names, strict=True)]
+        columns.append(F.xxhash64(*values).alias(ROWHASH_COLUMN))
         target = stage / f"t{index}"
         with _spark_conf(df.sparkSession):
             if spec is None:

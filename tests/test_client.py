@@ -698,7 +698,7 @@ def test_update_sends_actions_request_id_and_session(
     add_patch(rsps)
     client = make_client(clock)
     job = client.update_data(
-        DataSourceRef(DS), BATCH, upload_session_id=SESSION, payload_sha256="ab" * 32
+        DataSourceRef(DS), BATCH, upload_session_id=SESSION, payload_digest="ab" * 32
     )
     assert job.id == "job-1"
     req = rsps.calls[-1].request
@@ -722,8 +722,8 @@ def test_update_sends_actions_request_id_and_session(
     }
     # Deterministic: the same content gives the same RequestID, other content another.
     rid = req.headers["RequestID"]
-    same = client.request_id_for(DataSourceRef(DS), client_batch(), payload_sha256="ab" * 32)
-    other = client.request_id_for(DataSourceRef(DS), client_batch(), payload_sha256="cd" * 32)
+    same = client.request_id_for(DataSourceRef(DS), client_batch(), payload_digest="ab" * 32)
+    other = client.request_id_for(DataSourceRef(DS), client_batch(), payload_digest="cd" * 32)
     assert rid == same != other
 
 

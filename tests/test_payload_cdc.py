@@ -236,3 +236,16 @@ def test_op_column_is_detected_for_debezium(spark: SparkSession) -> None:
     df = spark.createDataFrame([(1, "c", 1)], "id int, op string, ts_ms long")
     with build_payload(df, key="id", order_by="ts_ms") as payload:
         assert tables(payload) == {"upserts": [(1,)]}
+
+
+def test_content_digest_is_stable_across_rebuilds_and_layouts(spark: SparkSession) -> None:
+    df = spark.range(5000).selectExpr("id", "CAST(id AS STRING) AS v", "'U' AS op", "1 AS seq")
+
+    def digest(frame: Any) -> str:
+        with build_payload(frame, key="id", op_column="op", order_by="seq") as payload:
+            return payload.parts[0].content_digest
+
+    first = digest(df)
+    assert digest(df.repartition(3)) == first  # another layout, the same content
+    assert digest(df.filter("id != 7")) != first
+    assert digest(df.selectExpr("id", "CONCAT(v, '!') AS v", "op", "seq")) != first

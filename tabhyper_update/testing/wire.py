@@ -10,6 +10,8 @@ from typing import Any
 __all__ = ["MultipartError", "encode", "parse_multipart", "parse_xml_request"]
 
 NS = "http://tableau.com/api"
+#: Keys Tableau writes as child elements with text rather than as attributes.
+TEXT_ELEMENTS = frozenset({"restApiVersion", "summary", "detail", "notes"})
 
 
 def _to_xml(parent: ET.Element, name: str, value: Any) -> None:
@@ -22,7 +24,7 @@ def _to_xml(parent: ET.Element, name: str, value: Any) -> None:
         for key, sub in value.items():
             if key == "value":
                 child.text = str(sub)
-            elif isinstance(sub, (dict, list)):
+            elif isinstance(sub, (dict, list)) or (key in TEXT_ELEMENTS and sub is not None):
                 _to_xml(child, key, sub)
             elif sub is not None:
                 child.set(key, _scalar(sub))
