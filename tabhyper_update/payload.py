@@ -57,6 +57,9 @@ from .hyper_types import DEFAULT_DATABASE_VERSION, ColumnPlan, plan_column
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from .client import DataSourceRef, TableauClient
+    from .roundtrip import UploadedPayload
+
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_MB",
     "ColumnInfo",
@@ -277,6 +280,25 @@ class Payload:
                 )
         if problems:
             raise InvalidActionBatchError(problems)
+
+    # -- the round trip ----------------------------------------------------------------------
+    def upload(
+        self,
+        target: DataSourceRef | str | None = None,
+        *,
+        client: TableauClient | None = None,
+        progress: bool | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+    ) -> UploadedPayload:
+        """Bind this payload to its target data source and upload it (first part at once).
+
+        ``target`` is a :class:`DataSourceRef` or a name; by default ``TABLEAU_DATASOURCE``.
+        ``client`` defaults to :meth:`TableauClient.from_env`. Progress bars show on a
+        terminal unless ``progress=False``. Then ``.apply(actions).wait()``.
+        """
+        from .roundtrip import upload_payload
+
+        return upload_payload(self, target, client=client, progress=progress, state_dir=state_dir)
 
     # -- files -----------------------------------------------------------------------------
     def cleanup(self) -> None:

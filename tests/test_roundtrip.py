@@ -1,0 +1,216 @@
+"""The one-line round trip against the fake server: Spark → payload → upload → apply → wait."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tabhyper_update import (
+    Delete,
+    Insert,
+    JobFailedError,
+    PersonalAccessToken,
+    TableauClient,
+    build_payload,
+    target,
+)
+from tabhyper_update._http import RetryPolicy
+from tabhyper_update.state import StateStore
+from tabhyper_update.testing import FakeTableauServer
+
+from ._util import read_rows
+from .test_local import make_db
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+INITIAL = ["(1, 'a', 10)", "(2, 'b', 20)", "(3, 'c', 30)"]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[FakeTableauServer]:
+    start = make_db(
+        tmp_path / "orders.hyper",
+        {"Extract": ("id BIGINT NOT NULL, name TEXT, qty INTEGER", INITIAL)},
+    )
+    with FakeTableauServer(pats={"ci": "pat-secret"}) as srv:
+        srv.add_datasource("Orders", start, project="Sales")
+        yield srv
+
+
+@pytest.fixture
+def client(server: FakeTableauServer) -> Iterator[TableauClient]:
+    with TableauClient(
+        server.url,
+        "",
+        PersonalAccessToken("ci", "pat-secret"),
+        retry=RetryPolicy(initial_wait=0.01),
+    ) as c:
+        yield c
+
+
+def orders(server: FakeTableauServer) -> list[tuple[Any, ...]]:
+    (luid,) = server._sources
+    return read_rows(server.datasource_path(luid), "Extract")
+
+
+def changes(spark: SparkSession, rows: list[tuple[Any, ...]]) -> DataFrame:
+    return spark.createDataFrame(rows, "id long, name string, qty int, op string, seq long")
+
+
+CHANGES = [
+    (2, "b2", 21, "U", 1),
+    (2, "b3", 22, "U", 2),  # updated twice: the last wins
+    (3, None, None, "D", 1),  # deleted
+    (4, "d", 40, "I", 1),
+    (4, None, None, "D", 2),
+    (4, "d2", 41, "I", 3),  # re-inserted
+    (5, "e", 50, "I", 1),
+    (5, None, None, "D", 2),  # inserted then deleted
+]
+EXPECTED = [(1, "a", 10), (2, "b3", 22), (4, "d2", 41)]
+
+
+def test_cdc_round_trip_with_derived_actions(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    payload = build_payload(changes(spark, CHANGES), key="id", op_column="op", order_by="seq")
+    result = (
+        payload.upload("Orders", client=client, progress=False, state_dir=tmp_path / "state")
+        .apply()
+        .wait(timeout=60)
+    )
+    assert orders(server) == EXPECTED
+    assert [j.succeeded for j in result.jobs] == [True]
+    assert not payload.parts[0].path.exists()  # cleaned up after success
+    assert StateStore(tmp_path / "state").records() == []
+
+
+def test_the_literal_one_line_with_the_environment(
+    spark: SparkSession, server: FakeTableauServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in {
+        "TABLEAU_SERVER_URL": server.url,
+        "TABLEAU_SITE": "",
+        "TABLEAU_PAT_NAME": "ci",
+        "TABLEAU_PAT_SECRET": "pat-secret",
+        "TABLEAU_DATASOURCE": "Orders",
+        "XDG_STATE_HOME": str(tmp_path),
+    }.items():
+        monkeypatch.setenv(key, value)
+    df = spark.createDataFrame([(7, "g", 70)], "id long, name string, qty int")
+    actions = [Insert(target_table="Extract", source_table="Extract")]
+    build_payload(df).upload().apply(actions).wait()
+    assert orders(server)[-1] == (7, "g", 70)
+
+
+def test_a_payload_in_parts_is_applied_part_by_part(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    n = 20_000
+    df = spark.range(100, 100 + n).selectExpr(
+        "id", "uuid() AS name", "CAST(id % 7 AS INT) AS qty", "'U' AS op", "1L AS seq"
+    )
+    payload = build_payload(df, key="id", op_column="op", order_by="seq", max_payload_mb=0.25)
+    assert len(payload.parts) > 1
+    result = (
+        payload.upload("Orders", client=client, progress=False, state_dir=tmp_path)
+        .apply()
+        .wait(timeout=60)
+    )
+    assert len(result.parts) == len(payload.parts)
+    assert all(j.succeeded for j in result.jobs)
+    ids = [r[0] for r in orders(server)]
+    assert ids == [1, 2, 3, *range(100, 100 + n)]
+    assert server.counts["update"] == len(payload.parts)
+
+
+def test_a_rerun_after_a_crash_waits_on_the_submitted_job(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    df = changes(spark, CHANGES)
+    # First run: submitted, then the process "dies" before waiting.
+    first = build_payload(df, key="id", op_column="op", order_by="seq")
+    first.upload("Orders", client=client, progress=False, state_dir=tmp_path).apply()
+    first.cleanup()
+    # The re-run rebuilds the same change set: same content digest, same RequestID.
+    again = build_payload(df, key="id", op_column="op", order_by="seq")
+    result = (
+        again.upload("Orders", client=client, progress=False, state_dir=tmp_path)
+        .apply()
+        .wait(timeout=60)
+    )
+    assert result.parts[0].resumed
+    assert server.counts["update"] == 1
+    assert sum(server.jobs_run.values()) == 1
+    assert orders(server) == EXPECTED
+
+
+def test_without_the_record_the_request_id_still_deduplicates(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    df = changes(spark, CHANGES)
+    build_payload(df, key="id", op_column="op", order_by="seq").upload(
+        "Orders", client=client, progress=False, state_dir=tmp_path / "a"
+    ).apply().wait()
+    build_payload(df, key="id", op_column="op", order_by="seq").upload(
+        "Orders", client=client, progress=False, state_dir=tmp_path / "b"
+    ).apply().wait()
+    assert server.counts["update"] == 2
+    assert sum(server.jobs_run.values()) == 1  # the server ignored the repeated RequestID
+    assert orders(server) == EXPECTED
+
+
+def test_an_empty_change_set_sends_nothing(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    df = changes(spark, [(1, "x", 1, "update_preimage", 1)])
+    payload = build_payload(
+        df, key="id", op_column="op", order_by="seq", op_map={"update_preimage": "ignore"}
+    )
+    result = (
+        payload.upload("Orders", client=client, progress=False, state_dir=tmp_path).apply().wait()
+    )
+    assert result.parts == []
+    assert server.counts["update"] == 0
+    assert server.counts["initiate"] == 0
+
+
+def test_delete_by_constant_needs_no_upload(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    payload = build_payload(spark.createDataFrame([], "id long"))
+    payload.upload("Orders", client=client, progress=False, state_dir=tmp_path).apply(
+        [Delete(target_table="Extract", condition=target("qty") >= 20)]
+    ).wait()
+    assert orders(server) == [(1, "a", 10)]
+    assert server.counts["initiate"] == 0
+
+
+def test_a_failed_job_raises_with_notes_and_cleans_up(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    df = spark.createDataFrame([(9, "z", 90)], "id long, name string, qty int")
+    payload = build_payload(df)
+    with pytest.raises(JobFailedError, match="Specified table does not exist"):
+        payload.upload("Orders", client=client, progress=False, state_dir=tmp_path).apply(
+            [Insert(target_table="Nope", source_table="Extract")]
+        ).wait()
+    assert not payload.parts[0].path.exists()
+    assert StateStore(tmp_path).records() == []
+    assert orders(server) == [(1, "a", 10), (2, "b", 20), (3, "c", 30)]
+
+
+def test_a_batch_that_does_not_fit_the_payload_sends_nothing(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    payload = build_payload(spark.createDataFrame([(9, "z", 90)], "id long, name string, qty int"))
+    uploaded = payload.upload("Orders", client=client, progress=False, state_dir=tmp_path)
+    before = dict(server.counts)
+    with pytest.raises(ValueError, match="the payload has no table 'nope'"):
+        uploaded.apply([Insert(target_table="Extract", source_table="nope")])
+    assert dict(server.counts) == before
+    payload.cleanup()
