@@ -8,14 +8,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ._version import __version__
 from .actions import ActionBatch
-from .errors import InvalidActionBatchError
+from .client import TableauClient
+from .errors import (
+    ApiError,
+    ApplyError,
+    InvalidActionBatchError,
+    JobCancelledError,
+    JobFailedError,
+    JobTimeoutError,
+    PayloadError,
+    TransportError,
+    UnsupportedServerError,
+)
+from .payload import Payload, build_payload
+from .state import StateStore
 
 __all__ = [
     "EXIT_FAILED",
@@ -108,6 +123,205 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+    print(json.dumps(data, default=str) if getattr(args, "json", False) else text)
+
+
+def _client(args: argparse.Namespace) -> TableauClient:
+    overrides: dict[str, Any] = {}
+    if getattr(args, "server", None):
+        overrides["server"] = args.server
+    if getattr(args, "site", None) is not None:
+        overrides["site"] = args.site
+    if getattr(args, "insecure", False):
+        overrides["verify"] = False
+    return TableauClient.from_env(**overrides)
+
+
+def _spark_session() -> Any:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise PayloadError(
+            "building a payload needs pyspark: pip install 'tabhyper-update[spark]'"
+        ) from None
+    builder = SparkSession.builder.appName("tabhyper-update")
+    if not os.environ.get("SPARK_REMOTE") and not os.environ.get("MASTER"):
+        builder = builder.master("local[*]").config("spark.ui.enabled", "false")
+    return builder.getOrCreate()
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    if bool(args.input) == bool(args.spark_table):
+        raise _UsageError("give input files (--input) or a Spark table (--spark-table)")
+    spark = _spark_session()
+    if args.spark_table:
+        df = spark.table(args.spark_table)
+    elif args.format == "csv":
+        df = spark.read.option("header", True).option("inferSchema", True).csv(args.input)
+    else:
+        df = spark.read.parquet(*args.input)
+    op_map = dict(item.split("=", 1) for item in args.op_map) if args.op_map else None
+    payload = build_payload(
+        df,
+        table=args.name,
+        key=args.key or None,
+        op_column=args.op_column,
+        order_by=args.order_by or None,
+        op_map=op_map,
+        target_table=args.target_table,
+        database_version=args.database_version,
+        max_payload_mb=args.max_payload_mb,
+        output_dir=args.output_dir,
+        keep_files=True,
+    )
+    if payload.is_empty:
+        _emit(args, {"parts": [], "empty": True}, "empty change set: no payload written")
+        return EXIT_OK
+    manifest = payload.save_manifest(args.output_dir)
+    data = {
+        "manifest": str(manifest),
+        "parts": [
+            {
+                "path": str(p.path),
+                "size_bytes": p.size_bytes,
+                "sha256": p.sha256,
+                "tables": {n: t.row_count for n, t in p.tables.items()},
+            }
+            for p in payload.parts
+        ],
+    }
+    lines = [f"payload: {manifest.parent}"] + [
+        f"  {p.path.name}: {p.size_bytes} bytes, "
+        + ", ".join(f"{n} {t.row_count} rows" for n, t in p.tables.items())
+        for p in payload.parts
+    ]
+    _emit(args, data, "\n".join(lines))
+    return EXIT_OK
+
+
+def _cmd_apply(args: argparse.Namespace) -> int:
+    payload = Payload.load(args.payload, keep_files=args.keep) if args.payload else None
+    actions = None
+    if args.actions:
+        actions = ActionBatch.from_json(Path(args.actions).read_text(encoding="utf-8"))
+    if payload is None:
+        if actions is None:
+            raise _UsageError("give --payload, --actions or both")
+        if actions.reads_source:
+            raise _UsageError("these actions read payload tables: give --payload")
+        payload = Payload([])
+    with _client(args) as client:
+        uploaded = payload.upload(
+            args.datasource, client=client, progress=not args.json, state_dir=args.state_dir
+        )
+        result = uploaded.apply(actions, request_id=args.request_id)
+        if args.wait:
+            result.wait(timeout=args.timeout)
+    jobs = [
+        {
+            "part": p.part + 1,
+            "job_id": p.job.id if p.job else None,
+            "request_id": p.request_id,
+            "resumed": p.resumed,
+            "finish_code": p.job.finish_code if p.job else None,
+        }
+        for p in result.parts
+    ]
+    text = (
+        "\n".join(
+            f"part {j['part']}: job {j['job_id']}" + (" (done)" if args.wait else " (submitted)")
+            for j in jobs
+        )
+        or "nothing to update"
+    )
+    _emit(args, {"jobs": jobs}, text)
+    return EXIT_OK
+
+
+def _cmd_job(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        job = client.job(args.job_id)
+        if args.action == "cancel":
+            job.cancel()
+        elif args.action == "wait":
+            job.wait(timeout=args.timeout)
+    data = job.model_dump(mode="json", by_alias=True, exclude_none=True)
+    state = (
+        "running"
+        if job.finish_code is None
+        else {0: "succeeded", 1: "failed", 2: "cancelled", 3: "succeeded"}.get(
+            job.finish_code, str(job.finish_code)
+        )
+    )
+    text = f"job {job.id}: {state}" + (f" ({job.notes})" if job.notes else "")
+    _emit(args, data, text)
+    return EXIT_FAILED if job.finish_code in (1, 2) else EXIT_OK
+
+
+def _cmd_state(args: argparse.Namespace) -> int:
+    store = StateStore(args.state_dir)
+    if args.action == "clear":
+        count = store.clear()
+        _emit(args, {"cleared": count}, f"removed {count} record(s) from {store.directory}")
+        return EXIT_OK
+    records = store.records()
+    _emit(
+        args,
+        {"directory": str(store.directory), "records": [r.__dict__ for r in records]},
+        "\n".join(
+            f"{r.request_id}: data source {r.datasource_id} part {r.part + 1} job {r.job_id}"
+            for r in records
+        )
+        or f"no records in {store.directory}",
+    )
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return (
+        EXIT_OK
+        if run_demo(sys.stdout, progress=False if args.no_progress else None)
+        else EXIT_FAILED
+    )
+
+
+def _cmd_serve_local(args: argparse.Namespace) -> int:
+    from .testing import FakeTableauServer
+
+    pats = dict(item.split(":", 1) for item in args.pat)
+    with FakeTableauServer(pats=pats, site=args.site_url) as server:
+        for item in args.datasource:
+            name, _, path = item.partition("=")
+            if not path:
+                raise _UsageError(f"--datasource takes NAME=FILE.hyper, got {item!r}")
+            luid = server.add_datasource(name, path, project=args.project)
+            print(f"data source {name!r}: {luid}")
+        print(f"serving on {server.url} (site {args.site_url!r}); Ctrl-C stops", flush=True)
+        deadline = time.monotonic() + args.duration if args.duration else None
+        try:
+            while deadline is None or time.monotonic() < deadline:
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+    return EXIT_OK
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _add_connection_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("server (defaults from TABLEAU_* environment variables)")
+    g.add_argument("--server", help="server URL (TABLEAU_SERVER_URL)")
+    g.add_argument("--site", help="site content URL (TABLEAU_SITE)")
+    g.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tabhyper-update",
@@ -126,6 +340,64 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-o", "--output", help="write the schema to this file")
     g.add_argument("--check", metavar="FILE", help="fail when FILE differs from the schema")
     p.set_defaults(func=_cmd_schema)
+
+    p = sub.add_parser("build", help="build a .hyper payload from files or a Spark table")
+    p.add_argument("--input", nargs="+", help="Parquet (or CSV) files or directories")
+    p.add_argument("--format", choices=["parquet", "csv"], default="parquet")
+    p.add_argument("--spark-table", help="a table in the Spark catalog instead of files")
+    p.add_argument("--name", default="Extract", help="payload table name (plain mode)")
+    p.add_argument("--key", nargs="+", help="key column(s): read the input as a change set")
+    p.add_argument("--op-column", help="the change set's operation column")
+    p.add_argument("--order-by", nargs="+", help="column(s) ordering changes per key")
+    p.add_argument(
+        "--op-map",
+        nargs="+",
+        metavar="VALUE=MEANING",
+        help="op values and their meaning (upsert, delete, ignore)",
+    )
+    p.add_argument("--target-table", default="Extract", help="target table of derived actions")
+    p.add_argument("--database-version", type=int, default=2)
+    p.add_argument("--max-payload-mb", type=float, default=100)
+    p.add_argument("--output-dir", default="payload", help="where the payload is written")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser("apply", help="upload a payload and apply actions to a data source")
+    p.add_argument("--payload", help="a payload directory written by `build`")
+    p.add_argument("--actions", help="an action batch JSON file (default: derived actions)")
+    p.add_argument("--datasource", help="data source name or LUID (TABLEAU_DATASOURCE)")
+    p.add_argument("--request-id", help="RequestID (default: derived from the content)")
+    p.add_argument("--wait", action="store_true", help="wait for the job(s) to finish")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds to wait")
+    p.add_argument("--keep", action="store_true", help="keep the payload files afterwards")
+    p.add_argument("--state-dir", help="where resume records live")
+    _add_connection_options(p)
+    p.set_defaults(func=_cmd_apply)
+
+    p = sub.add_parser("job", help="show, wait for or cancel a job")
+    p.add_argument("action", choices=["status", "wait", "cancel"])
+    p.add_argument("job_id")
+    p.add_argument("--timeout", type=float, default=3600)
+    _add_connection_options(p)
+    p.set_defaults(func=_cmd_job)
+
+    p = sub.add_parser("state", help="list or clear resume records")
+    p.add_argument("action", choices=["list", "clear"])
+    p.add_argument("--state-dir", help="where resume records live")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_state)
+
+    p = sub.add_parser("demo", help="run the end-to-end demo against the built-in fake server")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("serve-local", help="serve a fake Tableau server on 127.0.0.1")
+    p.add_argument("--datasource", nargs="*", default=[], metavar="NAME=FILE.hyper")
+    p.add_argument("--pat", nargs="+", default=["local:local-secret"], metavar="NAME:SECRET")
+    p.add_argument("--project", default="Default")
+    p.add_argument("--site-url", default="")
+    p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.set_defaults(func=_cmd_serve_local)
     return parser
 
 
@@ -136,7 +408,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except _UsageError as err:
+        print(f"tabhyper-update: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except (
+        InvalidActionBatchError,
+        PayloadError,
+        ApplyError,
+        JobFailedError,
+        JobCancelledError,
+    ) as err:
+        print(f"tabhyper-update: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except (TransportError, ApiError, JobTimeoutError, UnsupportedServerError) as err:
+        print(f"tabhyper-update: {err}", file=sys.stderr)
+        return EXIT_SERVER
+    except ValueError as err:  # configuration: missing variables, bad options
+        print(f"tabhyper-update: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as err:  # a file named on the command line
+        print(f"tabhyper-update: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
     return code
 
 

@@ -32,6 +32,7 @@ import shutil
 import tempfile
 import time
 import uuid
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,6 +167,12 @@ class Payload:
     key: tuple[str, ...] | None = None
     _owned_dir: Path | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        # Files nobody cleaned up go when the payload is garbage-collected or at exit.
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+        if self._owned_dir is not None and not self.keep_files:
+            self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._owned_dir), True)
+
     # -- shape ---------------------------------------------------------------------------
     @property
     def is_empty(self) -> bool:
@@ -281,6 +288,79 @@ class Payload:
         if problems:
             raise InvalidActionBatchError(problems)
 
+    # -- manifest (for the command line) ------------------------------------------------------
+    MANIFEST = "manifest.json"
+
+    def save_manifest(self, directory: str | os.PathLike[str] | None = None) -> Path:
+        """Write ``manifest.json`` beside the parts (or in ``directory``): what
+        :meth:`load` needs to apply the payload later, e.g. from ``tabhyper-update apply``."""
+        if not self.parts:
+            raise PayloadError("an empty payload has no files to describe")
+        where = Path(directory) if directory is not None else self.parts[0].path.parent
+        doc = {
+            "schema": self.schema,
+            "key": list(self.key) if self.key is not None else None,
+            "parts": [
+                {
+                    "file": os.path.relpath(p.path, where),
+                    "size_bytes": p.size_bytes,
+                    "sha256": p.sha256,
+                    "tables": [
+                        {
+                            "schema": t.schema,
+                            "name": t.name,
+                            "row_count": t.row_count,
+                            "row_digest": t.row_digest,
+                            "columns": [[c.name, c.hyper_type, c.nullable] for c in t.columns],
+                        }
+                        for t in p.tables.values()
+                    ],
+                    "actions": p.actions.to_dict() if p.actions is not None else None,
+                }
+                for p in self.parts
+            ],
+        }
+        path = where / self.MANIFEST
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
+        tmp.chmod(0o600)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, keep_files: bool = True) -> Payload:
+        """A payload from a directory (or manifest file) written by :meth:`save_manifest`."""
+        manifest = Path(path)
+        if manifest.is_dir():
+            manifest = manifest / cls.MANIFEST
+        try:
+            doc = json.loads(manifest.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise PayloadError(f"no payload manifest at {str(manifest)!r}") from None
+        except ValueError as err:
+            raise PayloadError(f"{str(manifest)!r} is not a payload manifest: {err}") from None
+        parts = []
+        for item in doc["parts"]:
+            file = manifest.parent / item["file"]
+            if not file.is_file():
+                raise PayloadError(f"payload part {str(file)!r} is missing")
+            if file.stat().st_size != item["size_bytes"]:
+                raise PayloadError(f"payload part {str(file)!r} changed size since it was built")
+            tables = {
+                t["name"]: TableInfo(
+                    t["schema"],
+                    t["name"],
+                    tuple(ColumnInfo(*c) for c in t["columns"]),
+                    t["row_count"],
+                    t.get("row_digest", ""),
+                )
+                for t in item["tables"]
+            }
+            actions = ActionBatch.from_dict(item["actions"]) if item.get("actions") else None
+            parts.append(PayloadPart(file, item["size_bytes"], item["sha256"], tables, actions))
+        key = tuple(doc["key"]) if doc.get("key") else None
+        return cls(parts, schema=doc["schema"], keep_files=keep_files, key=key)
+
     # -- the round trip ----------------------------------------------------------------------
     def upload(
         self,
@@ -308,8 +388,8 @@ class Payload:
         for part in self.parts:
             with contextlib.suppress(FileNotFoundError):
                 part.path.unlink()
-        if self._owned_dir is not None:
-            shutil.rmtree(self._owned_dir, ignore_errors=True)
+        if self._finalizer is not None:
+            self._finalizer()
 
     def __enter__(self) -> Payload:
         return self

@@ -160,3 +160,14 @@ def test_non_dataframe_input_is_refused() -> None:
         build_payload([1, 2, 3])  # type: ignore[arg-type]
     with pytest.raises(PayloadError, match="max_payload_mb must be positive"):
         build_payload({}, max_payload_mb=0)
+
+
+def test_files_nobody_cleaned_up_go_with_the_payload(spark: SparkSession) -> None:
+    import gc
+
+    payload = build_payload(spark.createDataFrame([(1,)], "id int"))
+    directory = payload.parts[0].path.parent
+    assert directory.exists()
+    del payload
+    gc.collect()
+    assert not directory.exists()

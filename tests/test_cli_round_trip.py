@@ -1,0 +1,173 @@
+"""The command line end to end: demo, build, apply, job, state, serve-local."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import requests
+
+from tabhyper_update.cli import main
+from tabhyper_update.demo import run_demo
+from tabhyper_update.testing import FakeTableauServer
+
+from ._util import read_rows
+from .test_local import make_db
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def test_demo_runs_and_matches(spark: SparkSession) -> None:
+    out = io.StringIO()
+    assert run_demo(out, progress=False)
+    text = out.getvalue()
+    for part in (
+        "Before:",
+        "Actions sent:",
+        '"action": "upsert"',
+        "After:",
+        "Time per step:",
+        "OK: the data source matches",
+    ):
+        assert part in text
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    values = {
+        "TABLEAU_SITE": "",
+        "TABLEAU_PAT_NAME": "ci",
+        "TABLEAU_PAT_SECRET": "pat-secret",
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    return values
+
+
+def test_build_then_apply_with_derived_actions(
+    spark: SparkSession,
+    tmp_path: Path,
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    changes = tmp_path / "changes"
+    spark.createDataFrame(
+        [(1, "A", "u", 1), (2, None, "d", 1), (3, "c", "c", 1)],
+        "id long, v string, op string, seq long",
+    ).write.parquet(str(changes))
+    start = make_db(
+        tmp_path / "t.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')", "(2, 'b')"])}
+    )
+    out_dir = tmp_path / "payload"
+    assert (
+        main(
+            [
+                "build",
+                "--input",
+                str(changes),
+                "--key",
+                "id",
+                "--op-column",
+                "op",
+                "--order-by",
+                "seq",
+                "--output-dir",
+                str(out_dir),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    built = json.loads(capsys.readouterr().out)
+    assert Path(built["manifest"]).is_file()
+    with FakeTableauServer(pats={"ci": "pat-secret"}) as server:
+        luid = server.add_datasource("Orders", start)
+        monkeypatch.setenv("TABLEAU_SERVER_URL", server.url)
+        assert (
+            main(["apply", "--payload", str(out_dir), "--datasource", "Orders", "--wait", "--json"])
+            == 0
+        )
+        jobs = json.loads(capsys.readouterr().out)["jobs"]
+        assert read_rows(server.datasource_path(luid), "Extract") == [(1, "A"), (3, "c")]
+        assert main(["job", "status", jobs[0]["job_id"], "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["finishCode"] == 0
+        assert main(["job", "wait", jobs[0]["job_id"]]) == 0
+        assert "succeeded" in capsys.readouterr().out
+        # A failing update exits 1 and says why.
+        bad = tmp_path / "bad.json"
+        bad.write_text(
+            json.dumps(
+                {"actions": [{"action": "delete", "target-table": "Nope", "condition": True}]}
+            )
+        )
+        assert main(["apply", "--actions", str(bad), "--datasource", "Orders", "--wait"]) == 1
+        assert "Specified table does not exist" in capsys.readouterr().err
+        # An unknown data source is a server-side answer: exit 3.
+        assert main(["apply", "--actions", str(bad), "--datasource", "Nope"]) == 3
+    assert main(["state", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["records"] == []
+
+
+def test_usage_errors_exit_2(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["apply"]) == 2
+    assert main(["apply", "--actions", "does-not-exist.json"]) == 2
+    with pytest.raises(SystemExit) as stop:
+        main(["job", "frobnicate", "x"])
+    assert stop.value.code == 2
+
+
+def test_state_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tabhyper_update.state import PartRecord, StateStore
+
+    store = StateStore(tmp_path)
+    store.save(PartRecord("rid-1", "ds", None, 0, "digest", "s", "j"))
+    assert main(["state", "list", "--state-dir", str(tmp_path)]) == 0
+    assert "rid-1" in capsys.readouterr().out
+    assert main(["state", "clear", "--state-dir", str(tmp_path)]) == 0
+    assert store.records() == []
+
+
+def test_serve_local_serves_until_its_duration(tmp_path: Path) -> None:
+    start = make_db(tmp_path / "t.hyper", {"Extract": ("id INT", ["(1)"])})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tabhyper_update",
+            "serve-local",
+            "--datasource",
+            f"Orders={start}",
+            "--pat",
+            "me:pw",
+            "--duration",
+            "20",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = ""
+        deadline = time.monotonic() + 20
+        while not url and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if line.startswith("serving on "):
+                url = line.split()[2]
+        assert url.startswith("http://127.0.0.1:")
+        info = requests.get(
+            f"{url}/api/3.24/serverinfo", headers={"Accept": "application/json"}, timeout=10
+        )
+        assert info.json()["serverInfo"]["restApiVersion"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
