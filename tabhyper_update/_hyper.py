@@ -13,7 +13,6 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from tableauhyperapi import (
@@ -70,7 +69,7 @@ def _shutdown() -> None:
 
 @contextmanager
 def connect(
-    database: str | Path | None = None,
+    database: str | os.PathLike[str] | None = None,
     *,
     create: bool = False,
     database_version: int = DEFAULT_DATABASE_VERSION,

@@ -23,7 +23,7 @@ from ._hyper import connect, quote_name, table_ref
 from .auth import PersonalAccessToken
 from .client import TableauClient
 
-__all__ = ["run_demo"]
+__all__ = ["local_spark", "run_demo"]
 
 INITIAL = [
     (1, "apple", 3, "2024-05-01 09:00:00"),
@@ -95,7 +95,8 @@ def _publishable(path: Path) -> Path:
 
 
 @contextmanager
-def _local_spark() -> Iterator[Any]:
+def local_spark() -> Iterator[Any]:
+    """A local Spark session (loopback only, no UI), or the application's active one."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
@@ -142,7 +143,7 @@ def run_demo(out: TextIO, *, progress: bool | None = None) -> bool:
             print("\nBefore:", file=out)
             print(_table_text(_read(srv.datasource_path(luid))), file=out)
 
-            with _local_spark() as spark:
+            with local_spark() as spark:
                 changes = step(
                     "Spark change set",
                     lambda: spark.createDataFrame(

@@ -5,25 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tabhyper_update._hyper import connect, table_ref
-
-
-def to_python(value: Any) -> Any:
-    if hasattr(value, "to_datetime"):
-        return value.to_datetime()
-    if hasattr(value, "to_date"):
-        return value.to_date()
-    return value
+from tabhyper_update._hyper import connect
+from tabhyper_update.testing.files import read_table
 
 
 def read_rows(
     path: Path | str, table: str, schema: str = "Extract", order_by: str = "1"
 ) -> list[tuple[Any, ...]]:
-    with connect(path) as conn:
-        rows = conn.execute_list_query(
-            f"SELECT * FROM {table_ref(schema, table)} ORDER BY {order_by}"
-        )
-    return [tuple(to_python(v) for v in row) for row in rows]
+    return read_table(path, table, schema=schema, order_by=order_by)
 
 
 def read_columns(

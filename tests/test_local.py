@@ -22,23 +22,16 @@ from tabhyper_update import (
     source,
     target,
 )
-from tabhyper_update._hyper import connect, quote_name, table_ref
+from tabhyper_update._hyper import quote_name
 from tabhyper_update.local import apply
+from tabhyper_update.testing.files import make_hyper
 
 from ._util import read_rows
 
 
 def make_db(path: Path, tables: dict[str, tuple[str, list[str]]], schema: str = "Extract") -> Path:
     """A .hyper file with tables: name -> (column DDL, rows as SQL value tuples)."""
-    with connect(path, create=True) as conn:
-        conn.execute_command(f"CREATE SCHEMA {quote_name(schema)}")
-        for name, (ddl, rows) in tables.items():
-            conn.execute_command(f"CREATE TABLE {table_ref(schema, name)} ({ddl})")
-            if rows:
-                conn.execute_command(
-                    f"INSERT INTO {table_ref(schema, name)} VALUES {', '.join(rows)}"
-                )
-    return path
+    return make_hyper(path, tables, schema=schema)
 
 
 ORDERS = "id INT NOT NULL, name TEXT, amount DOUBLE PRECISION, ts TIMESTAMP, day DATE, ok BOOL"

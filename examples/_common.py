@@ -1,0 +1,64 @@
+"""What every example shares: a target data source on the fake server, or on a real one.
+
+With ``TABLEAU_SERVER_URL`` set (and the other ``TABLEAU_*`` variables of
+``TableauClient.from_env``), the examples update the real data source named by
+``TABLEAU_DATASOURCE``, which must already have the example's tables. Otherwise they start the
+built-in fake server on 127.0.0.1 and publish a small data source for the run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tabhyper_update import PersonalAccessToken, TableauClient
+from tabhyper_update.demo import local_spark
+from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper, read_table
+
+__all__ = ["Target", "local_spark", "target"]
+
+
+@dataclass
+class Target:
+    client: TableauClient
+    datasource: str
+    state_dir: Path
+    #: Reads a table of the data source back (fake server only; None on a real server).
+    read: Callable[[str], list[tuple[Any, ...]]] | None
+
+
+@contextmanager
+def target(name: str, tables: Mapping[str, tuple[str, Sequence[str]]]) -> Iterator[Target]:
+    work = Path(tempfile.mkdtemp(prefix="tabhyper-example-"))
+    try:
+        if os.environ.get("TABLEAU_SERVER_URL"):
+            with TableauClient.from_env() as client:
+                yield Target(
+                    client, os.environ.get("TABLEAU_DATASOURCE", name), work / "state", None
+                )
+            return
+        with FakeTableauServer(
+            pats={"examples": "examples-secret"}, directory=work / "server"
+        ) as server:
+            luid = server.add_datasource(name, make_hyper(work / "start.hyper", tables))
+            with TableauClient(
+                server.url, "", PersonalAccessToken("examples", "examples-secret")
+            ) as client:
+                yield Target(
+                    client,
+                    name,
+                    work / "state",
+                    lambda table: read_table(server.datasource_path(luid), table),
+                )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,52 @@
+"""Small ``.hyper`` helpers for tests and examples: make a file from SQL, read a table back."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._hyper import connect, quote_name, table_ref
+
+__all__ = ["make_hyper", "read_table"]
+
+
+def make_hyper(
+    path: str | os.PathLike[str],
+    tables: Mapping[str, tuple[str, Sequence[str]]],
+    *,
+    schema: str = "Extract",
+) -> Path:
+    """A ``.hyper`` file with ``tables``: name → (column DDL, rows as SQL value tuples).
+
+    >>> make_hyper("t.hyper", {"Extract": ("id INT, v TEXT", ["(1, 'a')"])})  # doctest: +SKIP
+    """
+    with connect(path, create=True) as conn:
+        conn.execute_command(f"CREATE SCHEMA {quote_name(schema)}")
+        for name, (ddl, rows) in tables.items():
+            conn.execute_command(f"CREATE TABLE {table_ref(schema, name)} ({ddl})")
+            if rows:
+                conn.execute_command(
+                    f"INSERT INTO {table_ref(schema, name)} VALUES {', '.join(rows)}"
+                )
+    return Path(path)
+
+
+def _python(value: Any) -> Any:
+    if hasattr(value, "to_datetime"):
+        return value.to_datetime()
+    if hasattr(value, "to_date"):
+        return value.to_date()
+    return value
+
+
+def read_table(
+    path: str | os.PathLike[str], table: str, *, schema: str = "Extract", order_by: str = "1"
+) -> list[tuple[Any, ...]]:
+    """Every row of a table as Python values, ordered by ``order_by`` (SQL)."""
+    with connect(path) as conn:
+        rows = conn.execute_list_query(
+            f"SELECT * FROM {table_ref(schema, table)} ORDER BY {order_by}"
+        )
+    return [tuple(_python(v) for v in row) for row in rows]

@@ -1,0 +1,76 @@
+"""Every example runs against the fake server and leaves the table it promises."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from datetime import datetime
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.fixture
+def example(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.delenv("TABLEAU_SERVER_URL", raising=False)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+    def load(name: str) -> ModuleType:
+        sys.modules.pop(name, None)
+        return importlib.import_module(name)
+
+    return load
+
+
+def test_single_table_append(example: Any) -> None:
+    assert example("single_table_append").main() == [
+        (1, "Oslo"),
+        (2, "Lima"),
+        (3, "Pune"),
+        (4, "Quito"),
+    ]
+
+
+def test_multi_table_append(example: Any) -> None:
+    assert example("multi_table_append").main() == {
+        "Orders": [(1, 9.5), (2, 20.0), (3, 30.5)],
+        "Returns": [(1, "damaged")],
+    }
+
+
+def test_star_schema_refresh(example: Any) -> None:
+    assert example("star_schema_refresh").main() == {
+        "Customers": [(1, "Ada L."), (2, "Bo"), (3, "Cy")],
+        "Products": [(10, "Pen"), (11, "Ink")],
+        "Sales": [(1, 10, 2), (2, 10, 1), (3, 11, 5)],
+    }
+
+
+def test_windowed_extract(example: Any) -> None:
+    assert example("windowed_extract").main() == [
+        (datetime(2024, 1, 3), 3),
+        (datetime(2024, 1, 4), 4),
+        (datetime(2024, 1, 5, 6), 5),
+    ]
+
+
+def test_cdc_composite_key(example: Any) -> None:
+    rows = example("cdc_composite_key").main()
+    assert sorted(rows) == [("eu", 1, "shipped"), ("us", 1, "again"), ("us", 2, "paid")]
+
+
+def test_delete_by_constant(example: Any) -> None:
+    assert example("delete_by_constant").main() == [("a", "Lamp"), ("c", "Desk")]
+
+
+def test_every_example_is_tested() -> None:
+    scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.stem.startswith("_")}
+    tested = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
+    assert scripts <= tested, scripts - tested
