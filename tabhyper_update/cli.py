@@ -293,7 +293,12 @@ def _cmd_serve_local(args: argparse.Namespace) -> int:
     from .testing import FakeTableauServer
 
     pats = dict(item.split(":", 1) for item in args.pat)
-    with FakeTableauServer(pats=pats, site=args.site_url) as server:
+    with FakeTableauServer(
+        pats=pats,
+        site=args.site_url,
+        directory=args.directory,
+        store_uploads=not args.discard_uploads,
+    ) as server:
         for item in args.datasource:
             name, _, path = item.partition("=")
             if not path:
@@ -397,6 +402,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--project", default="Default")
     p.add_argument("--site-url", default="")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.add_argument(
+        "--directory",
+        help="where data sources and uploads are kept (default: a temporary directory)",
+    )
+    p.add_argument(
+        "--discard-uploads",
+        action="store_true",
+        help="count upload bytes without keeping them (transfer benchmarks)",
+    )
     p.set_defaults(func=_cmd_serve_local)
     return parser
 

@@ -184,6 +184,7 @@ class FakeTableauServer:
         max_upload_mb: float = 100,
         directory: str | os.PathLike[str] | None = None,
         serve: bool = True,
+        store_uploads: bool = True,
     ) -> None:
         self.pats = dict(pats or {})
         self.users = dict(users or {})
@@ -200,6 +201,9 @@ class FakeTableauServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "uploads").mkdir(exist_ok=True)
         self._serve = serve
+        #: False counts upload bytes without keeping them (for transfer benchmarks); an
+        #: update that reads such an upload is refused.
+        self.store_uploads = store_uploads
         self._lock = threading.RLock()
         self._sessions: dict[str, _Session] = {}
         self._sources: dict[str, _DataSource] = {}
@@ -623,8 +627,10 @@ class FakeTableauServer:
             chunk = parse_multipart(request.body, request.headers.get("content-type", ""))
         except MultipartError as err:
             raise ApiFailure(400, "400000", "Bad Request", str(err)) from None
-        with self._lock, open(state["path"], "ab") as f:
-            f.write(chunk)
+        with self._lock:
+            if self.store_uploads:
+                with open(state["path"], "ab") as f:
+                    f.write(chunk)
             state["size"] += len(chunk)
             size_mb = state["size"] // MB
         return Response(200, {"fileUpload": {"uploadSessionId": upload, "fileSize": str(size_mb)}})
@@ -676,6 +682,13 @@ class FakeTableauServer:
                         "404003",
                         "Resource Not Found",
                         f"upload session '{upload_id}' could not be found",
+                    )
+                if not self.store_uploads:
+                    raise ApiFailure(
+                        400,
+                        "400000",
+                        "Bad Request",
+                        "this fake server does not keep uploads (store_uploads=False)",
                     )
                 if state["size"] > self.max_upload_mb * MB:
                     raise ApiFailure(

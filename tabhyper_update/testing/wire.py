@@ -73,8 +73,9 @@ class MultipartError(ValueError):
 _DISPOSITION = re.compile(r'^(?:form-data;\s*)?name="([^"]+)"(?:;\s*filename="([^"]*)")?$')
 
 
-def parse_multipart(body: bytes, content_type: str) -> bytes:
-    """The file bytes of an append body, checked strictly against Tableau's layout."""
+def parse_multipart(body: bytes, content_type: str) -> memoryview:
+    """The file bytes of an append body (a view, not a copy), checked strictly against
+    Tableau's layout: exactly ``request_payload`` then ``tableau_file``."""
     match = re.match(r"^multipart/mixed;\s*boundary=(\S+)$", content_type.strip(), re.I)
     if match is None:
         raise MultipartError(
@@ -82,24 +83,28 @@ def parse_multipart(body: bytes, content_type: str) -> bytes:
         )
     boundary = match.group(1).strip('"').encode()
     delimiter = b"--" + boundary
+    separator = b"\r\n" + delimiter + b"\r\n"
     if not body.startswith(delimiter + b"\r\n"):
         raise MultipartError("the body does not start with the boundary")
     closing = b"\r\n" + delimiter + b"--"
     end = body.rfind(closing)
     if end < 0 or body[end + len(closing) :] not in (b"", b"\r\n"):
         raise MultipartError("the body does not end with the closing boundary")
-    inner = body[len(delimiter) + 2 : end]
-    pieces = inner.split(b"\r\n" + delimiter + b"\r\n")
-    if len(pieces) != 2:
-        raise MultipartError(f"expected exactly 2 parts, found {len(pieces)}")
+    first = len(delimiter) + 2
+    middle = body.find(separator, first, end)
+    if middle < 0:
+        raise MultipartError("expected exactly 2 parts, found 1")
+    second = middle + len(separator)
+    if body.find(separator, second, end) >= 0:
+        raise MultipartError("expected exactly 2 parts, found more")
     names: list[str] = []
-    contents: list[bytes] = []
-    for piece in pieces:
-        head, sep, content = piece.partition(b"\r\n\r\n")
-        if not sep:
+    starts: list[int] = []
+    for begin, stop in ((first, middle), (second, end)):
+        head_end = body.find(b"\r\n\r\n", begin, stop)
+        if head_end < 0:
             raise MultipartError("a part has no blank line after its headers")
         headers = {}
-        for line in head.decode("latin-1").split("\r\n"):
+        for line in body[begin:head_end].decode("latin-1").split("\r\n"):
             key, colon, value = line.partition(":")
             if not colon:
                 raise MultipartError(f"malformed part header {line!r}")
@@ -108,7 +113,7 @@ def parse_multipart(body: bytes, content_type: str) -> bytes:
         if disposition is None:
             raise MultipartError("a part lacks a Content-Disposition with a name")
         names.append(disposition.group(1))
-        contents.append(content)
+        starts.append(head_end + 4)
     if names != ["request_payload", "tableau_file"]:
         raise MultipartError(f"parts must be request_payload then tableau_file, got {names}")
-    return contents[1]
+    return memoryview(body)[starts[1] : end]

@@ -1,0 +1,130 @@
+"""Benchmark: the client's chunked upload against one raw ``requests.put`` of the same file.
+
+    python benchmarks/upload.py                    # 200 MB, 50 MB chunks
+    python benchmarks/upload.py --mb 200 --chunk-mb 25
+
+The fake Tableau server runs in its own process on 127.0.0.1 (``serve-local
+--discard-uploads``: it parses each append but keeps no bytes), so this process's peak RSS
+is the client's alone and neither figure includes the server's disk. The raw PUT streams the
+whole file to the same server's append URL in one request (the server reads it all, then
+refuses it as not multipart): the transfer cost without the protocol. Reports throughput of
+both (median of --repeat), their ratio, and the client's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tabhyper_update import PersonalAccessToken, TableauClient  # noqa: E402
+
+
+def start_server(directory: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tabhyper_update",
+            "serve-local",
+            "--pat",
+            "bench:bench-secret",
+            "--duration",
+            "900",
+            "--directory",
+            directory,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("serving on "):
+            return proc, line.split()[2]
+    proc.kill()
+    raise RuntimeError("the fake server did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=200)
+    parser.add_argument("--chunk-mb", type=float, default=50)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    # The server counts upload bytes without storing them, as it does for the raw PUT it
+    # refuses: both figures are about the client and the wire, not the fake server's disk.
+    server_dir = tempfile.mkdtemp(prefix="tabhyper-bench-server-")
+    proc, url = start_server(server_dir)
+    with tempfile.TemporaryDirectory(prefix="tabhyper-bench-") as work:
+        path = Path(work) / "payload.hyper"
+        with path.open("wb") as f:
+            for _ in range(args.mb):
+                f.write(os.urandom(1024 * 1024))
+        try:
+            rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            client = TableauClient(
+                url, "", PersonalAccessToken("bench", "bench-secret"), chunk_size_mb=args.chunk_mb
+            )
+            client.sign_in()
+            chunked: list[float] = []
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                client.upload(path)
+                chunked.append(time.perf_counter() - start)
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            raw: list[float] = []
+            token = client._token or ""
+            for _ in range(args.repeat):
+                session = client.initiate_upload()
+                target = (
+                    f"{url}/api/{client.api_version}/sites/{client.site_id}/fileUploads/"
+                    f"{quote(session, safe='')}"
+                )
+                start = time.perf_counter()
+                with path.open("rb") as f:
+                    answer = requests.put(
+                        target, data=f, timeout=600, headers={"X-Tableau-Auth": token}
+                    )
+                raw.append(time.perf_counter() - start)
+                assert answer.status_code in (400, 413), answer.status_code
+            client.close()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            shutil.rmtree(server_dir, ignore_errors=True)
+    t_chunked, t_raw = statistics.median(chunked), statistics.median(raw)
+    mb = args.mb
+    print(f"{mb} MB to a loopback server, {args.chunk_mb:g} MB chunks")
+    print(
+        f"  client chunked upload  {t_chunked:6.2f} s  {mb / t_chunked:7.1f} MB/s  "
+        f"(runs: {', '.join(f'{t:.2f}' for t in chunked)})"
+    )
+    print(
+        f"  raw requests.put       {t_raw:6.2f} s  {mb / t_raw:7.1f} MB/s  "
+        f"(runs: {', '.join(f'{t:.2f}' for t in raw)})"
+    )
+    print(f"  => throughput ratio chunked / raw: {t_raw / t_chunked:.2f}x  (target >= 0.8x)")
+    limit = 2 * args.chunk_mb + 50
+    print(
+        f"  client peak RSS: {peak:.0f} MB (before uploading: {rss_before:.0f} MB; "
+        f"target <= 2 chunks + 50 MB = {limit:.0f} MB)"
+    )
+
+
+if __name__ == "__main__":
+    main()
