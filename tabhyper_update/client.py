@@ -351,6 +351,9 @@ class TableauClient:
                 if self._token == token:
                     self._token = None
             token = self._ensure_signed_in()
+            body = kwargs.get("data")
+            if body is not None and hasattr(body, "seek"):
+                body.seek(0)  # a streamed body is replayed from its start
             try:
                 return self._http.call(
                     method, self._site_path(rest), retry=retry, token=token, **kwargs

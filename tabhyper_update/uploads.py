@@ -1,9 +1,9 @@
 """The chunked file upload protocol (initiate, then append chunks in order).
 
 Each append is a ``multipart/mixed`` body of exactly two parts: an empty
-``request_payload`` and the chunk as ``tableau_file``. The chunk is read from the file into
-one reusable buffer that already holds the multipart framing, so memory stays at one chunk
-plus a constant whatever the file size.
+``request_payload`` and the chunk as ``tableau_file``. The chunk is streamed from the file
+as it is sent (with a Content-Length), so memory stays constant whatever the chunk and file
+sizes, and reading the file overlaps sending it.
 
 An append is not idempotent: replaying one whose outcome is unknown (timeout, dropped
 connection, 5xx) could duplicate bytes. Such an append is never replayed; the whole upload
@@ -18,7 +18,7 @@ import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .errors import ApiError, ConnectionFailedError, RequestTimeoutError, TransportError
 
@@ -53,15 +53,20 @@ def multipart_framing(boundary: str, filename: str = "payload.hyper") -> tuple[b
     return head, tail
 
 
-class _Body(io.RawIOBase):
-    """A read-only view over the append buffer; ``len()`` lets requests send Content-Length."""
+class _ChunkBody(io.RawIOBase):
+    """One append body, streamed: framing head, ``length`` bytes of the file from
+    ``offset``, framing tail. ``len()`` lets requests send a Content-Length; nothing but
+    the block being sent is held in memory, and reading the file overlaps sending it."""
 
-    def __init__(self, view: memoryview) -> None:
-        self._view = view
-        self._pos = 0
+    def __init__(self, head: bytes, file: BinaryIO, offset: int, length: int, tail: bytes) -> None:
+        self._head, self._tail = head, tail
+        self._file, self._offset, self._length = file, offset, length
+        self._size = len(head) + length + len(tail)
+        self._pos: int = 0
+        self.seek(0)
 
     def __len__(self) -> int:
-        return len(self._view)
+        return self._size
 
     def readable(self) -> bool:
         return True
@@ -73,17 +78,31 @@ class _Body(io.RawIOBase):
         return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
-        self._pos = max(0, min(len(self._view), base + offset))
+        base: int = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, min(self._size, base + offset))
+        in_file = min(max(0, self._pos - len(self._head)), self._length)
+        self._file.seek(self._offset + in_file)
         return self._pos
 
     def read(self, size: int | None = -1) -> bytes:
-        end = (
-            len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
-        )
-        data = bytes(self._view[self._pos : end])
-        self._pos = end
-        return data
+        if size is None or size < 0:
+            size = self._size - self._pos
+        out = bytearray()
+        while len(out) < size and self._pos < self._size:
+            want = size - len(out)
+            head, body_end = len(self._head), len(self._head) + self._length
+            if self._pos < head:
+                piece = self._head[self._pos : self._pos + want]
+            elif self._pos < body_end:
+                piece = self._file.read(min(want, body_end - self._pos))
+                if not piece:
+                    raise OSError("the payload file shrank while it was being uploaded")
+            else:
+                start = self._pos - body_end
+                piece = self._tail[start : start + want]
+            out += piece
+            self._pos += len(piece)
+        return bytes(out)
 
 
 def _unknown_outcome(error: BaseException) -> bool:
@@ -116,16 +135,12 @@ def upload_file(
     """Upload ``path``; returns the upload session id to pass to the update call."""
     path = Path(path)
     total = path.stat().st_size
-    boundary = uuid.uuid4().hex
-    head, tail = multipart_framing(boundary)
-    buffer = bytearray(len(head) + chunk_size + len(tail))
-    buffer[: len(head)] = head
+    if total == 0:
+        raise TransportError(f"{path.name} is empty: nothing to upload")
     restarts = 0
     while True:
         try:
-            return _upload_once(
-                client, path, total, buffer, head, tail, boundary, chunk_size, progress
-            )
+            return _upload_once(client, path, total, chunk_size, progress)
         except UploadRestart as reason:
             restarts += 1
             if restarts > max_restarts:
@@ -158,31 +173,22 @@ def _upload_once(
     client: TableauClient,
     path: Path,
     total: int,
-    buffer: bytearray,
-    head: bytes,
-    tail: bytes,
-    boundary: str,
     chunk_size: int,
     progress: ProgressCallback | None,
 ) -> str:
     session_id = client.initiate_upload()
     log.info("uploading %s (%d bytes) in session %s", path.name, total, session_id)
-    view = memoryview(buffer)
+    boundary = uuid.uuid4().hex
+    head, tail = multipart_framing(boundary)
     sent = 0
     if progress is not None:
         progress(0, total)
     with path.open("rb") as f:
-        while True:
-            n = f.readinto(view[len(head) : len(head) + chunk_size])
-            if not n:
-                if sent == 0 and total == 0:
-                    raise TransportError(f"{path.name} is empty: nothing to upload")
-                break
-            end = len(head) + n
-            view[end : end + len(tail)] = tail
-            body = view[: end + len(tail)]
+        while sent < total:
+            n = min(chunk_size, total - sent)
+            body = _ChunkBody(head, f, sent, n, tail)
             try:
-                answer = client.append_chunk(session_id, _Body(body), boundary)
+                answer = client.append_chunk(session_id, body, boundary)
             except Exception as err:
                 if _unknown_outcome(err):
                     raise UploadRestart(
@@ -199,6 +205,4 @@ def _upload_once(
                 )
             if progress is not None:
                 progress(sent, total)
-    if sent != total:
-        raise UploadRestart(f"read {sent} bytes of {path.name} but it holds {total}")
     return session_id
