@@ -31,6 +31,7 @@ from .auth import ConnectedAppJWT, Credentials, PersonalAccessToken, UsernamePas
 from .errors import (
     ApiError,
     AuthenticationError,
+    ConfigurationError,
     NotFoundError,
     TransportError,
     UnsupportedServerError,
@@ -102,9 +103,9 @@ class TableauClient:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not server or not server.startswith(("http://", "https://")):
-            raise ValueError(f"server must be an http(s) URL, got {server!r}")
+            raise ConfigurationError(f"server must be an http(s) URL, got {server!r}")
         if auth is None:
-            raise ValueError(
+            raise ConfigurationError(
                 "auth is required: PersonalAccessToken, UsernamePassword or ConnectedAppJWT"
             )
         if not 0 < chunk_size_mb <= MAX_CHUNK_MB:
@@ -148,7 +149,7 @@ class TableauClient:
         e = dict(os.environ if env is None else env)
         server = overrides.pop("server", None) or e.get("TABLEAU_SERVER_URL")
         if not server:
-            raise ValueError("TABLEAU_SERVER_URL is not set")
+            raise ConfigurationError("TABLEAU_SERVER_URL is not set")
         site = overrides.pop("site", None)
         if site is None:
             site = e.get("TABLEAU_SITE", "")
@@ -164,13 +165,13 @@ class TableauClient:
         user = e.get("TABLEAU_IMPERSONATE_USER_ID") or None
         if e.get("TABLEAU_PAT_NAME") or e.get("TABLEAU_PAT_SECRET"):
             if not (e.get("TABLEAU_PAT_NAME") and e.get("TABLEAU_PAT_SECRET")):
-                raise ValueError("set both TABLEAU_PAT_NAME and TABLEAU_PAT_SECRET")
+                raise ConfigurationError("set both TABLEAU_PAT_NAME and TABLEAU_PAT_SECRET")
             return PersonalAccessToken(
                 e["TABLEAU_PAT_NAME"], e["TABLEAU_PAT_SECRET"], impersonate_user_id=user
             )
         if e.get("TABLEAU_USERNAME") or e.get("TABLEAU_PASSWORD"):
             if not (e.get("TABLEAU_USERNAME") and e.get("TABLEAU_PASSWORD")):
-                raise ValueError("set both TABLEAU_USERNAME and TABLEAU_PASSWORD")
+                raise ConfigurationError("set both TABLEAU_USERNAME and TABLEAU_PASSWORD")
             return UsernamePassword(
                 e["TABLEAU_USERNAME"], e["TABLEAU_PASSWORD"], impersonate_user_id=user
             )
@@ -185,7 +186,7 @@ class TableauClient:
             )
             missing = [n for n in names if not e.get(n)]
             if missing:
-                raise ValueError(f"set {', '.join(missing)} for a connected app")
+                raise ConfigurationError(f"set {', '.join(missing)} for a connected app")
             return ConnectedAppJWT(
                 client_id=e["TABLEAU_JWT_CLIENT_ID"],
                 secret_id=e["TABLEAU_JWT_SECRET_ID"],
@@ -193,7 +194,7 @@ class TableauClient:
                 username=e["TABLEAU_JWT_USERNAME"],
                 impersonate_user_id=user,
             )
-        raise ValueError(
+        raise ConfigurationError(
             "no Tableau credentials in the environment: set TABLEAU_PAT_NAME and "
             "TABLEAU_PAT_SECRET (or TABLEAU_USERNAME/TABLEAU_PASSWORD, or the "
             "TABLEAU_JWT_* variables)"

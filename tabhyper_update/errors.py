@@ -13,6 +13,7 @@ __all__ = [
     "ApiError",
     "ApplyError",
     "AuthenticationError",
+    "ConfigurationError",
     "ConnectionFailedError",
     "InvalidActionBatchError",
     "JobCancelledError",
@@ -33,6 +34,12 @@ class TabHyperError(Exception):
 
     #: How many times the failing request was tried (set by the transport's retry loop).
     attempts: int = 1
+    #: The round-trip step that failed ("upload of part 1", ...), when known.
+    step: str | None = None
+
+    def __str__(self) -> str:
+        # Subclasses build their message in args[0]; annotations are appended to it there.
+        return str(self.args[0]) if self.args else super().__str__()
 
 
 class Problem:
@@ -73,6 +80,10 @@ class InvalidActionBatchError(TabHyperError, ValueError):
         else:
             text = "invalid action batch:\n" + "\n".join(f"  - {line}" for line in lines)
         super().__init__(text)
+
+
+class ConfigurationError(TabHyperError, ValueError):
+    """Settings are missing or contradictory (credentials, target, server URL)."""
 
 
 class PayloadError(TabHyperError, ValueError):

@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .actions import ActionBatch
 from .client import DataSourceRef, TableauClient
-from .errors import JobFailedError, PayloadError
+from .errors import ConfigurationError, JobFailedError, PayloadError, TabHyperError
 from .jobs import Job
 from .state import PartRecord, StateStore
 
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["PartUpdate", "UpdateResult", "UploadedPayload", "resolve_target"]
 
 log = logging.getLogger("tabhyper_update")
+_T = TypeVar("_T")
 
 
 def resolve_target(
@@ -54,6 +55,18 @@ def resolve_target(
         project=e.get("TABLEAU_PROJECT") or None,
         connection=e.get("TABLEAU_CONNECTION") or None,
     )
+
+
+def _step(step: str, consequence: str, fn: Callable[[], _T]) -> _T:
+    """Run one step; an error of ours leaving it says which step and what it means."""
+    try:
+        return fn()
+    except TabHyperError as err:
+        err.step = step
+        note = f"[{step} failed: {consequence}]"
+        if err.args and isinstance(err.args[0], str) and note not in err.args[0]:
+            err.args = (f"{err.args[0]} {note}", *err.args[1:])
+        raise
 
 
 def _show_progress(progress: bool | None) -> bool:
@@ -109,27 +122,44 @@ class UpdateResult:
 
 
 class UploadedPayload:
-    """A payload bound to its target, uploaded part by part (the first part at once)."""
+    """A payload bound to its target data source and client.
+
+    Nothing is sent until :meth:`apply` has checked the actions against the payload: then
+    the target is looked up and each part is uploaded and applied in turn.
+    """
 
     def __init__(
         self,
         payload: Payload,
         client: TableauClient,
-        target: DataSourceRef,
+        target: DataSourceRef | str | None,
         *,
         progress: bool | None = None,
         state: StateStore | None = None,
     ) -> None:
         self.payload = payload
         self.client = client
-        self.target = target
+        self._target_spec = target
+        self._target: DataSourceRef | None = target if isinstance(target, DataSourceRef) else None
         self.progress = _show_progress(progress)
         self.state = state or StateStore()
         self._sessions: dict[int, str] = {}
 
+    @property
+    def target(self) -> DataSourceRef:
+        """The data source (looked up on first use)."""
+        if self._target is None:
+            self._target = _step(
+                "data source lookup",
+                "nothing was submitted",
+                lambda: resolve_target(self.client, self._target_spec),
+            )
+        return self._target
+
     def __repr__(self) -> str:
+        shown = self._target.name or self._target.id if self._target else self._target_spec
         return (
-            f"UploadedPayload(target={self.target.name or self.target.id!r}, "
+            f"UploadedPayload(target={shown!r}, "
             f"parts={len(self.payload.parts)}, uploaded={sorted(self._sessions)})"
         )
 
@@ -153,11 +183,6 @@ class UploadedPayload:
         log.info("%s: %d bytes in %.2f s", label, part.size_bytes, time.perf_counter() - started)
         self._sessions[index] = session
         return session
-
-    def upload_first(self) -> UploadedPayload:
-        if self.payload.parts:
-            self._upload_part(0, self.payload.parts[0])
-        return self
 
     def _batch_for(self, part: PayloadPart | None, actions: ActionBatch | None) -> ActionBatch:
         if actions is not None:
@@ -220,7 +245,11 @@ class UploadedPayload:
             return update
         if part is not None and batch.reads_source:
             started = time.perf_counter()
-            update.upload_session_id = self._upload_part(index, part)
+            update.upload_session_id = _step(
+                f"upload of part {index + 1}",
+                "this part was not submitted",
+                lambda: self._upload_part(index, part),
+            )
             update.seconds["upload"] = time.perf_counter() - started
         record = PartRecord(
             rid,
@@ -232,8 +261,13 @@ class UploadedPayload:
         )
         self.state.save(record)
         started = time.perf_counter()
-        update.job = self.client.update_data(
-            self.target, batch, upload_session_id=update.upload_session_id, request_id=rid
+        update.job = _step(
+            f"update request of part {index + 1}",
+            f"the update may or may not have been submitted (RequestID {rid}); running the "
+            "same job again is safe: the server ignores a repeated RequestID for 24 hours",
+            lambda: self.client.update_data(
+                self.target, batch, upload_session_id=update.upload_session_id, request_id=rid
+            ),
         )
         update.seconds["submit"] = time.perf_counter() - started
         record.job_id = update.job.id
@@ -286,11 +320,13 @@ def upload_payload(
     progress: bool | None = None,
     state_dir: str | os.PathLike[str] | None = None,
 ) -> UploadedPayload:
-    """:meth:`Payload.upload`: bind the payload to its target and upload the first part."""
-    if client is None:
-        client = TableauClient.from_env()
-    ref = resolve_target(client, target)
+    """:meth:`Payload.upload`: bind the payload to its target (no request is sent yet)."""
     if payload.parts and any(not p.path.exists() for p in payload.parts):
         raise PayloadError("the payload's files were already removed (cleanup() ran)")
-    uploaded = UploadedPayload(payload, client, ref, progress=progress, state=StateStore(state_dir))
-    return uploaded.upload_first()
+    if client is None:
+        client = TableauClient.from_env()
+    if target is None and not os.environ.get("TABLEAU_DATASOURCE"):
+        raise ConfigurationError(
+            "no target data source: pass one to upload() or set TABLEAU_DATASOURCE"
+        )
+    return UploadedPayload(payload, client, target, progress=progress, state=StateStore(state_dir))

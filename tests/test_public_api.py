@@ -14,6 +14,7 @@ EXPECTED = {
     "ColumnInfo",
     "Comparison",
     "Condition",
+    "ConfigurationError",
     "ConnectedAppJWT",
     "ConnectionFailedError",
     "Const",
