@@ -297,6 +297,7 @@ class Payload:
         if not self.parts:
             raise PayloadError("an empty payload has no files to describe")
         where = Path(directory) if directory is not None else self.parts[0].path.parent
+        where.mkdir(parents=True, exist_ok=True)
         doc = {
             "schema": self.schema,
             "key": list(self.key) if self.key is not None else None,

@@ -71,6 +71,8 @@ class Response:
     #: request was processed (the client cannot tell whether it was).
     drop: str | None = None
     delay: float = 0.0
+    #: Bytes sent as they are (a malformed answer), with ``headers["Content-Type"]``.
+    raw: bytes | None = None
 
 
 @dataclass
@@ -87,6 +89,10 @@ class Fault:
     drop: str | None = None  # "before" or "after"
     delay: float = 0.0  # seconds before answering (after processing)
     expire_token: bool = False
+    #: Answer with these bytes instead (e.g. an HTML error page or truncated JSON), with
+    #: ``status`` (default 200) and ``content_type``; the request is not processed.
+    body: bytes | None = None
+    content_type: str = "text/html"
     seen: int = 0
     fired: int = 0
 
@@ -180,6 +186,7 @@ class FakeTableauServer:
         api_version: str = "3.24",
         product_version: str = "2024.2.0",
         token_lifetime: float = 240 * 60,
+        job_delay: float = 0.0,
         dedup_window: float = 24 * 3600,
         max_upload_mb: float = 100,
         directory: str | os.PathLike[str] | None = None,
@@ -195,6 +202,8 @@ class FakeTableauServer:
         self.product_version = product_version
         self.token_lifetime = token_lifetime
         self.dedup_window = dedup_window
+        #: Seconds each job waits in the queue before it runs (a busy server).
+        self.job_delay = job_delay
         self.max_upload_mb = max_upload_mb
         self._owned_dir = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="tabhyper-fake-"))
@@ -381,6 +390,12 @@ class FakeTableauServer:
                 self.expire_tokens()
             if fault.drop == "before":
                 return Response(0, drop="before")
+            if fault.body is not None:
+                return Response(
+                    fault.status or 200,
+                    headers={"Content-Type": fault.content_type},
+                    raw=fault.body,
+                )
             if fault.status is not None:
                 headers = {}
                 if fault.retry_after is not None:
@@ -717,6 +732,8 @@ class FakeTableauServer:
             job = source.queue.get()
             if job is None:
                 return
+            if self.job_delay:
+                time.sleep(self.job_delay)
             with self._lock:
                 if job.cancel_requested:
                     job.finish_code, job.completed_at = 2, _now_iso()
@@ -835,7 +852,10 @@ class _Handler(BaseHTTPRequestHandler):
         if response.drop == "before":
             self._drop()
             return
-        body, ctype = encode(response.body, as_json=request.wants_json)
+        if response.raw is not None:
+            body, ctype = response.raw, response.headers.pop("Content-Type", "text/html")
+        else:
+            body, ctype = encode(response.body, as_json=request.wants_json)
         if response.delay:
             time.sleep(response.delay)
         if response.drop == "after":

@@ -55,8 +55,10 @@ def mock(server: FakeTableauServer) -> Iterator[responses.RequestsMock]:
             raise requests.ConnectionError("connection dropped (fault injected)")
         if response.delay:
             time.sleep(response.delay)
-        payload, ctype = encode(response.body, as_json=request.wants_json)
         headers = dict(response.headers)
+        if response.raw is not None:
+            return response.status, headers, response.raw
+        payload, ctype = encode(response.body, as_json=request.wants_json)
         if response.status != 204:
             headers["Content-Type"] = ctype
         return response.status, headers, payload
