@@ -1,4 +1,4 @@
-"""Exactly once under faults: every step × every fault, random schedules, crashes and re-runs.
+"""Exactly once under faults: every step and every fault, random schedules, crashes and re-runs.
 
 Each case runs a whole CDC round trip against a fresh fake server on 127.0.0.1 with one or
 more faults injected, then checks that the target table is exactly the expected one and that
