@@ -555,10 +555,7 @@ class TableauClient:
             headers={"RequestID": rid},
             expected=(200, 202),
         )
-        job = Job.from_response(body, self)
-        if not job.id:
-            raise TransportError("the update answered without a job id")
-        return job
+        return Job.from_response(body, self)
 
     def job(self, job_id: str) -> Job:
         _, body = self.request("GET", f"jobs/{job_id}", retry=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from .errors import JobCancelledError, JobFailedError, JobTimeoutError
+from .errors import JobCancelledError, JobFailedError, JobTimeoutError, TransportError
 
 if TYPE_CHECKING:
     from .client import TableauClient
@@ -81,6 +81,8 @@ class Job(BaseModel):
     @classmethod
     def from_response(cls, body: dict[str, Any] | None, client: TableauClient | None) -> Job:
         data = dict((body or {}).get("job") or {})
+        if not data.get("id"):
+            raise TransportError("the server answered without a job id")
         if "finishCode" in data:
             data["finishCode"] = _int_or_none(data["finishCode"])
         for key in ("progress",):

@@ -1,0 +1,523 @@
+"""The bad-input corpus: each case gets a typed error whose message names the problem, and a
+problem the client can see never sends a single request to the server."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tabhyper_update import (
+    ApiError,
+    AuthenticationError,
+    ConfigurationError,
+    ConnectedAppJWT,
+    Delete,
+    Insert,
+    InvalidActionBatchError,
+    PayloadError,
+    PersonalAccessToken,
+    Replace,
+    RetryPolicy,
+    TableauClient,
+    TransportError,
+    Update,
+    build_payload,
+    keys_match,
+)
+from tabhyper_update.payload import Payload
+from tabhyper_update.testing import FakeTableauServer
+
+from ..test_local import make_db
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass
+class Ctx:
+    spark: SparkSession
+    server: FakeTableauServer
+    payload: Payload
+    split: Payload
+    tmp: Path
+
+    def client(self, auth: Any = None, **kw: Any) -> TableauClient:
+        kw.setdefault("retry", RetryPolicy(max_attempts=2, initial_wait=0.01))
+        return TableauClient(
+            self.server.url, "", auth or PersonalAccessToken("ci", "pat-secret"), **kw
+        )
+
+    def send(self, payload: Payload, actions: Any, **kw: Any) -> None:
+        with self.client(**kw) as client:
+            payload.upload(
+                "Orders", client=client, progress=False, state_dir=self.tmp / "state"
+            ).apply(actions).wait(timeout=30)
+
+    def changes(
+        self, rows: list[tuple[Any, ...]], ddl: str = "id long, v string, op string, seq long"
+    ) -> DataFrame:
+        return self.spark.createDataFrame(rows, ddl)
+
+    def cdc(self, df: DataFrame, **kw: Any) -> None:
+        kw.setdefault("key", "id")
+        kw.setdefault("op_column", "op")
+        kw.setdefault("order_by", "seq")
+        payload = build_payload(df, staging_dir=self.tmp / "stage", **kw)
+        self.send(payload, None)
+
+
+@pytest.fixture(scope="module")
+def shared(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Payload, Payload]]:
+    out = tmp_path_factory.mktemp("payloads")
+    small = build_payload(
+        spark.createDataFrame([(1, "x")], "id long, v string"),
+        table="rows",
+        output_dir=out,
+        keep_files=True,
+    )
+    split = build_payload(
+        spark.range(20_000).selectExpr("id", "uuid() AS v"),
+        table="rows",
+        output_dir=out,
+        keep_files=True,
+        max_payload_mb=0.25,
+    )
+    assert len(split.parts) > 1
+    yield small, split
+    shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.fixture
+def ctx(
+    spark: SparkSession,
+    shared: tuple[Payload, Payload],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Ctx]:
+    for key in (
+        "TABLEAU_SERVER_URL",
+        "TABLEAU_PAT_NAME",
+        "TABLEAU_PAT_SECRET",
+        "TABLEAU_USERNAME",
+        "TABLEAU_PASSWORD",
+        "TABLEAU_JWT_CLIENT_ID",
+        "TABLEAU_JWT",
+        "TABLEAU_DATASOURCE",
+    ):
+        monkeypatch.delenv(key, raising=False)
+    start = make_db(tmp_path / "t.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')"])})
+    with FakeTableauServer(
+        pats={"ci": "pat-secret"},
+        connected_app={"client_id": "c", "secret_id": "k", "secret_value": "right"},
+    ) as server:
+        server.add_datasource("Orders", start)
+        yield Ctx(spark, server, shared[0], shared[1], tmp_path)
+
+
+UPSERT_ID = keys_match("id")
+
+
+@dataclass
+class Case:
+    id: str
+    run: Callable[[Ctx], None]
+    error: type[BaseException]
+    words: str
+    client_side: bool = True
+
+
+def batch_case(id: str, actions: Any, words: str) -> Case:
+    return Case(id, lambda c: c.send(c.payload, actions), InvalidActionBatchError, words)
+
+
+def const_leaf(ctype: str, v: Any, op: str = "eq") -> dict[str, Any]:
+    return {
+        "actions": [
+            {
+                "action": "delete",
+                "target-table": "Extract",
+                "condition": {"op": op, "target-col": "v", "const": {"type": ctype, "v": v}},
+            }
+        ]
+    }
+
+
+CASES: list[Case] = [
+    # -- malformed action JSON ----------------------------------------------------------------
+    batch_case("json-not-json", '{"actions": [', "not valid JSON"),
+    batch_case("json-empty-batch", {"actions": []}, "at least one action"),
+    batch_case(
+        "json-unknown-action",
+        {"actions": [{"action": "merge", "target-table": "T"}]},
+        "unknown action 'merge'",
+    ),
+    batch_case(
+        "json-missing-target",
+        {"actions": [{"action": "insert", "source-table": "rows"}]},
+        "missing required field 'target-table'",
+    ),
+    batch_case(
+        "json-unknown-key",
+        {
+            "actions": [
+                {
+                    "action": "insert",
+                    "target-table": "Extract",
+                    "source-table": "rows",
+                    "mode": "fast",
+                }
+            ]
+        },
+        "unknown key 'mode'",
+    ),
+    batch_case(
+        "json-integer-abc",
+        const_leaf("integer", "abc"),
+        "integer constant must be a whole number, got 'abc'",
+    ),
+    batch_case("json-has-integer", const_leaf("integer", 1, op="has"), "takes a string constant"),
+    batch_case(
+        "json-datetime-no-offset", const_leaf("datetime", "2024-01-01T00:00:00"), "with an offset"
+    ),
+    batch_case(
+        "json-and-without-args",
+        {"actions": [{"action": "delete", "target-table": "Extract", "condition": {"op": "and"}}]},
+        "missing required field 'args'",
+    ),
+    batch_case(
+        "json-update-without-condition",
+        {"actions": [{"action": "update", "target-table": "Extract", "source-table": "rows"}]},
+        "update needs a 'condition'",
+    ),
+    # -- batches that do not fit the payload --------------------------------------------------
+    batch_case(
+        "fit-missing-table",
+        [Insert(target_table="Extract", source_table="nope")],
+        "the payload has no table 'nope' (its tables: 'rows')",
+    ),
+    batch_case(
+        "fit-missing-column",
+        [Update(target_table="Extract", source_table="rows", condition=keys_match("order_id"))],
+        "source column(s) 'order_id' are not in payload table 'rows'",
+    ),
+    batch_case(
+        "fit-delete-extra-columns",
+        [Delete(target_table="Extract", source_table="rows", condition=UPSERT_ID)],
+        "may hold only the columns its condition names; 'rows' also has 'v'",
+    ),
+    batch_case(
+        "fit-wrong-schema",
+        [Insert(target_table="Extract", source_table="rows", source_schema="public")],
+        "in schema 'Extract', not 'public'",
+    ),
+    Case(
+        "fit-replace-split",
+        lambda c: c.send(c.split, [Replace(target_table="Extract", source_table="rows")]),
+        InvalidActionBatchError,
+        "a replace needs the whole table in one update",
+    ),
+    Case(
+        "fit-empty-source",
+        lambda c: c.send(
+            build_payload(
+                {
+                    "rows": c.changes([(1, "a", "I", 1)]),
+                    "none": c.spark.createDataFrame([], "id long"),
+                },
+                staging_dir=c.tmp / "s",
+            ),
+            [Insert(target_table="Extract", source_table="none")],
+        ),
+        InvalidActionBatchError,
+        "payload table 'none' holds no rows",
+    ),
+    Case(
+        "fit-no-actions-for-plain",
+        lambda c: c.send(c.payload, None),
+        ValueError,
+        "no actions to apply",
+    ),
+    # -- Spark types we cannot carry ----------------------------------------------------------
+    *[
+        Case(
+            f"type-{name}",
+            (
+                lambda ddl: (
+                    lambda c: c.send(
+                        build_payload(
+                            c.spark.createDataFrame([], f"id long, {ddl}"), staging_dir=c.tmp / "s"
+                        ),
+                        None,
+                    )
+                )
+            )(ddl),
+            PayloadError,
+            words,
+        )
+        for name, ddl, words in [
+            ("array", "tags array<string>", "column 'tags' of table 'Extract' is array<string>"),
+            ("map", "m map<string,int>", "column 'm' of table 'Extract' is map<string,int>"),
+            ("struct", "s struct<a:int>", "column 's' of table 'Extract' is struct<a:int>"),
+            ("interval-day", "w interval day to second", "cannot use interval columns"),
+            ("interval-year", "w interval year to month", "cannot use interval columns"),
+            ("wide-decimal", "d decimal(30,2)", "wider than the 18 digits"),
+        ]
+    ],
+    Case(
+        "type-void",
+        lambda c: c.send(
+            build_payload(
+                c.spark.range(1).selectExpr("id", "NULL AS nothing"), staging_dir=c.tmp / "s"
+            ),
+            None,
+        ),
+        PayloadError,
+        "column 'nothing' of table 'Extract' has no type",
+    ),
+    # -- key problems -------------------------------------------------------------------------
+    Case(
+        "key-null",
+        lambda c: c.cdc(c.changes([(None, "a", "I", 1)])),
+        PayloadError,
+        "key column 'id' is NULL",
+    ),
+    Case(
+        "key-missing-column",
+        lambda c: c.cdc(c.changes([(1, "a", "I", 1)]), key="order_id"),
+        PayloadError,
+        "key column 'order_id' is not in the change set",
+    ),
+    Case(
+        "key-missing-op-column",
+        lambda c: c.cdc(c.changes([(1, "a", "I", 1)]), op_column="change"),
+        PayloadError,
+        "op column 'change' is not in the change set",
+    ),
+    Case(
+        "key-missing-order-column",
+        lambda c: c.cdc(c.changes([(1, "a", "I", 1)]), order_by="lsn"),
+        PayloadError,
+        "order_by column 'lsn' is not in the change set",
+    ),
+    Case(
+        "key-duplicate-ordering",
+        lambda c: c.cdc(c.changes([(1, "a", "I", 7), (1, "b", "U", 7)])),
+        PayloadError,
+        "several changes for key (id=1) share the greatest order_by value",
+    ),
+    Case(
+        "key-unknown-op",
+        lambda c: c.cdc(c.changes([(1, "a", "MERGE", 1)])),
+        PayloadError,
+        "holds the unknown value 'MERGE'",
+    ),
+    Case(
+        "key-empty",
+        lambda c: c.cdc(c.changes([(1, "a", "I", 1)]), key=[]),
+        PayloadError,
+        "key must name at least one column",
+    ),
+    Case(
+        "key-twice",
+        lambda c: c.cdc(c.changes([(1, "a", "I", 1)]), key=["id", "id"]),
+        PayloadError,
+        "key names a column twice",
+    ),
+    Case(
+        "key-no-order",
+        lambda c: c.cdc(c.changes([(1, "a", "I", 1)]), order_by=None),
+        PayloadError,
+        "order_by= is required",
+    ),
+    # -- credentials missing or wrong ---------------------------------------------------------
+    Case(
+        "creds-none-in-env",
+        lambda c: TableauClient.from_env({"TABLEAU_SERVER_URL": c.server.url}),
+        ConfigurationError,
+        "no Tableau credentials",
+    ),
+    Case(
+        "creds-half-pat",
+        lambda c: TableauClient.from_env(
+            {"TABLEAU_SERVER_URL": c.server.url, "TABLEAU_PAT_NAME": "ci"}
+        ),
+        ConfigurationError,
+        "set both TABLEAU_PAT_NAME and TABLEAU_PAT_SECRET",
+    ),
+    Case(
+        "creds-no-server",
+        lambda c: TableauClient.from_env({"TABLEAU_PAT_NAME": "ci"}),
+        ConfigurationError,
+        "TABLEAU_SERVER_URL is not set",
+    ),
+    Case(
+        "creds-bad-url",
+        lambda c: TableauClient("ftp://x", "", PersonalAccessToken("a", "b")),
+        ConfigurationError,
+        "server must be an http(s) URL",
+    ),
+    Case(
+        "creds-jwt-incomplete",
+        lambda c: ConnectedAppJWT(client_id="c"),
+        ValueError,
+        "needs client_id, secret_id, secret_value and username",
+    ),
+    Case(
+        "creds-no-target",
+        lambda c: c.payload.upload(client=c.client()),
+        ConfigurationError,
+        "no target data source",
+    ),
+    Case(
+        "creds-wrong-pat",
+        lambda c: c.send(
+            c.payload,
+            [Insert(target_table="Extract", source_table="rows")],
+            auth=PersonalAccessToken("ci", "wrong"),
+        ),
+        AuthenticationError,
+        "401001",
+        client_side=False,
+    ),
+    Case(
+        "creds-wrong-jwt-secret",
+        lambda c: c.client(
+            ConnectedAppJWT(client_id="c", secret_id="k", secret_value="wrong", username="u")
+        ).sign_in(),
+        AuthenticationError,
+        "check the credentials",
+        client_side=False,
+    ),
+    # -- payloads over the cap ----------------------------------------------------------------
+    Case(
+        "cap-unsplittable",
+        lambda c: c.cdc(
+            c.spark.range(3000).selectExpr("id", "uuid() AS v", "'U' AS op", "id AS seq"),
+            max_payload_mb=0.0001,
+        ),
+        PayloadError,
+        "cannot be split under max_payload_mb",
+    ),
+    Case(
+        "cap-server-413",
+        lambda c: (
+            setattr(c.server, "max_upload_mb", 0.001),
+            c.send(c.payload, [Insert(target_table="Extract", source_table="rows")]),
+        )[1],
+        ApiError,
+        "HTTP 413",
+        client_side=False,
+    ),
+    # -- malformed server answers -------------------------------------------------------------
+    Case(
+        "answer-html-error-page",
+        lambda c: (
+            c.server.inject(
+                "datasources",
+                status=502,
+                times=10,
+                body=b"<html><body><h1>502 Bad Gateway</h1>nginx</body></html>",
+            ),
+            c.send(c.payload, [Insert(target_table="Extract", source_table="rows")]),
+        )[1],
+        ApiError,
+        "HTTP 502",
+        client_side=False,
+    ),
+    Case(
+        "answer-html-200",
+        lambda c: (
+            c.server.inject("signin", body=b"<!DOCTYPE html><html><title>Login</title></html>"),
+            c.client().sign_in(),
+        )[1],
+        TransportError,
+        "not JSON or XML: '<!DOCTYPE html>",
+        client_side=False,
+    ),
+    Case(
+        "answer-truncated-json",
+        lambda c: (
+            c.server.inject(
+                "signin", body=b'{"credentials": {"token": "abc', content_type="application/json"
+            ),
+            c.client().sign_in(),
+        )[1],
+        TransportError,
+        "malformed JSON",
+        client_side=False,
+    ),
+    Case(
+        "answer-200-with-error-body",
+        lambda c: (
+            c.server.inject(
+                "signin",
+                content_type="application/json",
+                body=json.dumps(
+                    {"error": {"code": "400000", "summary": "Bad Request", "detail": "oops"}}
+                ).encode(),
+            ),
+            c.client().sign_in(),
+        )[1],
+        ApiError,
+        "code 400000: Bad Request (oops)",
+        client_side=False,
+    ),
+    Case(
+        "answer-broken-xml",
+        lambda c: (
+            c.server.inject(
+                "signin",
+                body=b"<tsResponse><credentials token='x'>",
+                content_type="application/xml",
+            ),
+            c.client().sign_in(),
+        )[1],
+        TransportError,
+        "malformed XML",
+        client_side=False,
+    ),
+    Case(
+        "answer-no-token",
+        lambda c: (
+            c.server.inject("signin", body=b'{"credentials": {}}', content_type="application/json"),
+            c.client().sign_in(),
+        )[1],
+        TransportError,
+        "without a token",
+        client_side=False,
+    ),
+    Case(
+        "answer-no-job-id",
+        lambda c: (
+            c.server.inject("update", body=b'{"job": {}}', content_type="application/json"),
+            c.send(c.payload, [Insert(target_table="Extract", source_table="rows")]),
+        )[1],
+        TransportError,
+        "the server answered without a job id",
+        client_side=False,
+    ),
+]
+
+
+def test_corpus_is_large_enough() -> None:
+    assert len(CASES) >= 40
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(ctx: Ctx, case: Case) -> None:
+    with pytest.raises(case.error) as caught:
+        case.run(ctx)
+    assert case.words in str(caught.value), str(caught.value)
+    if case.client_side:
+        assert sum(ctx.server.counts.values()) == 0, dict(ctx.server.counts)
+    stage = ctx.tmp / "stage"
+    assert not stage.exists() or list(stage.iterdir()) == []  # no staging left behind
