@@ -128,10 +128,42 @@ UPSERT_ID = keys_match("id")
 @dataclass
 class Case:
     id: str
-    run: Callable[[Ctx], None]
+    run: Callable[[Ctx], object]
     error: type[BaseException]
     words: str
     client_side: bool = True
+
+
+def empty_frame_with(ddl: str) -> Callable[[Ctx], object]:
+    def run(c: Ctx) -> object:
+        df = c.spark.createDataFrame([], f"id long, {ddl}")
+        c.send(build_payload(df, staging_dir=c.tmp / "s"), None)
+        return None
+
+    return run
+
+
+def send_insert(c: Ctx) -> None:
+    c.send(c.payload, [Insert(target_table="Extract", source_table="rows")])
+
+
+def sign_in(c: Ctx) -> None:
+    c.client().sign_in()
+
+
+def server_cap_below_payload(c: Ctx) -> None:
+    c.server.max_upload_mb = 0.001
+    send_insert(c)
+
+
+def with_fault(
+    route: str, action: Callable[[Ctx], object], **fault: Any
+) -> Callable[[Ctx], object]:
+    def run(c: Ctx) -> object:
+        c.server.inject(route, **fault)
+        return action(c)
+
+    return run
 
 
 def batch_case(id: str, actions: Any, words: str) -> Case:
@@ -247,21 +279,7 @@ CASES: list[Case] = [
     ),
     # -- Spark types we cannot carry ----------------------------------------------------------
     *[
-        Case(
-            f"type-{name}",
-            (
-                lambda ddl: (
-                    lambda c: c.send(
-                        build_payload(
-                            c.spark.createDataFrame([], f"id long, {ddl}"), staging_dir=c.tmp / "s"
-                        ),
-                        None,
-                    )
-                )
-            )(ddl),
-            PayloadError,
-            words,
-        )
+        Case(f"type-{name}", empty_frame_with(ddl), PayloadError, words)
         for name, ddl, words in [
             ("array", "tags array<string>", "column 'tags' of table 'Extract' is array<string>"),
             ("map", "m map<string,int>", "column 'm' of table 'Extract' is map<string,int>"),
@@ -406,100 +424,76 @@ CASES: list[Case] = [
         PayloadError,
         "cannot be split under max_payload_mb",
     ),
-    Case(
-        "cap-server-413",
-        lambda c: (
-            setattr(c.server, "max_upload_mb", 0.001),
-            c.send(c.payload, [Insert(target_table="Extract", source_table="rows")]),
-        )[1],
-        ApiError,
-        "HTTP 413",
-        client_side=False,
-    ),
+    Case("cap-server-413", server_cap_below_payload, ApiError, "HTTP 413", client_side=False),
     # -- malformed server answers -------------------------------------------------------------
     Case(
         "answer-html-error-page",
-        lambda c: (
-            c.server.inject(
-                "datasources",
-                status=502,
-                times=10,
-                body=b"<html><body><h1>502 Bad Gateway</h1>nginx</body></html>",
-            ),
-            c.send(c.payload, [Insert(target_table="Extract", source_table="rows")]),
-        )[1],
+        with_fault(
+            "datasources",
+            send_insert,
+            status=502,
+            times=10,
+            body=b"<html><body><h1>502 Bad Gateway</h1>nginx</body></html>",
+        ),
         ApiError,
         "HTTP 502",
         client_side=False,
     ),
     Case(
         "answer-html-200",
-        lambda c: (
-            c.server.inject("signin", body=b"<!DOCTYPE html><html><title>Login</title></html>"),
-            c.client().sign_in(),
-        )[1],
+        with_fault("signin", sign_in, body=b"<!DOCTYPE html><html><title>Login</title></html>"),
         TransportError,
         "not JSON or XML: '<!DOCTYPE html>",
         client_side=False,
     ),
     Case(
         "answer-truncated-json",
-        lambda c: (
-            c.server.inject(
-                "signin", body=b'{"credentials": {"token": "abc', content_type="application/json"
-            ),
-            c.client().sign_in(),
-        )[1],
+        with_fault(
+            "signin",
+            sign_in,
+            content_type="application/json",
+            body=b'{"credentials": {"token": "abc',
+        ),
         TransportError,
         "malformed JSON",
         client_side=False,
     ),
     Case(
         "answer-200-with-error-body",
-        lambda c: (
-            c.server.inject(
-                "signin",
-                content_type="application/json",
-                body=json.dumps(
-                    {"error": {"code": "400000", "summary": "Bad Request", "detail": "oops"}}
-                ).encode(),
-            ),
-            c.client().sign_in(),
-        )[1],
+        with_fault(
+            "signin",
+            sign_in,
+            content_type="application/json",
+            body=json.dumps(
+                {"error": {"code": "400000", "summary": "Bad Request", "detail": "oops"}}
+            ).encode(),
+        ),
         ApiError,
         "code 400000: Bad Request (oops)",
         client_side=False,
     ),
     Case(
         "answer-broken-xml",
-        lambda c: (
-            c.server.inject(
-                "signin",
-                body=b"<tsResponse><credentials token='x'>",
-                content_type="application/xml",
-            ),
-            c.client().sign_in(),
-        )[1],
+        with_fault(
+            "signin",
+            sign_in,
+            content_type="application/xml",
+            body=b"<tsResponse><credentials token='x'>",
+        ),
         TransportError,
         "malformed XML",
         client_side=False,
     ),
     Case(
         "answer-no-token",
-        lambda c: (
-            c.server.inject("signin", body=b'{"credentials": {}}', content_type="application/json"),
-            c.client().sign_in(),
-        )[1],
+        with_fault("signin", sign_in, content_type="application/json", body=b'{"credentials": {}}'),
         TransportError,
         "without a token",
         client_side=False,
     ),
     Case(
         "answer-no-job-id",
-        lambda c: (
-            c.server.inject("update", body=b'{"job": {}}', content_type="application/json"),
-            c.send(c.payload, [Insert(target_table="Extract", source_table="rows")]),
-        )[1],
+        with_fault("update", send_insert, content_type="application/json", body=b'{"job": {}}'),
         TransportError,
         "the server answered without a job id",
         client_side=False,
