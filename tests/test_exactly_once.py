@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -197,7 +198,16 @@ def run_schedule(built: Payload, start_file: Path, tmp: Path, seed: int) -> None
         for route, spec in random_schedule(seed):
             server.inject(route, **spec)
         trip = Run(server, luid, tmp / f"state-{seed}")
-        trip.round_trip(built)
+        # Faults beyond the client's retry budget make a run give up; the CDC job runs again
+        # on its next schedule (bounded here), and the change still lands exactly once.
+        for _ in range(5):
+            try:
+                trip.round_trip(built)
+                break
+            except TabHyperError:
+                continue
+        else:
+            pytest.fail(f"seed {seed}: five runs in a row gave up")
         trip.assert_exactly_once()
 
 
@@ -285,6 +295,9 @@ def test_crash_in_a_subprocess_then_rerun(built: Payload, run: Run, tmp_path: Pa
     )
     assert done.returncode == 9, done.stderr
     assert len(StateStore(run.state_dir).records()) == 1
+    (record,) = run.state_dir.glob("*.json")
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+    assert stat.S_IMODE(run.state_dir.stat().st_mode) == 0o700
     run.round_trip(built)
     run.assert_exactly_once()
 

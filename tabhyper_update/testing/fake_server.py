@@ -221,6 +221,9 @@ class FakeTableauServer:
         self._request_ids: dict[str, tuple[float, str]] = {}
         self._faults: list[Fault] = []
         self.counts: Counter[str] = Counter()
+        #: Every secret that crossed the wire (PAT secrets, passwords, JWTs, session tokens),
+        #: so that tests can check that none of them leaked into logs or messages.
+        self.secrets_seen: set[str] = set()
         self.jobs_run: Counter[str] = Counter()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -492,6 +495,10 @@ class FakeTableauServer:
 
     def _signin(self, request: Request) -> Response:
         creds = self._signin_body(request).get("credentials") or {}
+        with self._lock:
+            for key in ("personalAccessTokenSecret", "password", "jwt"):
+                if creds.get(key):
+                    self.secrets_seen.add(str(creds[key]))
         site = (creds.get("site") or {}).get("contentUrl", "")
         who: str | None = None
         if "personalAccessTokenName" in creds:
@@ -512,6 +519,7 @@ class FakeTableauServer:
         token = uuid.uuid4().hex + uuid.uuid4().hex
         user_id = str(uuid.uuid5(uuid.NAMESPACE_OID, who))
         with self._lock:
+            self.secrets_seen.add(token)
             if who.startswith("pat:"):
                 # One PAT holds one session: signing in again ends the earlier one.
                 for key in [k for k, s in self._sessions.items() if s.credential == who]:

@@ -1,0 +1,141 @@
+"""Concurrent updates of one data source, and two jobs sharing one personal access token."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tabhyper_update import (
+    AuthenticationError,
+    NotFoundError,
+    PersonalAccessToken,
+    RetryPolicy,
+    TableauClient,
+    build_payload,
+)
+from tabhyper_update.testing import FakeTableauServer
+
+from ._util import read_rows
+from .test_local import make_db
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def test_two_processes_update_one_datasource_and_nothing_is_lost(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    start = make_db(
+        tmp_path / "t.hyper", {"Extract": ("id BIGINT NOT NULL, v TEXT", ["(0, 'start')"])}
+    )
+    dirs = []
+    for name, ids in (("a", range(1, 501)), ("b", range(1001, 1501))):
+        df = spark.createDataFrame(
+            [(i, f"{name}{i}", "I", 1) for i in ids], "id long, v string, op string, seq long"
+        )
+        payload = build_payload(
+            df,
+            key="id",
+            op_column="op",
+            order_by="seq",
+            output_dir=tmp_path / f"out-{name}",
+            keep_files=True,
+        )
+        dirs.append(payload.save_manifest(tmp_path / f"payload-{name}").parent)
+    with FakeTableauServer(pats={"job-a": "secret-a", "job-b": "secret-b"}) as server:
+        luid = server.add_datasource("Orders", start)
+        procs = []
+        for name, directory in zip("ab", dirs, strict=True):
+            env = {
+                **os.environ,
+                "TABLEAU_SERVER_URL": server.url,
+                "TABLEAU_SITE": "",
+                "TABLEAU_PAT_NAME": f"job-{name}",
+                "TABLEAU_PAT_SECRET": f"secret-{name}",
+                "XDG_STATE_HOME": str(tmp_path / f"state-{name}"),
+            }
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "tabhyper_update",
+                        "apply",
+                        "--payload",
+                        str(directory),
+                        "--datasource",
+                        "Orders",
+                        "--wait",
+                        "--timeout",
+                        "120",
+                    ],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        for proc in procs:
+            _, err = proc.communicate(timeout=180)
+            assert proc.returncode == 0, err
+        rows = read_rows(server.datasource_path(luid), "Extract")
+        assert server.jobs_run[luid] == 2
+    assert [r[0] for r in rows] == [0, *range(1, 501), *range(1001, 1501)]
+
+
+@pytest.fixture
+def shared_pat_server(tmp_path: Path) -> FakeTableauServer:
+    return FakeTableauServer(pats={"shared": "one-secret"})
+
+
+def test_a_shared_pat_storm_ends_in_an_error_that_says_so(
+    shared_pat_server: FakeTableauServer,
+) -> None:
+    with shared_pat_server as server:
+        # Another job signs in with the same PAT right after each of ours: twice in a row.
+        server.inject("job", expire_token=True, times=2)
+        client = TableauClient(server.url, "", PersonalAccessToken("shared", "one-secret"))
+        with pytest.raises(AuthenticationError, match="same personal access token"):
+            client.job("any")
+
+
+def test_two_threads_sharing_a_pat_fail_only_with_that_error(
+    shared_pat_server: FakeTableauServer,
+) -> None:
+    errors: list[BaseException] = []
+    deadline = time.monotonic() + 20
+
+    def hammer() -> None:
+        client = TableauClient(
+            server.url,
+            "",
+            PersonalAccessToken("shared", "one-secret"),
+            retry=RetryPolicy(max_attempts=2, initial_wait=0.01),
+        )
+        for _ in range(150):
+            if time.monotonic() > deadline:
+                return
+            try:
+                client.job("no-such-job")
+            except NotFoundError:
+                pass  # the request itself went through: the job does not exist
+            except Exception as err:  # recorded: only the shared-PAT error is expected
+                errors.append(err)
+
+    with shared_pat_server as server:
+        threads = [threading.Thread(target=hammer) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert server.counts["signin"] > 2  # the two clients kept signing each other out
+    for err in errors:
+        assert isinstance(err, AuthenticationError), err
+        assert "same personal access token" in str(err)
