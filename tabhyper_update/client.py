@@ -284,15 +284,9 @@ class TableauClient:
                     "POST", f"api/{version}/auth/signin", json_body=body_in, retry=True
                 )
             except AuthenticationError as err:
-                raise AuthenticationError(
-                    status=err.status,
-                    code=err.code,
-                    summary=err.summary,
-                    detail=err.detail,
-                    method=err.method,
-                    url=err.url,
-                    hint=f"signing in to site {self.site!r} with {type(self.auth).__name__} "
-                    "was refused: check the credentials and the site",
+                raise err.with_hint(
+                    f"signing in to site {self.site!r} with {type(self.auth).__name__} "
+                    "was refused: check the credentials and the site"
                 ) from None
             creds = (body or {}).get("credentials") or {}
             token = creds.get("token")
@@ -362,16 +356,10 @@ class TableauClient:
             except AuthenticationError as again:
                 if again.code != SESSION_EXPIRED:
                     raise
-                raise AuthenticationError(
-                    status=again.status,
-                    code=again.code,
-                    summary=again.summary,
-                    detail=again.detail,
-                    method=again.method,
-                    url=again.url,
-                    hint="the session expired again right after signing in: another job is "
+                raise again.with_hint(
+                    "the session expired again right after signing in: another job is "
                     "probably signing in with the same personal access token (one PAT holds "
-                    "one session); give each concurrent job its own PAT",
+                    "one session); give each concurrent job its own PAT"
                 ) from None
 
     # -- data sources ----------------------------------------------------------------------------

@@ -164,6 +164,20 @@ class ApiError(TabHyperError):
             text += f". {hint}"
         super().__init__(text)
 
+    def with_hint(self, hint: str) -> ApiError:
+        """The same error (same class and fields) with advice for the reader appended."""
+        again = type(self)(
+            status=self.status,
+            code=self.code,
+            summary=self.summary,
+            detail=self.detail,
+            method=self.method,
+            url=self.url,
+            hint=hint,
+        )
+        again.retry_after, again.attempts = self.retry_after, self.attempts
+        return again
+
 
 class AuthenticationError(ApiError):
     """Sign-in failed, or the session could not be restored after it expired."""

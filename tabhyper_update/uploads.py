@@ -150,15 +150,7 @@ def upload_file(
                     f"{max_restarts} fresh upload sessions"
                 )
                 if isinstance(cause, ApiError):
-                    raise ApiError(
-                        status=cause.status,
-                        code=cause.code,
-                        summary=cause.summary,
-                        detail=cause.detail,
-                        method=cause.method,
-                        url=cause.url,
-                        hint=message,
-                    ) from cause
+                    raise cause.with_hint(message) from cause
                 raise ConnectionFailedError(message) from cause
             log.warning(
                 "upload of %s: %s; starting a fresh upload session (%d of %d)",
