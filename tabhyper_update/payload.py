@@ -35,6 +35,7 @@ import uuid
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -126,7 +127,6 @@ class PayloadPart:
 
     path: Path
     size_bytes: int
-    sha256: str
     tables: Mapping[str, TableInfo]
     #: The actions derived from a change set for this part (``None`` for plain payloads).
     actions: ActionBatch | None = None
@@ -134,6 +134,11 @@ class PayloadPart:
     @property
     def row_count(self) -> int:
         return sum(t.row_count for t in self.tables.values())
+
+    @cached_property
+    def sha256(self) -> str:
+        """The file's SHA-256 (computed on first use: nothing in the round trip needs it)."""
+        return _sha256(self.path)
 
     @property
     def content_digest(self) -> str:
@@ -358,7 +363,10 @@ class Payload:
                 for t in item["tables"]
             }
             actions = ActionBatch.from_dict(item["actions"]) if item.get("actions") else None
-            parts.append(PayloadPart(file, item["size_bytes"], item["sha256"], tables, actions))
+            part = PayloadPart(file, item["size_bytes"], tables, actions)
+            if part.sha256 != item["sha256"]:
+                raise PayloadError(f"payload part {str(file)!r} changed since it was built")
+            parts.append(part)
         key = tuple(doc["key"]) if doc.get("key") else None
         return cls(parts, schema=doc["schema"], keep_files=keep_files, key=key)
 
@@ -664,7 +672,6 @@ def build_payload(
                 PayloadPart(
                     p.path,
                     p.size_bytes,
-                    p.sha256,
                     p.tables,
                     ActionBatch(
                         actions=derived_actions(
@@ -860,5 +867,5 @@ def _build_parts(
             "payload.hyper" if total == 1 else f"payload-part-{index:03d}-of-{total:03d}.hyper"
         )
         os.replace(tmp, final)
-        parts.append(PayloadPart(final, final.stat().st_size, _sha256(final), tables))
+        parts.append(PayloadPart(final, final.stat().st_size, tables))
     return parts
