@@ -176,17 +176,20 @@ def run_demo(out: TextIO, *, progress: bool | None = None) -> bool:
                     ),
                 )
             with TableauClient(srv.url, "", PersonalAccessToken("demo", "demo-secret")) as client:
-                uploaded = step(
-                    "upload",
-                    lambda: payload.upload(
-                        "Orders", client=client, progress=progress, state_dir=work / "state"
-                    ),
+                uploaded = payload.upload(
+                    "Orders", client=client, progress=progress, state_dir=work / "state"
                 )
                 print("\nActions sent:", file=out)
                 assert payload.actions is not None
                 print(json.dumps(payload.actions.to_dict(), indent=2), file=out)
-                result = step("apply", uploaded.apply)
-                step("wait", lambda: result.wait(timeout=60))
+                started = time.perf_counter()
+                result = uploaded.apply()
+                applied = time.perf_counter() - started
+                part = result.parts[0]
+                timings.append(("upload", part.seconds.get("upload", 0.0)))
+                timings.append(("submit update", part.seconds.get("submit", 0.0)))
+                timings.append(("sign-in, lookup", applied - sum(part.seconds.values())))
+                step("wait for the job", lambda: result.wait(timeout=60))
             after = _read(srv.datasource_path(luid))
             print("\nAfter:", file=out)
             print(_table_text(after), file=out)
