@@ -2,6 +2,7 @@
 
     python benchmarks/upload.py                    # 200 MB, 50 MB chunks
     python benchmarks/upload.py --mb 200 --chunk-mb 25
+    python benchmarks/upload.py --rate-mbit 800    # a network-like link (root: ip, tc)
 
 The fake Tableau server runs in its own process on 127.0.0.1 (``serve-local
 --discard-uploads``: it parses each append but keeps no bytes), so this process's peak RSS
@@ -35,31 +36,76 @@ from tabhyper_update import PersonalAccessToken, TableauClient  # noqa: E402
 from tabhyper_update.uploads import multipart_framing  # noqa: E402
 
 
-def start_server(directory: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tabhyper_update",
-            "serve-local",
-            "--pat",
-            "bench:bench-secret",
-            "--duration",
-            "900",
-            "--directory",
-            directory,
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
+def start_server(directory: str) -> tuple[subprocess.Popen[bytes], str]:
+    # The server's output goes to a file: an undrained pipe measurably slowed it.
+    log = Path(directory) / "server.out"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tabhyper_update",
+                "serve-local",
+                "--pat",
+                "bench:bench-secret",
+                "--duration",
+                "900",
+                "--directory",
+                directory,
+                "--discard-uploads",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("serving on "):
-            return proc, line.split()[2]
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("serving on "):
+                return proc, line.split()[2]
+        time.sleep(0.1)
     proc.kill()
     raise RuntimeError("the fake server did not start")
+
+
+def run_on_shaped_loopback(rate_mbit: int) -> int:
+    """Re-run this benchmark in a private network namespace whose loopback is limited to
+    ``rate_mbit`` (needs root, ``ip`` and ``tc``): a network-like link, still 127.0.0.1."""
+    namespace = f"tabhyper-bench-{os.getpid()}"
+    setup = [
+        ["ip", "netns", "add", namespace],
+        ["ip", "netns", "exec", namespace, "ip", "link", "set", "lo", "up"],
+        [
+            "ip",
+            "netns",
+            "exec",
+            namespace,
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            "lo",
+            "root",
+            "tbf",
+            "rate",
+            f"{rate_mbit}mbit",
+            "burst",
+            "1mb",
+            "latency",
+            "50ms",
+        ],
+    ]
+    try:
+        for command in setup:
+            subprocess.run(command, check=True)
+        # The inner run sees TABHYPER_BENCH_SHAPED and measures instead of recursing.
+        env = {**os.environ, "TABHYPER_BENCH_SHAPED": f"{rate_mbit}"}
+        return subprocess.run(
+            ["ip", "netns", "exec", namespace, sys.executable, __file__, *sys.argv[1:]],
+            env=env,
+            check=False,
+        ).returncode
+    finally:
+        subprocess.run(["ip", "netns", "del", namespace], check=False)
 
 
 def main() -> None:
@@ -67,7 +113,14 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=200)
     parser.add_argument("--chunk-mb", type=float, default=50)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--rate-mbit",
+        type=int,
+        help="limit the loopback to this rate, in a private network namespace",
+    )
     args = parser.parse_args()
+    if args.rate_mbit and not os.environ.get("TABHYPER_BENCH_SHAPED"):
+        sys.exit(run_on_shaped_loopback(args.rate_mbit))
     # The server counts upload bytes without storing them, as it does for the raw PUT it
     # refuses: both figures are about the client and the wire, not the fake server's disk.
     server_dir = tempfile.mkdtemp(prefix="tabhyper-bench-server-")
@@ -135,7 +188,9 @@ def main() -> None:
             shutil.rmtree(server_dir, ignore_errors=True)
     t_chunked, t_raw = statistics.median(chunked), statistics.median(raw)
     mb = args.mb
-    print(f"{mb} MB to a loopback server, {args.chunk_mb:g} MB chunks")
+    shaped = os.environ.get("TABHYPER_BENCH_SHAPED")
+    link = f"loopback limited to {shaped} Mbit/s" if shaped else "unlimited loopback"
+    print(f"{mb} MB to a server on 127.0.0.1 ({link}), {args.chunk_mb:g} MB chunks")
     print(
         f"  client chunked upload  {t_chunked:6.2f} s  {mb / t_chunked:7.1f} MB/s  "
         f"(runs: {', '.join(f'{t:.2f}' for t in chunked)})"
