@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -293,6 +294,11 @@ def _cmd_serve_local(args: argparse.Namespace) -> int:
     from .testing import FakeTableauServer
 
     pats = dict(item.split(":", 1) for item in args.pat)
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # leave the with-block below, which removes the files
+
+    signal.signal(signal.SIGTERM, stop)
     with FakeTableauServer(
         pats=pats,
         site=args.site_url,
@@ -305,6 +311,7 @@ def _cmd_serve_local(args: argparse.Namespace) -> int:
                 raise _UsageError(f"--datasource takes NAME=FILE.hyper, got {item!r}")
             luid = server.add_datasource(name, path, project=args.project)
             print(f"data source {name!r}: {luid}")
+        print(f"keeping files in {server.directory}")
         print(f"serving on {server.url} (site {args.site_url!r}); Ctrl-C stops", flush=True)
         deadline = time.monotonic() + args.duration if args.duration else None
         try:

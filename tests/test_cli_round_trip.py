@@ -158,9 +158,12 @@ def test_serve_local_serves_until_its_duration(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None
         url = ""
+        files = ""
         deadline = time.monotonic() + 20
         while not url and time.monotonic() < deadline:
             line = proc.stdout.readline()
+            if line.startswith("keeping files in "):
+                files = line.removeprefix("keeping files in ").strip()
             if line.startswith("serving on "):
                 url = line.split()[2]
         assert url.startswith("http://127.0.0.1:")
@@ -171,3 +174,5 @@ def test_serve_local_serves_until_its_duration(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+    assert files
+    assert not Path(files).exists()  # stopped by SIGTERM, it still removed its files
