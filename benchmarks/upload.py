@@ -67,6 +67,12 @@ def start_server(directory: str) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("the fake server did not start")
 
 
+def fresh_append_url(client: TableauClient, url: str) -> str:
+    """The append URL of a new upload session (for the baselines that PUT by hand)."""
+    session = quote(client.initiate_upload(), safe="")
+    return f"{url}/api/{client.api_version}/sites/{client.site_id}/fileUploads/{session}"
+
+
 def run_on_shaped_loopback(rate_mbit: int) -> int:
     """Re-run this benchmark in a private network namespace whose loopback is limited to
     ``rate_mbit`` (needs root, ``ip`` and ``tc``): a network-like link, still 127.0.0.1."""
@@ -145,11 +151,7 @@ def main() -> None:
             raw: list[float] = []
             token = client._token or ""
             for _ in range(args.repeat):
-                session = client.initiate_upload()
-                target = (
-                    f"{url}/api/{client.api_version}/sites/{client.site_id}/fileUploads/"
-                    f"{quote(session, safe='')}"
-                )
+                target = fresh_append_url(client, url)
                 start = time.perf_counter()
                 with path.open("rb") as f:
                     answer = requests.put(
@@ -162,11 +164,7 @@ def main() -> None:
             head, tail = multipart_framing("naive-boundary")
             chunk = int(args.chunk_mb * 1024 * 1024)
             for _ in range(args.repeat):
-                session = client.initiate_upload()
-                target = (
-                    f"{url}/api/{client.api_version}/sites/{client.site_id}/fileUploads/"
-                    f"{quote(session, safe='')}"
-                )
+                target = fresh_append_url(client, url)
                 start = time.perf_counter()
                 with path.open("rb") as f, requests.Session() as http:
                     while block := f.read(chunk):

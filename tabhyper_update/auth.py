@@ -51,11 +51,6 @@ class _Credentials(BaseModel):
     def _fields(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    @property
-    def secrets(self) -> list[str]:
-        """Every secret value this credential may put on the wire (for redaction tests)."""
-        return []
-
 
 class PersonalAccessToken(_Credentials):
     """A personal access token. One PAT holds one session: two jobs sharing it sign each
@@ -79,10 +74,6 @@ class PersonalAccessToken(_Credentials):
             "personalAccessTokenSecret": self.secret.get_secret_value(),
         }
 
-    @property
-    def secrets(self) -> list[str]:
-        return [self.secret.get_secret_value()]
-
 
 class UsernamePassword(_Credentials):
     """A user name and password (not available on Tableau Cloud with MFA)."""
@@ -101,10 +92,6 @@ class UsernamePassword(_Credentials):
 
     def _fields(self) -> dict[str, Any]:
         return {"name": self.username, "password": self.password.get_secret_value()}
-
-    @property
-    def secrets(self) -> list[str]:
-        return [self.password.get_secret_value()]
 
 
 def _b64url(data: bytes) -> str:
@@ -165,10 +152,6 @@ class ConnectedAppJWT(_Credentials):
 
     def _fields(self) -> dict[str, Any]:
         return {"jwt": self.mint()}
-
-    @property
-    def secrets(self) -> list[str]:
-        return [s.get_secret_value() for s in (self.secret_value, self.jwt) if s is not None]
 
 
 Credentials = PersonalAccessToken | UsernamePassword | ConnectedAppJWT

@@ -131,7 +131,6 @@ class TableauClient:
         )
         self._token: str | None = None
         self._site_id: str | None = None
-        self._user_id: str | None = None
         self._lock = threading.RLock()
 
     # -- construction ------------------------------------------------------------------------
@@ -294,7 +293,6 @@ class TableauClient:
                 raise TransportError("sign-in answered without a token")
             self._token = str(token)
             self._site_id = str((creds.get("site") or {}).get("id") or "")
-            self._user_id = (creds.get("user") or {}).get("id")
             if not self._site_id:
                 raise TransportError("sign-in answered without a site id")
             log.info("signed in to site %r", self.site)

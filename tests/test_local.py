@@ -12,7 +12,6 @@ from tabhyper_update import (
     ActionBatch,
     ApplyError,
     Comparison,
-    Const,
     Delete,
     Insert,
     Replace,
@@ -423,4 +422,3 @@ def test_const_json_values_are_not_sql(orders: Path) -> None:
     )
     apply(batch, target=orders)
     assert ids(orders) == [1, 2, 3, 4]
-    assert Const.of("x").v == "x"

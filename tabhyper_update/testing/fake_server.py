@@ -786,24 +786,23 @@ class FakeTableauServer:
             body["updateUploadedFileJob"]["notes"] = job.notes
         return body
 
+    def _find_job(self, job: str) -> _Job:
+        found = self._jobs.get(job)
+        if found is None:
+            raise ApiFailure(
+                404, "404002", "Resource Not Found", f"Job '{job}' could not be found."
+            )
+        return found
+
     def _job(self, request: Request, site: str, job: str) -> Response:
         self._authorise(request, site)
         with self._lock:
-            found = self._jobs.get(job)
-            if found is None:
-                raise ApiFailure(
-                    404, "404002", "Resource Not Found", f"Job '{job}' could not be found."
-                )
-            return Response(200, {"job": self._job_body(found)})
+            return Response(200, {"job": self._job_body(self._find_job(job))})
 
     def _cancel(self, request: Request, site: str, job: str) -> Response:
         self._authorise(request, site)
         with self._lock:
-            found = self._jobs.get(job)
-            if found is None:
-                raise ApiFailure(
-                    404, "404002", "Resource Not Found", f"Job '{job}' could not be found."
-                )
+            found = self._find_job(job)
             if found.started_at is not None:
                 raise ApiFailure(
                     409, "409000", "Conflict", "the job has started and cannot be cancelled"
