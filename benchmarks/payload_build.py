@@ -93,8 +93,8 @@ def main() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    from tabhyper_update import build_payload
     from tabhyper_update._hyper import connect
-    from tabhyper_update.payload import build_payload
 
     spark = (
         SparkSession.builder.master("local[2]")

@@ -9,6 +9,7 @@ from ._http import RetryPolicy
 from ._version import __version__
 from .actions import Action, ActionBatch, Delete, Insert, Replace, Update, Upsert
 from .auth import ConnectedAppJWT, PersonalAccessToken, UsernamePassword
+from .build import build_payload
 from .client import DataSourceRef, TableauClient
 from .conditions import (
     And,
@@ -40,7 +41,7 @@ from .errors import (
     UnsupportedServerError,
 )
 from .jobs import Job, PollPolicy
-from .payload import ColumnInfo, Payload, PayloadPart, TableInfo, build_payload
+from .payload import ColumnInfo, Payload, PayloadPart, TableInfo
 
 __all__ = [
     "Action",

@@ -18,6 +18,7 @@ from typing import Any
 
 from ._version import __version__
 from .actions import ActionBatch
+from .build import build_payload
 from .client import TableauClient
 from .errors import (
     ApiError,
@@ -30,8 +31,8 @@ from .errors import (
     TransportError,
     UnsupportedServerError,
 )
-from .payload import Payload, build_payload
-from .state import StateStore
+from .payload import Payload
+from .state import StateStore, UpdateRecord
 
 __all__ = [
     "EXIT_FAILED",
@@ -217,26 +218,34 @@ def _cmd_apply(args: argparse.Namespace) -> int:
         uploaded = payload.upload(
             args.datasource, client=client, progress=not args.json, state_dir=args.state_dir
         )
-        result = uploaded.apply(actions, request_id=args.request_id)
-        if args.wait:
-            result.wait(timeout=args.timeout)
+        result = uploaded.apply(
+            actions, request_id=args.request_id, wait=args.wait, timeout=args.timeout
+        )
     jobs = [
         {
             "part": p.part + 1,
-            "job_id": p.job.id if p.job else None,
+            "job_id": p.job_id,
             "request_id": p.request_id,
+            "attempt": p.attempt,
             "resumed": p.resumed,
+            "deduplicated": p.deduplicated,
+            "skipped": p.skipped,
             "finish_code": p.job.finish_code if p.job else None,
         }
         for p in result.parts
     ]
-    text = (
-        "\n".join(
-            f"part {j['part']}: job {j['job_id']}" + (" (done)" if args.wait else " (submitted)")
-            for j in jobs
-        )
-        or "nothing to update"
-    )
+
+    def describe(j: dict[str, Any]) -> str:
+        if j["skipped"]:
+            return f"part {j['part']}: applied before as job {j['job_id']} (skipped)"
+        how = "applied" if args.wait else "submitted"
+        if j["deduplicated"]:
+            how += ", deduplicated: submitted before"
+        elif j["resumed"]:
+            how += ", resumed"
+        return f"part {j['part']}: job {j['job_id']} ({how})"
+
+    text = "\n".join(describe(j) for j in jobs) or "nothing to update"
     _emit(args, {"jobs": jobs}, text)
     return EXIT_OK
 
@@ -268,14 +277,19 @@ def _cmd_state(args: argparse.Namespace) -> int:
         _emit(args, {"cleared": count}, f"removed {count} record(s) from {store.directory}")
         return EXIT_OK
     records = store.records()
+
+    def describe(r: UpdateRecord) -> str:
+        done = sum(p.status == "applied" for p in r.parts)
+        jobs = ", ".join(p.job_id for p in r.parts if p.job_id) or "none"
+        return (
+            f"{r.label}: data source {r.datasource_id}, {done}/{len(r.parts)} part(s) applied, "
+            f"jobs {jobs}"
+        )
+
     _emit(
         args,
-        {"directory": str(store.directory), "records": [r.__dict__ for r in records]},
-        "\n".join(
-            f"{r.request_id}: data source {r.datasource_id} part {r.part + 1} job {r.job_id}"
-            for r in records
-        )
-        or f"no records in {store.directory}",
+        {"directory": str(store.records_dir), "records": [r.to_json() for r in records]},
+        "\n".join(describe(r) for r in records) or f"no records in {store.records_dir}",
     )
     return EXIT_OK
 
@@ -378,8 +392,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--payload", help="a payload directory written by `build`")
     p.add_argument("--actions", help="an action batch JSON file (default: derived actions)")
     p.add_argument("--datasource", help="data source name or LUID (TABLEAU_DATASOURCE)")
-    p.add_argument("--request-id", help="RequestID (default: derived from the content)")
-    p.add_argument("--wait", action="store_true", help="wait for the job(s) to finish")
+    p.add_argument(
+        "--request-id",
+        help="the update's identity, e.g. the date partition a job publishes (default: the "
+        "change set's position; a new update for anything else)",
+    )
+    p.add_argument(
+        "--no-wait",
+        dest="wait",
+        action="store_false",
+        help="return once the last part is submitted (default: wait until applied)",
+    )
+    p.add_argument("--wait", dest="wait", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait")
     p.add_argument("--keep", action="store_true", help="keep the payload files afterwards")
     p.add_argument("--state-dir", help="where resume records live")

@@ -46,8 +46,6 @@ log = logging.getLogger("tabhyper_update")
 MIN_API_VERSION = (3, 12)
 #: serverinfo answers at every version; this one exists on every server.
 PROBE_VERSION = "2.4"
-#: Namespace of the deterministic RequestIDs (a fixed, random UUID of this project).
-REQUEST_ID_NAMESPACE = uuid.UUID("0f9b1c3e-6a2d-4e8f-9b1d-3c7a5e2f8d41")
 _LUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 SESSION_EXPIRED = "401002"
 
@@ -479,20 +477,6 @@ class TableauClient:
         )
 
     # -- updates and jobs --------------------------------------------------------------------------
-    def request_id_for(
-        self,
-        target: DataSourceRef | str,
-        batch: ActionBatch,
-        *,
-        payload_digest: str | None = None,
-        upload_session_id: str | None = None,
-    ) -> str:
-        """The deterministic RequestID of an update: the same content gives the same id."""
-        ref = target if isinstance(target, DataSourceRef) else DataSourceRef(target)
-        content = payload_digest or upload_session_id or ""
-        name = "|".join([ref.id, ref.connection_id or "", content, batch.canonical_json()])
-        return str(uuid.uuid5(REQUEST_ID_NAMESPACE, name))
-
     def update_data(
         self,
         target: DataSourceRef | str,
@@ -500,15 +484,14 @@ class TableauClient:
         *,
         upload_session_id: str | None = None,
         request_id: str | None = None,
-        payload_digest: str | None = None,
     ) -> Job:
         """Ask the server to apply ``batch``; returns the queued :class:`Job`.
 
-        The default RequestID is a UUID5 of the data source, connection, payload content
-        (``payload_digest``, e.g. ``PayloadPart.content_digest``; else the upload session)
-        and the canonical actions, so a re-run
-        of the same update after a crash is ignored by the server (24 h window). The same
-        RequestID is sent on every retry.
+        ``request_id`` is the update's identity: the server runs one RequestID once (for 24
+        hours, as commonly reported) and answers a repeat with the original job. Without
+        one, each call is a new update with a fresh random RequestID; the same RequestID is
+        sent on every retry of this call. The round trip (:meth:`Payload.upload`) derives it
+        from the change set's position and keeps a record for re-runs.
         """
         checked = ActionBatch.coerce(batch)
         ref = target if isinstance(target, DataSourceRef) else DataSourceRef(str(target))
@@ -517,9 +500,7 @@ class TableauClient:
                 "this batch reads payload tables: pass upload_session_id= (from client.upload(...))"
             )
         session = upload_session_id if checked.reads_source else None
-        rid = request_id or self.request_id_for(
-            ref, checked, payload_digest=payload_digest, upload_session_id=session
-        )
+        rid = request_id or str(uuid.uuid4())
         path = (
             f"datasources/{ref.id}/connections/{ref.connection_id}/data"
             if ref.connection_id

@@ -124,7 +124,7 @@ def local_spark() -> Iterator[Any]:
 
 def run_demo(out: TextIO, *, progress: bool | None = None) -> bool:
     """Run the demo, printing to ``out``; returns whether the result matched."""
-    from .payload import build_payload
+    from .build import build_payload
     from .testing import FakeTableauServer
 
     timings: list[tuple[str, float]] = []

@@ -1,23 +1,14 @@
-"""Spark change sets → ``.hyper`` payload files, fast and with flat driver memory.
+"""The payload model: a change set as ``.hyper`` part files, with its tables and identity.
 
-How a payload is built (chosen by measurement, see ``benchmarks/payload_build.py``):
+:func:`tabhyper_update.build.build_payload` makes a :class:`Payload` from Spark; this module
+holds what it makes: the parts (one ``.hyper`` file each, one atomic update each), their
+tables, the digest that identifies the change set, the check of an action batch against the
+tables, and the manifest that lets ``tabhyper-update apply`` pick a payload up later.
 
-1. Spark's executors compute the change set (for CDC: the last change per key, in one
-   shuffle) and write it as Parquet to a private staging directory. The driver collects
-   nothing.
-2. Hyper reads that Parquet in bulk (``INSERT … SELECT … FROM external(…)``), converting
-   types on the way, into a ``.hyper`` file written under a temporary name and renamed when
-   complete. Files are ``0600`` in a ``0700`` directory.
-3. A file over ``max_payload_mb`` is rebuilt as several parts from the same staged Parquet
-   (no Spark recomputation), split by a hash of the key for change sets so that each part
-   is its own atomic update, evenly otherwise.
-
-The staging directory must be readable by the driver at the same path the executors wrote
-it: the local disk in Spark local mode, a shared filesystem (NFS, a FUSE mount of object
-storage such as ``/dbfs``) on a cluster. It is removed in every case, failures included.
-
->>> with build_payload(df, key=["id"], op_column="op", order_by="seq") as payload:  # doctest: +SKIP
-...     payload.parts[0].tables["upserts"].row_count
+A payload's **digest** covers every row (each value with its NULL flag) and, for a change set,
+the op and ordering values of each change: its position in the source. Two slices of a feed
+with equal rows at different positions have different digests; the same slice rebuilt after
+a crash has the same digest, however Spark partitioned it.
 """
 
 from __future__ import annotations
@@ -26,74 +17,67 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import os
 import shutil
-import tempfile
-import time
-import uuid
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ._hyper import connect, quote_literal, quote_name, table_ref
 from .actions import DEFAULT_SCHEMA, ActionBatch, Delete, Insert, Replace, Upsert
-from .cdc import (
-    KIND_COLUMN,
-    KIND_DELETE,
-    KIND_ERRORS,
-    KIND_UPSERT,
-    OP_TEXT_COLUMN,
-    ORDER_TEXT_COLUMN,
-    CdcSpec,
-    derived_actions,
-)
 from .conditions import condition_columns
 from .errors import InvalidActionBatchError, PayloadError, Problem
-from .hyper_types import DEFAULT_DATABASE_VERSION, ColumnPlan, plan_column
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
     from .client import DataSourceRef, TableauClient
     from .roundtrip import UploadedPayload
 
 __all__ = [
+    "BUCKETS",
     "DEFAULT_MAX_PAYLOAD_MB",
     "ColumnInfo",
     "Payload",
     "PayloadPart",
+    "RowDigest",
     "TableInfo",
-    "build_payload",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_PAYLOAD_MB = 100
-#: Split granularity: rows are spread over this many buckets; a part is a bucket range.
+#: Split granularity: rows are spread over this many buckets (by a hash of the key for a
+#: change set, of the whole row otherwise); a part is a range of buckets.
 BUCKETS = 1024
-BUCKET_COLUMN = "__tabhyper_bucket"
-#: A per-row hash staged beside the data: the payload's content digest sums it, so that a
-#: rebuilt payload of the same change set has the same identity (Hyper files themselves
-#: differ byte for byte from one build to the next).
-ROWHASH_COLUMN = "__tabhyper_rowhash"
-_DIGEST_MODULI = (2147483647, 2147483629)
-#: Parts are aimed a little under the cap so that one rebuild is usually enough.
-_SPLIT_HEADROOM = 0.9
 _MB = 1024 * 1024
-#: Staging Parquet options. Dictionary encoding is off: measured on 2M rows it doubled
-#: Spark's write time and slowed Hyper's read, for files that live a few seconds.
-_PARQUET_OPTIONS = {"compression": "snappy", "parquet.enable.dictionary": "false"}
-_SPARK_CONF = {
-    # Proleptic Gregorian dates and timestamps, as Hyper stores them, for every year 1-9999.
-    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
-    "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-}
+
+
+@dataclass(frozen=True)
+class RowDigest:
+    """An order-independent digest of a multiset of rows: the row count and the sums of
+    each row's 64-bit hash modulo two primes. Digests of disjoint row sets add up."""
+
+    MODULI: ClassVar[tuple[int, int]] = (2147483647, 2147483629)
+
+    rows: int = 0
+    sums: tuple[int, ...] = (0, 0)
+
+    def __add__(self, other: RowDigest) -> RowDigest:
+        return RowDigest(
+            self.rows + other.rows, tuple(a + b for a, b in zip(self.sums, other.sums, strict=True))
+        )
+
+    def __str__(self) -> str:
+        return ":".join(str(v) for v in (self.rows, *self.sums))
+
+    @classmethod
+    def parse(cls, text: str) -> RowDigest:
+        if not text:
+            return cls()
+        rows, *sums = (int(v) for v in text.split(":"))
+        return cls(rows, tuple(sums))
 
 
 @dataclass(frozen=True)
@@ -130,6 +114,8 @@ class PayloadPart:
     tables: Mapping[str, TableInfo]
     #: The actions derived from a change set for this part (``None`` for plain payloads).
     actions: ActionBatch | None = None
+    #: The range of split buckets (inclusive) whose rows this part holds.
+    buckets: tuple[int, int] = (0, BUCKETS - 1)
 
     @property
     def row_count(self) -> int:
@@ -142,17 +128,20 @@ class PayloadPart:
 
     @property
     def content_digest(self) -> str:
-        """A digest of what the part holds (schema, tables, columns, rows), stable across
-        rebuilds of the same change set: the identity behind the default RequestID."""
+        """A digest of what the part holds (bucket range, tables, columns, rows and, for a
+        change set, the positions of its changes), stable across rebuilds."""
         identity = [
+            list(self.buckets),
             [
-                t.schema,
-                t.name,
-                [[c.name, c.hyper_type, c.nullable] for c in t.columns],
-                t.row_count,
-                t.row_digest,
-            ]
-            for t in sorted(self.tables.values(), key=lambda t: t.name)
+                [
+                    t.schema,
+                    t.name,
+                    [[c.name, c.hyper_type, c.nullable] for c in t.columns],
+                    t.row_count,
+                    t.row_digest,
+                ]
+                for t in sorted(self.tables.values(), key=lambda t: t.name)
+            ],
         ]
         text = json.dumps(identity, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode()).hexdigest()
@@ -201,9 +190,31 @@ class Payload:
                 merged[name] = (
                     info
                     if seen is None
-                    else TableInfo(seen.schema, name, seen.columns, seen.row_count + info.row_count)
+                    else TableInfo(
+                        seen.schema,
+                        name,
+                        seen.columns,
+                        seen.row_count + info.row_count,
+                        str(RowDigest.parse(seen.row_digest) + RowDigest.parse(info.row_digest)),
+                    )
                 )
         return merged
+
+    @property
+    def digest(self) -> str:
+        """The identity of the whole change set: every table's columns and rows and, for a
+        change set, the op and ordering values of each change. The same for a rebuild of the
+        same slice of a feed; different for a later slice with equal rows."""
+        identity = [
+            self.schema,
+            list(self.key) if self.key is not None else None,
+            [
+                [t.name, [[c.name, c.hyper_type, c.nullable] for c in t.columns], t.row_digest]
+                for t in sorted(self.tables.values(), key=lambda t: t.name)
+            ],
+        ]
+        text = json.dumps(identity, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()
 
     @property
     def actions(self) -> ActionBatch | None:
@@ -311,6 +322,7 @@ class Payload:
                     "file": os.path.relpath(p.path, where),
                     "size_bytes": p.size_bytes,
                     "sha256": p.sha256,
+                    "buckets": list(p.buckets),
                     "tables": [
                         {
                             "schema": t.schema,
@@ -363,7 +375,8 @@ class Payload:
                 for t in item["tables"]
             }
             actions = ActionBatch.from_dict(item["actions"]) if item.get("actions") else None
-            part = PayloadPart(file, item["size_bytes"], tables, actions)
+            lo, hi = item.get("buckets") or (0, BUCKETS - 1)
+            part = PayloadPart(file, item["size_bytes"], tables, actions, (int(lo), int(hi)))
             if part.sha256 != item["sha256"]:
                 raise PayloadError(f"payload part {str(file)!r} changed since it was built")
             parts.append(part)
@@ -412,460 +425,9 @@ class Payload:
         self.cleanup()
 
 
-# ---------------------------------------------------------------------------------------------
-# building
-
-
-@dataclass
-class _Staged:
-    """A payload table whose rows sit in staged Parquet files."""
-
-    name: str
-    plans: list[ColumnPlan]
-    staged_names: list[str]
-    files: list[Path]
-
-
-def _private_dir(parent: str | os.PathLike[str] | None, prefix: str) -> Path:
-    if parent is not None:
-        Path(parent).mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    path.chmod(0o700)
-    return path
-
-
-def _parquet_files(directory: Path) -> list[Path]:
-    if not directory.is_dir():
-        return []
-    return sorted(p for p in directory.rglob("*.parquet") if p.is_file())
-
-
-@contextlib.contextmanager
-def _spark_conf(spark: Any) -> Iterator[None]:
-    saved = {k: spark.conf.get(k, None) for k in _SPARK_CONF}
-    for k, v in _SPARK_CONF.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, old in saved.items():
-            if old is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, old)
-
-
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(_MB), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _check_names(name: str, what: str) -> None:
-    if not isinstance(name, str) or not name:
-        raise PayloadError(f"{what} must be a non-empty string, got {name!r}")
-
-
-def _plans(
-    df: DataFrame,
-    table: str,
-    columns: Sequence[str],
-    *,
-    database_version: int,
-    complex_as_json: bool,
-) -> list[ColumnPlan]:
-    by_name = {f.name: f for f in df.schema.fields}
-    seen: set[str] = set()
-    for f in df.schema.fields:
-        if f.name in seen:
-            raise PayloadError(f"table {table!r} has two columns named {f.name!r}")
-        seen.add(f.name)
-    if not columns:
-        raise PayloadError(f"table {table!r} has no columns")
-    return [
-        plan_column(
-            by_name[c],
-            table=table,
-            database_version=database_version,
-            complex_as_json=complex_as_json,
-        )
-        for c in columns
-    ]
-
-
-def _write_part(
-    path: Path,
-    staged: Sequence[_Staged],
-    *,
-    schema: str,
-    buckets: tuple[int, int],
-    database_version: int,
-    drop_empty: bool,
-) -> dict[str, TableInfo]:
-    """Write one ``.hyper`` file from staged Parquet; returns its tables."""
-    lo, hi = buckets
-    tables: dict[str, TableInfo] = {}
-    with connect(path, create=True, database_version=database_version) as conn:
-        conn.execute_command(f"CREATE SCHEMA {quote_name(schema)}")
-        for t in staged:
-            ref = table_ref(schema, t.name)
-            columns = ", ".join(f"{quote_name(p.name)} {p.sql_definition_type}" for p in t.plans)
-            conn.execute_command(f"CREATE TABLE {ref} ({columns})")
-            rows = 0
-            if t.files:
-                select = ", ".join(
-                    p.hyper_expression(quote_name(s))
-                    for p, s in zip(t.plans, t.staged_names, strict=True)
-                )
-                files = ", ".join(quote_literal(str(f)) for f in t.files)
-                where = (
-                    ""
-                    if (lo, hi) == (0, BUCKETS - 1)
-                    else f" WHERE {quote_name(BUCKET_COLUMN)} BETWEEN {lo} AND {hi}"
-                )
-                rows = int(
-                    conn.execute_command(
-                        f"INSERT INTO {ref} SELECT {select} FROM "
-                        f"external(ARRAY[{files}], FORMAT => 'parquet'){where}"
-                    )
-                    or 0
-                )
-            if rows == 0 and drop_empty:
-                conn.execute_command(f"DROP TABLE {ref}")
-                continue
-            digest = ""
-            if rows:
-                h = quote_name(ROWHASH_COLUMN)
-                sums = ", ".join(f"SUM({h} % {m})" for m in _DIGEST_MODULI)
-                values = conn.execute_list_query(
-                    f"SELECT COUNT(*), {sums} FROM "
-                    f"external(ARRAY[{files}], FORMAT => 'parquet'){where}"
-                )[0]
-                digest = ":".join(str(v) for v in values)
-            tables[t.name] = TableInfo(
-                schema,
-                t.name,
-                tuple(ColumnInfo(p.name, p.hyper_type, p.nullable) for p in t.plans),
-                rows,
-                digest,
-            )
-    return tables
-
-
-def build_payload(
-    source: DataFrame | Mapping[str, DataFrame],
-    *,
-    table: str = "Extract",
-    schema: str = DEFAULT_SCHEMA,
-    key: Sequence[str] | str | None = None,
-    op_column: str | None = None,
-    order_by: Sequence[str] | str | None = None,
-    op_map: Mapping[str, str] | None = None,
-    keep_columns: Sequence[str] = (),
-    target_table: str = "Extract",
-    target_schema: str = DEFAULT_SCHEMA,
-    upsert_table: str = "upserts",
-    delete_table: str = "deletes",
-    database_version: int = DEFAULT_DATABASE_VERSION,
-    complex_as_json: bool = False,
-    staging_dir: str | os.PathLike[str] | None = None,
-    output_dir: str | os.PathLike[str] | None = None,
-    max_payload_mb: float = DEFAULT_MAX_PAYLOAD_MB,
-    keep_files: bool = False,
-) -> Payload:
-    """Build a ``.hyper`` payload from one DataFrame or a mapping of table name → DataFrame.
-
-    Plain mode writes each DataFrame as a table (``table`` names the single one). CDC mode
-    (``key=`` given) reads a change set and writes an ``upserts`` table (every data column)
-    and a ``deletes`` table (key columns only), with derived actions delete-then-upsert on
-    ``target_schema.target_table``::
-
-        payload = build_payload(changes, key=["region", "id"], op_column="_change_type",
-                                order_by="_commit_version")
-    """
-    if max_payload_mb <= 0:
-        raise PayloadError(f"max_payload_mb must be positive, got {max_payload_mb!r}")
-    for value, what in (
-        (schema, "schema"),
-        (table, "table"),
-        (target_table, "target_table"),
-        (target_schema, "target_schema"),
-        (upsert_table, "upsert_table"),
-        (delete_table, "delete_table"),
-    ):
-        _check_names(value, what)
-    if isinstance(source, Mapping):
-        frames = dict(source)
-        if not frames:
-            raise PayloadError("build_payload needs at least one DataFrame")
-        for name in frames:
-            _check_names(name, "a table name")
-    else:
-        frames = {table: source}
-    for name, df in frames.items():
-        if not hasattr(df, "schema") or not hasattr(df, "write"):
-            raise PayloadError(
-                f"table {name!r}: expected a Spark DataFrame, got {type(df).__name__}"
-            )
-    cdc = key is not None or op_column is not None
-    if cdc and len(frames) != 1:
-        raise PayloadError("a change set (key=/op_column=) is one DataFrame, not a mapping")
-    if cdc and key is None:
-        raise PayloadError("a change set needs key= (the column(s) that identify a row)")
-    if cdc and upsert_table == delete_table:
-        raise PayloadError("upsert_table and delete_table must differ")
-
-    # Plan every column before any Spark job or file write: bad types fail here.
-    spark_frames: list[tuple[str, DataFrame, list[ColumnPlan]]] = []
-    spec: CdcSpec | None = None
-    if cdc:
-        ((_, df),) = frames.items()
-        spec = CdcSpec.create(
-            df.columns,
-            key=key or (),
-            op_column=op_column,
-            order_by=order_by,
-            op_map=op_map,
-            keep_columns=keep_columns,
-        )
-        data_columns = spec.data_columns(df.columns)
-        plans = _plans(
-            df,
-            upsert_table,
-            data_columns,
-            database_version=database_version,
-            complex_as_json=complex_as_json,
-        )
-        spark_frames.append((upsert_table, df, plans))
-    else:
-        for name, df in frames.items():
-            plans = _plans(
-                df,
-                name,
-                df.columns,
-                database_version=database_version,
-                complex_as_json=complex_as_json,
-            )
-            spark_frames.append((name, df, plans))
-
-    stage = _private_dir(staging_dir, "tabhyper-stage-")
-    out = Path(output_dir) if output_dir is not None else None
-    owned = _private_dir(out, "tabhyper-payload-")
-    try:
-        started = time.perf_counter()
-        staged = _stage(spark_frames, spec, stage, delete_table=delete_table)
-        log.debug("Spark staged the change set in %.2f s", time.perf_counter() - started)
-        started = time.perf_counter()
-        parts = _build_parts(
-            staged,
-            owned,
-            schema=schema,
-            database_version=database_version,
-            cap_bytes=int(max_payload_mb * _MB),
-            drop_empty=spec is not None,
-        )
-        log.debug("Hyper wrote %d part(s) in %.2f s", len(parts), time.perf_counter() - started)
-        if spec is not None:
-            parts = [
-                PayloadPart(
-                    p.path,
-                    p.size_bytes,
-                    p.tables,
-                    ActionBatch(
-                        actions=derived_actions(
-                            spec.key,
-                            target_schema=target_schema,
-                            target_table=target_table,
-                            source_schema=schema,
-                            delete_table=delete_table if delete_table in p.tables else None,
-                            upsert_table=upsert_table if upsert_table in p.tables else None,
-                        )
-                    ),
-                )
-                for p in parts
-            ]
-    except BaseException:
-        shutil.rmtree(owned, ignore_errors=True)
-        raise
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    if not parts:
-        shutil.rmtree(owned, ignore_errors=True)
-        log.info("the change set is empty: nothing to upload")
-    payload = Payload(
-        parts,
-        schema=schema,
-        keep_files=keep_files,
-        key=spec.key if spec is not None else None,
-        _owned_dir=owned,
-    )
-    log.info(
-        "built payload: %d part(s), %d bytes, tables %s",
-        len(parts),
-        payload.size_bytes,
-        {n: t.row_count for n, t in payload.tables.items()},
-    )
-    return payload
-
-
-def _stage(
-    frames: Sequence[tuple[str, DataFrame, list[ColumnPlan]]],
-    spec: CdcSpec | None,
-    stage: Path,
-    *,
-    delete_table: str,
-) -> list[_Staged]:
-    """Write the change set (or tables) to Parquet with Spark; nothing is collected."""
-    from pyspark.sql import functions as F
-
-    staged: list[_Staged] = []
-    for index, (name, df, plans) in enumerate(frames):
-        staged_names = [f"c{i}" for i in range(len(plans))]
-        values = [p.spark_column(F.col(f"`{p.name.replace('`', '``')}`")) for p in plans]
-        columns = [v.alias(s) for v, s in zip(values, staged_names, strict=True)]
-        columns.append(F.xxhash64(*values).alias(ROWHASH_COLUMN))
-        target = stage / f"t{index}"
-        with _spark_conf(df.sparkSession):
-            if spec is None:
-                bucket = F.pmod(F.monotonically_increasing_id(), F.lit(BUCKETS))
-                (
-                    df.select(*columns, bucket.cast("smallint").alias(BUCKET_COLUMN))
-                    .write.mode("overwrite")
-                    .options(**_PARQUET_OPTIONS)
-                    .parquet(target.resolve().as_uri())
-                )
-                staged.append(_Staged(name, plans, staged_names, _parquet_files(target)))
-                continue
-            keys = [F.col(f"`{k.replace('`', '``')}`") for k in spec.key]
-            bucket = F.pmod(F.xxhash64(*keys), F.lit(BUCKETS))
-            latest = spec.latest_changes(df)
-            (
-                latest.select(
-                    *columns,
-                    bucket.cast("smallint").alias(BUCKET_COLUMN),
-                    F.col(KIND_COLUMN),
-                    F.col(OP_TEXT_COLUMN),
-                    F.col(ORDER_TEXT_COLUMN),
-                )
-                .write.mode("overwrite")
-                .options(**_PARQUET_OPTIONS)
-                .partitionBy(KIND_COLUMN)
-                .parquet(target.resolve().as_uri())
-            )
-        _raise_on_change_set_errors(spec, plans, staged_names, target)
-        key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
-        upserts = _parquet_files(target / f"{KIND_COLUMN}={KIND_UPSERT}")
-        deletes = _parquet_files(target / f"{KIND_COLUMN}={KIND_DELETE}")
-        staged.append(_Staged(name, plans, staged_names, upserts))
-        staged.append(
-            _Staged(
-                delete_table,
-                [plans[i] for i in key_idx],
-                [staged_names[i] for i in key_idx],
-                deletes,
-            )
-        )
-    return staged
-
-
-def _raise_on_change_set_errors(
-    spec: CdcSpec, plans: Sequence[ColumnPlan], staged_names: Sequence[str], target: Path
-) -> None:
-    for kind in KIND_ERRORS:
-        files = _parquet_files(target / f"{KIND_COLUMN}={kind}")
-        if not files:
-            continue
-        by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
-        key_cols = ", ".join(quote_name(by_name[k]) for k in spec.key)
-        source = (
-            f"external(ARRAY[{', '.join(quote_literal(str(f)) for f in files)}], "
-            "FORMAT => 'parquet')"
-        )
-        with connect() as conn:
-            count = int(conn.execute_scalar_query(f"SELECT COUNT(*) FROM {source}"))
-            if count == 0:
-                continue
-            row = conn.execute_list_query(
-                f"SELECT {key_cols}, {quote_name(OP_TEXT_COLUMN)}, "
-                f"{quote_name(ORDER_TEXT_COLUMN)} FROM {source} LIMIT 1"
-            )[0]
-        n = len(spec.key)
-        raise PayloadError(spec.describe_error(kind, row[:n], row[n], row[n + 1], count))
-
-
-def _build_parts(
-    staged: Sequence[_Staged],
-    directory: Path,
-    *,
-    schema: str,
-    database_version: int,
-    cap_bytes: int,
-    drop_empty: bool,
-) -> list[PayloadPart]:
-    """Write the payload, splitting by bucket range until every part fits under the cap."""
-
-    def write(buckets: tuple[int, int]) -> tuple[Path, dict[str, TableInfo]]:
-        tmp = directory / f".part-{uuid.uuid4().hex}.hyper.tmp"
-        try:
-            tables = _write_part(
-                tmp,
-                staged,
-                schema=schema,
-                buckets=buckets,
-                database_version=database_version,
-                drop_empty=drop_empty,
-            )
-            tmp.chmod(0o600)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            raise
-        return tmp, tables
-
-    pending = [(0, BUCKETS - 1)]
-    done: list[tuple[tuple[int, int], Path, dict[str, TableInfo]]] = []
-    while pending:
-        lo, hi = pending.pop(0)
-        path, tables = write((lo, hi))
-        size = path.stat().st_size
-        if sum(t.row_count for t in tables.values()) == 0:
-            # No rows in this range (or at all): an empty update is a no-op, not an upload.
-            path.unlink()
-            continue
-        if size <= cap_bytes:
-            done.append(((lo, hi), path, tables))
-            continue
-        path.unlink()
-        if lo == hi:
-            raise PayloadError(
-                f"the payload cannot be split under max_payload_mb={cap_bytes / _MB:g}: one "
-                f"split unit alone takes {size / _MB:.1f} MB (a single key, or one of "
-                f"{BUCKETS} buckets of rows); raise max_payload_mb together with the "
-                "server's api.server.update_uploaded_file.max_size_in_mb"
-            )
-        pieces = max(2, math.ceil(size / (cap_bytes * _SPLIT_HEADROOM)))
-        span = hi - lo + 1
-        pieces = min(pieces, span)
-        bounds = [lo + (span * i) // pieces for i in range(pieces + 1)]
-        pending[:0] = [(bounds[i], bounds[i + 1] - 1) for i in range(pieces)]
-        log.info(
-            "payload part over %.1f MB (%.1f MB): splitting buckets %d-%d into %d",
-            cap_bytes / _MB,
-            size / _MB,
-            lo,
-            hi,
-            pieces,
-        )
-
-    done.sort(key=lambda d: d[0])
-    total = len(done)
-    parts: list[PayloadPart] = []
-    for index, (_, tmp, tables) in enumerate(done, start=1):
-        final = directory / (
-            "payload.hyper" if total == 1 else f"payload-part-{index:03d}-of-{total:03d}.hyper"
-        )
-        os.replace(tmp, final)
-        parts.append(PayloadPart(final, final.stat().st_size, tables))
-    return parts

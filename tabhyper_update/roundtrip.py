@@ -1,14 +1,14 @@
-"""The one-line round trip: ``build_payload(df).upload().apply(actions).wait()``.
+"""The one-line round trip: ``build_payload(df).upload().apply(actions)``.
 
-``upload()`` finds the target (an argument, or ``TABLEAU_DATASOURCE`` with the client's
-environment), ``apply()`` submits each part's update with a deterministic RequestID, and
-the result's ``wait()`` follows the jobs to their end. A payload in several parts is
-uploaded and applied part by part, in order: each part waits for the one before it.
+``upload()`` binds the payload to its target (an argument, or ``TABLEAU_DATASOURCE`` with the
+client's environment); ``apply()`` submits each part's update and, by default, waits until it
+is applied, raising when it is not. A payload in several parts is uploaded and applied part
+by part, in order: each part waits for the one before it.
 
-Resume after a crash: before each part the state record (see :mod:`tabhyper_update.state`)
-is consulted; a part whose job was already submitted is waited on, not submitted again, and
-the deterministic RequestID makes the server ignore a resubmission in the gap before the
-record was written.
+Which RequestID each part carries, and when a repeat is the same update, is the identity rule
+of :mod:`tabhyper_update.identity`. Before the first request goes out the update's record is
+written (see :mod:`tabhyper_update.state`); a re-run after a crash reads it, continues at the
+first part not yet applied and never applies one twice.
 """
 
 from __future__ import annotations
@@ -17,16 +17,25 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .actions import ActionBatch
 from .client import DataSourceRef, TableauClient
-from .errors import ConfigurationError, JobFailedError, PayloadError, TabHyperError
+from .errors import (
+    ConfigurationError,
+    JobCancelledError,
+    JobFailedError,
+    NotFoundError,
+    PayloadError,
+    TabHyperError,
+)
+from .identity import created_before, new_record, next_attempt
 from .jobs import Job
-from .state import PartRecord, StateStore
+from .state import PartState, RecordKind, StateStore, UpdateRecord
 
 if TYPE_CHECKING:
     from .payload import Payload, PayloadPart
@@ -35,6 +44,8 @@ __all__ = ["PartUpdate", "UpdateResult", "UploadedPayload", "resolve_target"]
 
 log = logging.getLogger("tabhyper_update")
 _T = TypeVar("_T")
+#: How many new attempts one run makes for a part whose earlier job had failed.
+MAX_ATTEMPTS_PER_RUN = 3
 
 
 def resolve_target(
@@ -49,7 +60,9 @@ def resolve_target(
     e = os.environ if env is None else env
     name = target or e.get("TABLEAU_DATASOURCE")
     if not name:
-        raise ValueError("no target data source: pass one to upload() or set TABLEAU_DATASOURCE")
+        raise ConfigurationError(
+            "no target data source: pass one to upload() or set TABLEAU_DATASOURCE"
+        )
     return client.datasource(
         name,
         project=e.get("TABLEAU_PROJECT") or None,
@@ -62,11 +75,15 @@ def _step(step: str, consequence: str, fn: Callable[[], _T]) -> _T:
     try:
         return fn()
     except TabHyperError as err:
-        err.step = step
-        note = f"[{step} failed: {consequence}]"
-        if err.args and isinstance(err.args[0], str) and note not in err.args[0]:
-            err.args = (f"{err.args[0]} {note}", *err.args[1:])
+        _annotate(err, step, consequence)
         raise
+
+
+def _annotate(err: TabHyperError, step: str, consequence: str) -> None:
+    err.step = step
+    note = f"[{step} failed: {consequence}]"
+    if err.args and isinstance(err.args[0], str) and note not in err.args[0]:
+        err.args = (f"{err.args[0]} {note}", *err.args[1:])
 
 
 def _show_progress(progress: bool | None) -> bool:
@@ -89,28 +106,52 @@ def _bar(enabled: bool, **kwargs: Any) -> Iterator[Any]:
 
 @dataclass
 class PartUpdate:
-    """One part's update: its RequestID, upload session, job and time taken."""
+    """One part's update: its RequestID, job, and how it came about.
+
+    ``deduplicated``: nothing new was applied for this part because it had been applied (or
+    submitted) before under the same identity: either this SDK's record showed it
+    (``skipped``: no request was sent) or the server answered with a job that existed before
+    the request (``job`` is that original job). ``resumed``: a job submitted by an earlier,
+    interrupted run was followed to its end. ``attempt`` counts submissions after failed or
+    cancelled jobs (0 for the first).
+    """
 
     part: int
     request_id: str
-    actions: ActionBatch
+    actions: ActionBatch = field(repr=False)
     upload_session_id: str | None = None
     job: Job | None = None
     resumed: bool = False
+    deduplicated: bool = False
+    skipped: bool = False
+    attempt: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def job_id(self) -> str | None:
+        return self.job.id if self.job is not None else self._recorded_job
+
+    _recorded_job: str | None = field(default=None, repr=False)
 
 
 @dataclass
 class UpdateResult:
-    """The updates submitted for a payload; :meth:`wait` follows them to their end."""
+    """The updates of a payload, part by part. After ``apply()`` (which waits by default)
+    every part is applied; after ``apply(wait=False)`` call :meth:`wait`."""
 
     parts: list[PartUpdate]
-    _finish: Callable[[UpdateResult, float | None], None] | None = None
     done: bool = False
+    _finish: Callable[[UpdateResult, float | None], None] | None = field(default=None, repr=False)
 
     @property
     def jobs(self) -> list[Job]:
         return [p.job for p in self.parts if p.job is not None]
+
+    @property
+    def deduplicated(self) -> bool:
+        """True when no part applied anything new: the whole update had been applied (or
+        submitted) before under the same identity."""
+        return bool(self.parts) and all(p.deduplicated for p in self.parts)
 
     def wait(self, timeout: float | None = None) -> UpdateResult:
         """Wait for every part's job; raise :class:`JobFailedError` (or cancelled / timed
@@ -143,7 +184,6 @@ class UploadedPayload:
         self._target: DataSourceRef | None = target if isinstance(target, DataSourceRef) else None
         self.progress = _show_progress(progress)
         self.state = state or StateStore()
-        self._sessions: dict[int, str] = {}
 
     @property
     def target(self) -> DataSourceRef:
@@ -158,15 +198,148 @@ class UploadedPayload:
 
     def __repr__(self) -> str:
         shown = self._target.name or self._target.id if self._target else self._target_spec
-        return (
-            f"UploadedPayload(target={shown!r}, "
-            f"parts={len(self.payload.parts)}, uploaded={sorted(self._sessions)})"
+        return f"UploadedPayload(target={shown!r}, parts={len(self.payload.parts)})"
+
+    # -- the update ------------------------------------------------------------------------
+    def apply(
+        self,
+        actions: Any = None,
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+        timeout: float | None = None,
+    ) -> UpdateResult:
+        """Apply the payload: submit every part's update, in order, and wait until each is
+        applied (raising :class:`JobFailedError` and friends when one is not).
+
+        ``actions`` default to the payload's derived actions (a change set). ``request_id``
+        binds the update's identity to a position of the caller's own (see
+        :mod:`tabhyper_update.identity`). With ``wait=False`` the call returns once the last
+        part is submitted (earlier parts are still waited on, so that parts apply in order);
+        then call ``.wait()`` on the result.
+        """
+        given = ActionBatch.coerce(actions) if actions is not None else None
+        if given is not None:
+            self.payload.validate(given)
+        if request_id is not None and (not isinstance(request_id, str) or not request_id):
+            raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+        units: list[tuple[PayloadPart | None, ActionBatch]]
+        if self.payload.parts:
+            units = [(p, self._batch_for(p, given)) for p in self.payload.parts]
+        elif given is None or given.reads_source:
+            log.info("empty payload: nothing to update")
+            self._cleanup()
+            return UpdateResult([], done=True)
+        else:
+            # An update that reads nothing from the payload (e.g. delete by constant).
+            units = [(None, given)]
+
+        record = self._record(units, request_id)
+        updates: list[PartUpdate] = []
+        result = UpdateResult(updates, _finish=lambda r, t: self._finish(record, r, t))
+        for index, (part, batch) in enumerate(units):
+            state = record.parts[index]
+            update = PartUpdate(index, state.request_id, batch, attempt=state.attempt)
+            updates.append(update)
+            if state.status == "applied":
+                update.deduplicated = update.skipped = True
+                update._recorded_job = state.job_id
+                log.warning(
+                    "part %d/%d of %s was applied before (job %s, RequestID %s): skipped, "
+                    "nothing sent",
+                    index + 1,
+                    len(units),
+                    record.label,
+                    state.job_id,
+                    state.request_id,
+                )
+                continue
+            self._submit(record, state, part, batch, update)
+            if wait or index < len(units) - 1:
+                self._wait_part(record, state, update, timeout)
+        if wait:
+            result.wait(timeout)
+        return result
+
+    def _batch_for(self, part: PayloadPart, actions: ActionBatch | None) -> ActionBatch:
+        if actions is not None:
+            return actions
+        if part.actions is not None:
+            return part.actions
+        raise ValueError(
+            "no actions to apply: pass actions= (only a change set built with key= derives its own)"
+        )
+
+    def _record(
+        self, units: Sequence[tuple[PayloadPart | None, ActionBatch]], request_id: str | None
+    ) -> UpdateRecord:
+        """This update's record: the one an interrupted run left, or a new one (saved)."""
+        kind: RecordKind = "position" if (request_id is not None or self.payload.is_cdc) else "run"
+        digest = self.payload.digest if self.payload.parts else ""
+        plan = [
+            (part.buckets, part.content_digest) if part is not None else (None, "")
+            for part, _ in units
+        ]
+        batches = [batch for _, batch in units]
+        if request_id is not None:
+            label = f"request id {request_id!r}"
+        elif kind == "position":
+            label = f"change set {digest[:12]}"
+        else:
+            label = f"run of payload {digest[:12]}" if digest else "run of an update"
+        fresh = new_record(
+            kind,
+            self.target,
+            request_id=request_id,
+            payload_digest=digest,
+            batches=batches,
+            plan=plan,
+            label=label,
+        )
+        self.state.sweep()
+        record = self.state.load(fresh.key)
+        if record is None:
+            self.state.save(fresh)
+            return fresh
+        if [(p.buckets, p.digest) for p in record.parts] == plan:
+            if record.finished and record.kind == "run":
+                log.info("%s finished before its record was removed: nothing to resend", label)
+            elif record.started:
+                log.info("%s was interrupted: resuming it", label)
+            return record
+        if not record.started:
+            self.state.save(fresh)
+            return fresh
+        if record.finished:
+            log.warning(
+                "%s was applied before with other content (%d part(s)); nothing is sent: "
+                "pass a new request_id to apply this payload as a new update",
+                label,
+                len(record.parts),
+            )
+            return UpdateRecord(
+                record.key,
+                record.kind,
+                record.identity,
+                record.label,
+                record.datasource_id,
+                record.connection_id,
+                [
+                    PartState(i, b, d, record.parts[-1].request_id, status="applied")
+                    for i, (b, d) in enumerate(plan)
+                ],
+                record.explicit_id,
+            )
+        raise PayloadError(
+            f"{label} was interrupted after part(s) of it reached the server, and this payload "
+            f"splits differently ({len(plan)} part(s) now, {len(record.parts)} then): resuming "
+            "it could apply rows twice. Rebuild with the same max_payload_mb to resume, or, "
+            "once you know what the server applied, remove the record with "
+            f"`tabhyper-update state clear --state-dir {self.state.directory}`"
         )
 
     # -- steps -------------------------------------------------------------------------------------
     def _upload_part(self, index: int, part: PayloadPart) -> str:
-        if index in self._sessions:
-            return self._sessions[index]
         started = time.perf_counter()
         label = f"upload part {index + 1}/{len(self.payload.parts)}"
         with _bar(
@@ -181,106 +354,123 @@ class UploadedPayload:
 
             session = self.client.upload(part.path, progress=tick)
         log.info("%s: %d bytes in %.2f s", label, part.size_bytes, time.perf_counter() - started)
-        self._sessions[index] = session
         return session
 
-    def _batch_for(self, part: PayloadPart | None, actions: ActionBatch | None) -> ActionBatch:
-        if actions is not None:
-            return actions
-        if part is not None and part.actions is not None:
-            return part.actions
-        raise ValueError(
-            "no actions to apply: pass actions= (only a change set built with key= derives its own)"
-        )
-
-    def _request_id(
-        self, index: int, batch: ActionBatch, part: PayloadPart | None, given: str | None
-    ) -> str:
-        if given is not None:
-            return given if len(self.payload.parts) <= 1 else f"{given}-part-{index + 1}"
-        return self.client.request_id_for(
-            self.target, batch, payload_digest=part.content_digest if part else None
-        )
-
-    def apply(
-        self, actions: Any = None, *, request_id: str | None = None, timeout: float | None = None
-    ) -> UpdateResult:
-        """Submit the update of every part, in order; returns the result to ``wait()`` on.
-
-        ``actions`` default to the payload's derived actions (a change set). Each part but
-        the last is waited on before the next is uploaded, so parts apply in order and a
-        failure stops the rest.
-        """
-        given = ActionBatch.coerce(actions) if actions is not None else None
-        if given is not None:
-            self.payload.validate(given)
-        parts = self.payload.parts
-        if not parts:
-            if given is None or given.reads_source:
-                log.info("empty payload: nothing to update")
-                return UpdateResult([], None, done=True)
-            # An update that reads nothing from the payload (e.g. delete by constant).
-            update = self._submit(0, None, given, request_id)
-            return UpdateResult([update], self._finish)
-        updates: list[PartUpdate] = []
-        for index, part in enumerate(parts):
-            batch = self._batch_for(part, given)
-            update = self._submit(index, part, batch, request_id)
-            updates.append(update)
-            if index < len(parts) - 1:
-                self._wait_part(update, timeout)
-        return UpdateResult(updates, self._finish)
-
     def _submit(
-        self, index: int, part: PayloadPart | None, batch: ActionBatch, given_id: str | None
-    ) -> PartUpdate:
-        rid = self._request_id(index, batch, part, given_id)
-        update = PartUpdate(index, rid, batch)
-        record = self.state.load(rid)
-        if record is not None and record.job_id:
-            # A previous run submitted this very update: wait on its job, do not resubmit.
-            log.info("part %d was submitted before (job %s): resuming", index + 1, record.job_id)
-            update.job = self.client.job(record.job_id)
-            update.resumed = True
-            return update
-        if part is not None and batch.reads_source:
+        self,
+        record: UpdateRecord,
+        state: PartState,
+        part: PayloadPart | None,
+        batch: ActionBatch,
+        update: PartUpdate,
+    ) -> None:
+        index, total = state.index, len(record.parts)
+        if state.status == "submitted" and state.job_id:
+            try:
+                update.job = self.client.job(state.job_id)
+            except NotFoundError:
+                log.warning(
+                    "part %d/%d: job %s, submitted by an earlier run, is no longer known to "
+                    "the server; submitting the part again under the same RequestID %s (the "
+                    "server ignores a RequestID it has already run)",
+                    index + 1,
+                    total,
+                    state.job_id,
+                    state.request_id,
+                )
+            else:
+                log.info(
+                    "part %d/%d was submitted by an earlier run (job %s): waiting on it",
+                    index + 1,
+                    total,
+                    state.job_id,
+                )
+                update.resumed = True
+                return
+        for _ in range(MAX_ATTEMPTS_PER_RUN + 1):
+            update.request_id, update.attempt = state.request_id, state.attempt
+            if part is not None and batch.reads_source:
+                started = time.perf_counter()
+                state.upload_session_id = _step(
+                    f"upload of part {index + 1}",
+                    "this part was not submitted",
+                    partial(self._upload_part, index, part),
+                )
+                update.upload_session_id = state.upload_session_id
+                update.seconds["upload"] = time.perf_counter() - started
+            else:
+                state.upload_session_id = None
+            if state.sent_at is None:
+                state.sent_at = time.time()
+            state.status = "sending"
+            self.state.save(record)
             started = time.perf_counter()
-            update.upload_session_id = _step(
-                f"upload of part {index + 1}",
-                "this part was not submitted",
-                lambda: self._upload_part(index, part),
+            job = _step(
+                f"update request of part {index + 1}",
+                f"the update may or may not have been submitted (RequestID {state.request_id}); "
+                "running the same job again is safe: its record makes the re-run resume it",
+                lambda: self.client.update_data(
+                    self.target,
+                    batch,
+                    upload_session_id=state.upload_session_id,
+                    request_id=state.request_id,
+                ),
             )
-            update.seconds["upload"] = time.perf_counter() - started
-        record = PartRecord(
-            rid,
-            self.target.id,
-            self.target.connection_id,
-            index,
-            part.content_digest if part else "",
-            update.upload_session_id,
+            update.seconds["submit"] = time.perf_counter() - started
+            earlier = job.id in state.jobs_seen or created_before(job.created_at, state.sent_at)
+            if job.id not in state.jobs_seen:
+                state.jobs_seen.append(job.id)
+            state.job_id, state.status = job.id, "submitted"
+            self.state.save(record)
+            update.job = job
+            if not earlier:
+                log.info(
+                    "part %d/%d submitted as job %s (RequestID %s)",
+                    index + 1,
+                    total,
+                    job.id,
+                    state.request_id,
+                )
+                return
+            update.deduplicated = True
+            log.warning(
+                "part %d/%d: the server answered RequestID %s with job %s, which existed "
+                "before this request: %s had been submitted before (deduplicated)",
+                index + 1,
+                total,
+                state.request_id,
+                job.id,
+                record.label,
+            )
+            job.refresh()
+            if not job.is_done or job.succeeded:
+                return
+            # That earlier job failed or was cancelled, so it applied nothing (batches are
+            # atomic): submit the part again as a new attempt.
+            log.warning(
+                "part %d/%d: that job %s did not succeed (finish code %s) and applied "
+                "nothing; submitting the part again as attempt %d",
+                index + 1,
+                total,
+                job.id,
+                job.finish_code,
+                state.attempt + 2,
+            )
+            update.deduplicated = False
+            next_attempt(record, state)
+            self.state.save(record)
+        raise PayloadError(
+            f"part {index + 1} of {record.label}: {MAX_ATTEMPTS_PER_RUN} new attempts in a row "
+            "were answered with earlier failed jobs; giving up"
         )
-        self.state.save(record)
-        started = time.perf_counter()
-        update.job = _step(
-            f"update request of part {index + 1}",
-            f"the update may or may not have been submitted (RequestID {rid}); running the "
-            "same job again is safe: the server ignores a repeated RequestID for 24 hours",
-            lambda: self.client.update_data(
-                self.target, batch, upload_session_id=update.upload_session_id, request_id=rid
-            ),
-        )
-        update.seconds["submit"] = time.perf_counter() - started
-        record.job_id = update.job.id
-        self.state.save(record)
-        log.info(
-            "part %d/%d submitted as job %s",
-            index + 1,
-            max(1, len(self.payload.parts)),
-            update.job.id,
-        )
-        return update
 
-    def _wait_part(self, update: PartUpdate, timeout: float | None) -> None:
+    def _wait_part(
+        self,
+        record: UpdateRecord,
+        state: PartState,
+        update: PartUpdate,
+        timeout: float | None,
+    ) -> None:
         assert update.job is not None
         started = time.perf_counter()
         with _bar(
@@ -288,28 +478,43 @@ class UploadedPayload:
         ) as bar:
 
             def on_poll(job: Job) -> None:
-                if bar is not None:
-                    done = int(float(job.progress or 0))
-                    bar.update(max(0, done - bar.n))
+                if bar is not None and job.succeeded:
+                    bar.update(100 - bar.n)
 
             try:
                 update.job.wait(timeout=timeout, on_poll=on_poll)
-            except JobFailedError:
-                # A failed job stays failed under its RequestID: forget it, so that a fixed
-                # re-run is not held to the old failure.
-                self.state.remove(update.request_id)
+            except (JobFailedError, JobCancelledError) as err:
+                # Batches are atomic: this part applied nothing. The next run submits it
+                # again as a new attempt (a new RequestID derived from the identity).
+                next_attempt(record, state)
+                if record.kind == "run" and not any(p.status == "applied" for p in record.parts):
+                    self.state.remove(record.key)
+                else:
+                    self.state.save(record)
+                _annotate(
+                    err,
+                    f"job of part {update.part + 1}",
+                    "nothing of this part was applied; running the job again submits it anew",
+                )
                 raise
         update.seconds["wait"] = time.perf_counter() - started
-        self.state.remove(update.request_id)
+        state.status = "applied"
+        self.state.save(record)
 
-    def _finish(self, result: UpdateResult, timeout: float | None) -> None:
+    def _finish(self, record: UpdateRecord, result: UpdateResult, timeout: float | None) -> None:
         try:
             for update in result.parts:
-                if update.job is not None and "wait" not in update.seconds:
-                    self._wait_part(update, timeout)
+                state = record.parts[update.part]
+                if update.job is not None and state.status != "applied":
+                    self._wait_part(record, state, update, timeout)
+            if record.kind == "run":
+                self.state.remove(record.key)
         finally:
-            if not self.payload.keep_files:
-                self.payload.cleanup()
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        if not self.payload.keep_files:
+            self.payload.cleanup()
 
 
 def upload_payload(

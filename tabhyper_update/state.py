@@ -1,24 +1,49 @@
-"""Resume records: what a CDC job has submitted, so that a re-run after a crash waits on the
-job already submitted instead of submitting again.
+"""Update records: what a run submitted, so that a re-run resumes it instead of submitting
+again, and a replayed change set is recognised without asking the server.
 
-One small JSON file per update part, named by its RequestID, in a private directory:
+One JSON file per update (all of its parts), written before the first request goes out, in
+a ``records`` folder the SDK creates and owns inside the state directory:
 ``$XDG_STATE_HOME/tabhyper-update`` (``~/.local/state/tabhyper-update`` when unset), or the
-``state_dir=`` given to :meth:`Payload.upload`. A record is removed once its update has
-finished; delete the directory (or ``tabhyper-update state clear``) to forget everything.
-Records hold ids only (RequestID, upload session, job, data source) and never a secret.
+``state_dir=`` given to :meth:`Payload.upload`. The file is named by the SHA-256 of the
+update's key, so distinct request ids never share a record. Files are ``0600`` in a ``0700``
+folder; the SDK never changes the mode of a folder it did not create, and never deletes a
+file it did not write. Records hold ids only (RequestIDs, upload sessions, jobs, the data
+source) and never a secret.
+
+What a record holds and how long it lives is the identity rule of :mod:`tabhyper_update.identity`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import re
 import tempfile
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["PartRecord", "StateStore", "default_state_dir"]
+__all__ = [
+    "RECORD_RETENTION_SECONDS",
+    "PartState",
+    "StateStore",
+    "UpdateRecord",
+    "default_state_dir",
+]
+
+log = logging.getLogger("tabhyper_update")
+
+#: Finished records of change sets and explicit request ids are kept this long, so that a
+#: replayed slice is recognised locally (the server's own memory is said to be 24 hours).
+RECORD_RETENTION_SECONDS = 7 * 24 * 3600
+_RECORD_NAME = re.compile(r"^[0-9a-f]{64}\.json$")
+_FORMAT = 2
+
+PartStatus = Literal["pending", "sending", "submitted", "applied"]
+RecordKind = Literal["position", "run"]
 
 
 def default_state_dir() -> Path:
@@ -27,70 +52,179 @@ def default_state_dir() -> Path:
 
 
 @dataclass
-class PartRecord:
+class PartState:
+    """One part of an update: its plan (buckets, digest) and how far it got."""
+
+    index: int
+    buckets: tuple[int, int] | None
+    digest: str
     request_id: str
-    datasource_id: str
-    connection_id: str | None
-    part: int
-    content_digest: str
+    attempt: int = 0
+    #: pending → sending (the request may be on its way) → submitted (job known) → applied
+    status: PartStatus = "pending"
     upload_session_id: str | None = None
     job_id: str | None = None
+    #: When this RequestID was first sent (epoch seconds): a job created well before that
+    #: was created by an earlier request, i.e. the server deduplicated.
+    sent_at: float | None = None
+    #: Every job the server answered for this part, failed attempts included.
+    jobs_seen: list[str] = field(default_factory=list)
+
+
+@dataclass
+class UpdateRecord:
+    """One update (all its parts), keyed by :func:`tabhyper_update.identity.record_key`."""
+
+    key: str
+    #: "position": the identity is a position in the source (a change set, or the caller's
+    #: request_id), kept when finished; "run": a plain payload's run, removed when finished.
+    kind: RecordKind
+    #: The base of the part RequestIDs.
+    identity: str
+    #: What a person reading ``tabhyper-update state list`` needs to recognise it.
+    label: str
+    datasource_id: str
+    connection_id: str | None
+    parts: list[PartState]
+    #: Whether ``identity`` is the caller's own ``request_id``.
+    explicit_id: bool = False
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+    @property
+    def finished(self) -> bool:
+        return all(p.status == "applied" for p in self.parts)
+
+    @property
+    def started(self) -> bool:
+        """Whether any part may have reached the server."""
+        return any(p.status != "pending" or p.jobs_seen for p in self.parts)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["format"] = _FORMAT
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> UpdateRecord:
+        if data.get("format") != _FORMAT:
+            raise ValueError(f"record format {data.get('format')!r}")
+        parts = []
+        for p in data["parts"]:
+            buckets = p.get("buckets")
+            parts.append(
+                PartState(
+                    index=int(p["index"]),
+                    buckets=(int(buckets[0]), int(buckets[1])) if buckets else None,
+                    digest=str(p["digest"]),
+                    request_id=str(p["request_id"]),
+                    attempt=int(p.get("attempt", 0)),
+                    status=p.get("status", "pending"),
+                    upload_session_id=p.get("upload_session_id"),
+                    job_id=p.get("job_id"),
+                    sent_at=p.get("sent_at"),
+                    jobs_seen=[str(j) for j in p.get("jobs_seen", [])],
+                )
+            )
+        return cls(
+            key=str(data["key"]),
+            kind=data["kind"],
+            identity=str(data["identity"]),
+            label=str(data.get("label", "")),
+            datasource_id=str(data["datasource_id"]),
+            connection_id=data.get("connection_id"),
+            parts=parts,
+            explicit_id=bool(data.get("explicit_id", False)),
+            created_at=float(data.get("created_at", 0)),
+            updated_at=float(data.get("updated_at", 0)),
+        )
 
 
 class StateStore:
-    """Records in one directory, written atomically, readable by the owner only."""
+    """Update records in ``<directory>/records``, written atomically, owner-only."""
+
+    RECORDS = "records"
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self.directory = Path(directory) if directory is not None else default_state_dir()
 
-    def _path(self, request_id: str) -> Path:
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in request_id)
-        return self.directory / f"{safe}.json"
+    @property
+    def records_dir(self) -> Path:
+        return self.directory / self.RECORDS
 
-    def load(self, request_id: str) -> PartRecord | None:
-        path = self._path(request_id)
+    def _path(self, key: str) -> Path:
+        if not re.fullmatch(r"[0-9a-f]{64}", key):
+            raise ValueError(f"a record key is a SHA-256 hex digest, got {key!r}")
+        return self.records_dir / f"{key}.json"
+
+    def _read(self, path: Path) -> UpdateRecord | None:
         try:
-            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-            return PartRecord(**data)
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return UpdateRecord.from_json(data)
         except FileNotFoundError:
             return None
-        except (ValueError, TypeError):
-            # A torn or foreign file is no reason to stop a job: forget it.
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
+            # Written atomically by us, so this is not ours (or not of this version): leave
+            # it alone and say so.
+            log.warning("ignoring %s: not an update record of this version (%s)", path, err)
             return None
 
-    def save(self, record: PartRecord) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.directory, 0o700)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".record-", suffix=".tmp")
+    def load(self, key: str) -> UpdateRecord | None:
+        return self._read(self._path(key))
+
+    def save(self, record: UpdateRecord) -> None:
+        record.updated_at = time.time()
+        self._ensure_dirs()
+        fd, tmp = tempfile.mkstemp(dir=self.records_dir, prefix=".record-", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(asdict(record), f)
+                json.dump(record.to_json(), f)
             os.chmod(tmp, 0o600)
-            os.replace(tmp, self._path(record.request_id))
+            os.replace(tmp, self._path(record.key))
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
 
-    def remove(self, request_id: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self._path(request_id).unlink()
+    def _ensure_dirs(self) -> None:
+        # Create what is missing, owner-only; never change the mode of an existing folder.
+        if not self.directory.exists():
+            self.directory.mkdir(parents=True, mode=0o700)
+        if not self.records_dir.exists():
+            with contextlib.suppress(FileExistsError):
+                self.records_dir.mkdir(mode=0o700)
 
-    def records(self) -> list[PartRecord]:
-        if not self.directory.is_dir():
+    def remove(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+    def _files(self) -> list[Path]:
+        if not self.records_dir.is_dir():
             return []
+        return sorted(p for p in self.records_dir.iterdir() if _RECORD_NAME.match(p.name))
+
+    def records(self) -> list[UpdateRecord]:
+        """Every readable record (reads only: nothing is changed or removed)."""
         found = []
-        for path in sorted(self.directory.glob("*.json")):
-            record = self.load(path.stem)
+        for path in self._files():
+            record = self._read(path)
             if record is not None:
                 found.append(record)
         return found
 
     def clear(self) -> int:
-        """Remove every record; returns how many there were."""
+        """Remove every record of this SDK; returns how many there were."""
         records = self.records()
         for record in records:
-            self.remove(record.request_id)
+            self.remove(record.key)
         return len(records)
+
+    def sweep(self, retention: float = RECORD_RETENTION_SECONDS) -> int:
+        """Remove finished records older than ``retention`` seconds; returns how many."""
+        cutoff = time.time() - retention
+        removed = 0
+        for record in self.records():
+            if record.finished and record.updated_at < cutoff:
+                self.remove(record.key)
+                removed += 1
+        return removed

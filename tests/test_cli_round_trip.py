@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from tabhyper_update.cli import main
+from tabhyper_update.client import DataSourceRef
 from tabhyper_update.demo import run_demo
 from tabhyper_update.testing import FakeTableauServer
 
@@ -114,7 +115,9 @@ def test_build_then_apply_with_derived_actions(
         # An unknown data source is a server-side answer: exit 3.
         assert main(["apply", "--actions", str(bad), "--datasource", "Nope"]) == 3
     assert main(["state", "list", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["records"] == []
+    # The change set's record stays, finished; the failed run of a plain batch left none.
+    (record,) = json.loads(capsys.readouterr().out)["records"]
+    assert [p["status"] for p in record["parts"]] == ["applied"]
 
 
 def test_usage_errors_exit_2(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,12 +129,22 @@ def test_usage_errors_exit_2(env: dict[str, str], capsys: pytest.CaptureFixture[
 
 
 def test_state_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tabhyper_update.state import PartRecord, StateStore
+    from tabhyper_update.identity import new_record
+    from tabhyper_update.state import StateStore
 
     store = StateStore(tmp_path)
-    store.save(PartRecord("rid-1", "ds", None, 0, "digest", "s", "j"))
+    record = new_record(
+        "position",
+        DataSourceRef("ds"),
+        request_id="nightly-1",
+        payload_digest="",
+        batches=[],
+        plan=[(None, "")],
+        label="request id 'nightly-1'",
+    )
+    store.save(record)
     assert main(["state", "list", "--state-dir", str(tmp_path)]) == 0
-    assert "rid-1" in capsys.readouterr().out
+    assert "request id 'nightly-1'" in capsys.readouterr().out
     assert main(["state", "clear", "--state-dir", str(tmp_path)]) == 0
     assert store.records() == []
 

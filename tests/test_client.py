@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import logging
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -696,9 +697,7 @@ def test_update_sends_actions_request_id_and_session(
     add_signin(rsps)
     add_patch(rsps)
     client = make_client(clock)
-    job = client.update_data(
-        DataSourceRef(DS), BATCH, upload_session_id=SESSION, payload_digest="ab" * 32
-    )
+    job = client.update_data(DataSourceRef(DS), BATCH, upload_session_id=SESSION)
     assert job.id == "job-1"
     req = rsps.calls[-1].request
     assert (
@@ -719,17 +718,11 @@ def test_update_sends_actions_request_id_and_session(
             }
         ]
     }
-    # Deterministic: the same content gives the same RequestID, other content another.
+    # Without request_id each call is a new update: a fresh random RequestID.
     rid = req.headers["RequestID"]
-    same = client.request_id_for(DataSourceRef(DS), client_batch(), payload_digest="ab" * 32)
-    other = client.request_id_for(DataSourceRef(DS), client_batch(), payload_digest="cd" * 32)
-    assert rid == same != other
-
-
-def client_batch() -> Any:
-    from tabhyper_update import ActionBatch
-
-    return ActionBatch(actions=BATCH)
+    assert uuid.UUID(rid).version == 4
+    client.update_data(DataSourceRef(DS), BATCH, upload_session_id=SESSION)
+    assert rsps.calls[-1].request.headers["RequestID"] != rid
 
 
 def test_update_without_source_omits_the_upload_session(

@@ -271,7 +271,7 @@ def test_crash_at_each_step_then_rerun(built: Payload, run: Run, point: str) -> 
     # The job runs again from the top with a new client and the same state directory.
     run.round_trip(built)
     run.assert_exactly_once()
-    assert StateStore(run.state_dir).records() == []
+    assert all(r.finished for r in StateStore(run.state_dir).records())
 
 
 def test_crash_in_a_subprocess_then_rerun(built: Payload, run: Run, tmp_path: Path) -> None:
@@ -287,17 +287,18 @@ def test_crash_in_a_subprocess_then_rerun(built: Payload, run: Run, tmp_path: Pa
         f"p = Payload.load({str(manifest)!r})\n"
         f"c = TableauClient({run.server.url!r}, '', PersonalAccessToken('ci', 'pat-secret'))\n"
         f"p.upload('Orders', client=c, progress=False, state_dir={str(run.state_dir)!r})"
-        ".apply()\n"
+        ".apply(wait=False)\n"
         "os._exit(9)  # dies without waiting, signing out or cleaning up\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], timeout=120, check=False, capture_output=True, text=True
     )
     assert done.returncode == 9, done.stderr
-    assert len(StateStore(run.state_dir).records()) == 1
-    (record,) = run.state_dir.glob("*.json")
+    (pending,) = StateStore(run.state_dir).records()
+    assert [p.status for p in pending.parts] == ["submitted"]
+    (record,) = (run.state_dir / "records").glob("*.json")
     assert stat.S_IMODE(record.stat().st_mode) == 0o600
-    assert stat.S_IMODE(run.state_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(record.parent.stat().st_mode) == 0o700
     run.round_trip(built)
     run.assert_exactly_once()
 

@@ -219,7 +219,7 @@ def test_round_trip_applies_the_update(server: FakeTableauServer, tmp_path: Path
     with client_for(server, chunk_size_mb=0.01) as client:
         ref = client.datasource("Orders", project="Sales")
         session = client.upload(path)
-        job = client.update_data(ref, UPSERT, upload_session_id=session, payload_digest="1")
+        job = client.update_data(ref, UPSERT, upload_session_id=session)
         assert job.wait(timeout=30).succeeded
     assert read_rows(server.datasource_path(ref.id), "Extract") == [(1, "a"), (2, "B"), (3, "c")]
     assert server.counts["append"] > 1  # several chunks

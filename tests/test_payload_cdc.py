@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tabhyper_update import PayloadError
-from tabhyper_update.payload import build_payload
+from tabhyper_update import PayloadError, build_payload
 
 from ._util import read_columns, read_rows
 

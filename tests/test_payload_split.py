@@ -16,10 +16,10 @@ from tabhyper_update import (
     Replace,
     Update,
     Upsert,
+    build_payload,
     keys_match,
     target,
 )
-from tabhyper_update.payload import build_payload
 
 from ._util import read_rows
 

@@ -86,7 +86,10 @@ def test_cdc_round_trip_with_derived_actions(
     assert orders(server) == EXPECTED
     assert [j.succeeded for j in result.jobs] == [True]
     assert not payload.parts[0].path.exists()  # cleaned up after success
-    assert StateStore(tmp_path / "state").records() == []
+    # The change set's record stays, finished, so that a replay is recognised locally.
+    (record,) = StateStore(tmp_path / "state").records()
+    assert record.finished
+    assert record.kind == "position"
 
 
 def test_the_literal_one_line_with_the_environment(
@@ -134,7 +137,7 @@ def test_a_rerun_after_a_crash_waits_on_the_submitted_job(
     df = changes(spark, CHANGES)
     # First run: submitted, then the process "dies" before waiting.
     first = build_payload(df, key="id", op_column="op", order_by="seq")
-    first.upload("Orders", client=client, progress=False, state_dir=tmp_path).apply()
+    first.upload("Orders", client=client, progress=False, state_dir=tmp_path).apply(wait=False)
     first.cleanup()
     # The re-run rebuilds the same change set: same content digest, same RequestID.
     again = build_payload(df, key="id", op_column="op", order_by="seq")
@@ -149,18 +152,52 @@ def test_a_rerun_after_a_crash_waits_on_the_submitted_job(
     assert orders(server) == EXPECTED
 
 
-def test_without_the_record_the_request_id_still_deduplicates(
+def test_without_the_record_the_request_id_still_deduplicates_and_says_so(
+    spark: SparkSession,
+    server: FakeTableauServer,
+    client: TableauClient,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    df = changes(spark, CHANGES)
+    first = (
+        build_payload(df, key="id", op_column="op", order_by="seq")
+        .upload("Orders", client=client, progress=False, state_dir=tmp_path / "a")
+        .apply()
+    )
+    assert not first.deduplicated
+    server.age_jobs(600)  # the replay comes ten minutes later, from another machine
+    again = (
+        build_payload(df, key="id", op_column="op", order_by="seq")
+        .upload("Orders", client=client, progress=False, state_dir=tmp_path / "b")
+        .apply()
+    )
+    assert server.counts["update"] == 2
+    assert sum(server.jobs_run.values()) == 1  # the server ignored the repeated RequestID
+    assert orders(server) == EXPECTED
+    assert again.deduplicated
+    assert again.parts[0].deduplicated
+    assert again.parts[0].job_id == first.parts[0].job_id  # the original job
+    assert "existed before this request" in caplog.text
+
+
+def test_a_replay_with_the_record_is_skipped_without_a_request(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
 ) -> None:
     df = changes(spark, CHANGES)
     build_payload(df, key="id", op_column="op", order_by="seq").upload(
-        "Orders", client=client, progress=False, state_dir=tmp_path / "a"
-    ).apply().wait()
-    build_payload(df, key="id", op_column="op", order_by="seq").upload(
-        "Orders", client=client, progress=False, state_dir=tmp_path / "b"
-    ).apply().wait()
-    assert server.counts["update"] == 2
-    assert sum(server.jobs_run.values()) == 1  # the server ignored the repeated RequestID
+        "Orders", client=client, progress=False, state_dir=tmp_path
+    ).apply()
+    before = dict(server.counts)
+    again = (
+        build_payload(df, key="id", op_column="op", order_by="seq")
+        .upload("Orders", client=client, progress=False, state_dir=tmp_path)
+        .apply()
+    )
+    assert again.deduplicated
+    assert again.parts[0].skipped
+    assert server.counts["update"] == before["update"]
+    assert server.counts["initiate"] == before["initiate"]
     assert orders(server) == EXPECTED
 
 
@@ -190,7 +227,7 @@ def test_delete_by_constant_needs_no_upload(
     assert server.counts["initiate"] == 0
 
 
-def test_a_failed_job_raises_with_notes_and_cleans_up(
+def test_a_failed_job_raises_with_notes_and_keeps_the_files(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
 ) -> None:
     df = spark.createDataFrame([(9, "z", 90)], "id long, name string, qty int")
@@ -199,9 +236,11 @@ def test_a_failed_job_raises_with_notes_and_cleans_up(
         payload.upload("Orders", client=client, progress=False, state_dir=tmp_path).apply(
             [Insert(target_table="Nope", source_table="Extract")]
         ).wait()
-    assert not payload.parts[0].path.exists()
+    # The files stay for a local reproduction (README, Troubleshooting); nothing is pending.
+    assert payload.parts[0].path.exists()
     assert StateStore(tmp_path).records() == []
     assert orders(server) == [(1, "a", 10), (2, "b", 20), (3, "c", 30)]
+    payload.cleanup()
 
 
 def test_a_batch_that_does_not_fit_the_payload_sends_nothing(

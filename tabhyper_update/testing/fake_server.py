@@ -30,7 +30,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -318,6 +318,24 @@ class FakeTableauServer:
         with self._lock:
             for session in self._sessions.values():
                 session.expires_at = 0
+
+    def age_jobs(self, seconds: float) -> None:
+        """Move every job's times, and the RequestIDs it remembers, ``seconds`` into the past
+        (as if that much time had passed since they were submitted)."""
+
+        def shift(value: str | None) -> str | None:
+            if value is None:
+                return None
+            when = datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+            return (when - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        with self._lock:
+            for job in self._jobs.values():
+                job.created_at = shift(job.created_at) or job.created_at
+                job.started_at = shift(job.started_at)
+                job.completed_at = shift(job.completed_at)
+            for rid, (when, job_id) in list(self._request_ids.items()):
+                self._request_ids[rid] = (when - seconds, job_id)
 
     def wait_idle(self, timeout: float = 30) -> None:
         """Wait until every queued job has finished."""

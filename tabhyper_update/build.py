@@ -1,0 +1,692 @@
+"""``build_payload``: Spark change sets → ``.hyper`` payload files, fast, with flat driver memory.
+
+How a payload is built (chosen by measurement, see ``benchmarks/payload_build.py``):
+
+1. Spark's executors compute the change set (for CDC: the last change per key, in one
+   shuffle) and write it as Parquet to a private staging directory, with a split bucket and
+   a row hash beside each row. The driver collects nothing; Spark's own count of the rows it
+   wrote comes back through ``DataFrame.observe`` in the same job.
+2. Hyper reads the staged Parquet once for per-bucket statistics (exact row counts, an upper
+   estimate of the bytes, row-hash sums). Its row count must equal Spark's: anything else is
+   an error, never an empty change set.
+3. Parts are planned from those statistics alone: consecutive bucket ranges whose estimated
+   size stays under ``max_payload_mb``. Buckets are a hash of the key (change sets) or of the
+   whole row (plain tables), so the same change set always splits into the same parts,
+   whatever Spark's partitioning or Hyper's byte-level file sizes.
+4. Hyper writes each part (``INSERT … SELECT … FROM external(…) WHERE bucket BETWEEN …``)
+   under a temporary name and renames it when complete. Files are ``0600`` in a ``0700``
+   directory.
+
+The staging directory must be readable by the driver at the same path the executors wrote
+it: the local disk in Spark local mode, a shared filesystem (NFS, a FUSE mount of object
+storage such as ``/dbfs``) on a cluster. It is removed in every case, failures included.
+
+>>> with build_payload(df, key=["id"], op_column="op", order_by="seq") as payload:  # doctest: +SKIP
+...     payload.parts[0].tables["upserts"].row_count
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._hyper import connect, quote_literal, quote_name, table_ref
+from .actions import DEFAULT_SCHEMA, ActionBatch
+from .cdc import (
+    KIND_COLUMN,
+    KIND_DELETE,
+    KIND_ERRORS,
+    KIND_UPSERT,
+    OP_TEXT_COLUMN,
+    ORDER_TEXT_COLUMN,
+    CdcSpec,
+    derived_actions,
+)
+from .errors import PayloadError
+from .hyper_types import DEFAULT_DATABASE_VERSION, ColumnPlan, plan_column
+from .payload import (
+    BUCKETS,
+    DEFAULT_MAX_PAYLOAD_MB,
+    ColumnInfo,
+    Payload,
+    PayloadPart,
+    RowDigest,
+    TableInfo,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = ["build_payload"]
+
+log = logging.getLogger(__name__)
+
+BUCKET_COLUMN = "__tabhyper_bucket"
+#: A per-row hash staged beside the data. Its sums are the payload's content digest (Hyper
+#: files of the same rows differ byte for byte from one build to the next). It covers every
+#: value with its NULL flag (so NULLs in different columns never collide), and for a change
+#: set also the op and the ordering values: the position of the change in its source.
+ROWHASH_COLUMN = "__tabhyper_rowhash"
+_MB = 1024 * 1024
+#: Parts are planned a little under the cap, for the estimate's sake.
+_SPLIT_HEADROOM = 0.9
+#: A Hyper file's own size before any row (measured: 64 KiB with up to five empty tables).
+_FILE_OVERHEAD = 64 * 1024
+#: Bytes a value takes at most in a Hyper file, by type (text and bytes: their length + 8).
+_FIXED_WIDTH = {
+    "BOOLEAN": 1,
+    "SMALLINT": 2,
+    "INTEGER": 4,
+    "REAL": 4,
+    "DATE": 4,
+    "BIGINT": 8,
+    "DOUBLE PRECISION": 8,
+    "TIMESTAMP": 8,
+}
+_VARIABLE_OVERHEAD = 8
+#: Staging Parquet options. Dictionary encoding is off: measured on 2M rows it doubled
+#: Spark's write time and slowed Hyper's read, for files that live a few seconds.
+_PARQUET_OPTIONS = {"compression": "snappy", "parquet.enable.dictionary": "false"}
+_SPARK_CONF = {
+    # Proleptic Gregorian dates and timestamps, as Hyper stores them, for every year 1-9999.
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+    "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
+
+
+@dataclass
+class _Staged:
+    """A payload table whose rows sit in staged Parquet files."""
+
+    name: str
+    plans: list[ColumnPlan]
+    staged_names: list[str]
+    files: list[Path]
+    #: How many rows Spark says it wrote for this table.
+    written: int
+    #: bucket → (rows, estimated bytes, row digest), filled in from the staged files.
+    buckets: dict[int, tuple[int, int, RowDigest]] | None = None
+
+
+def build_payload(
+    source: DataFrame | Mapping[str, DataFrame],
+    *,
+    table: str = "Extract",
+    schema: str = DEFAULT_SCHEMA,
+    key: Sequence[str] | str | None = None,
+    op_column: str | None = None,
+    order_by: Sequence[str] | str | None = None,
+    op_map: Mapping[str, str] | None = None,
+    keep_columns: Sequence[str] = (),
+    target_table: str = "Extract",
+    target_schema: str = DEFAULT_SCHEMA,
+    upsert_table: str = "upserts",
+    delete_table: str = "deletes",
+    database_version: int = DEFAULT_DATABASE_VERSION,
+    complex_as_json: bool = False,
+    staging_dir: str | os.PathLike[str] | None = None,
+    output_dir: str | os.PathLike[str] | None = None,
+    max_payload_mb: float = DEFAULT_MAX_PAYLOAD_MB,
+    keep_files: bool = False,
+) -> Payload:
+    """Build a ``.hyper`` payload from one DataFrame or a mapping of table name → DataFrame.
+
+    Plain mode writes each DataFrame as a table (``table`` names the single one). CDC mode
+    (``key=`` given) reads a change set and writes an ``upserts`` table (every data column)
+    and a ``deletes`` table (key columns only), with derived actions delete-then-upsert on
+    ``target_schema.target_table``::
+
+        payload = build_payload(changes, key=["region", "id"], op_column="_change_type",
+                                order_by="_commit_version")
+    """
+    if max_payload_mb <= 0:
+        raise PayloadError(f"max_payload_mb must be positive, got {max_payload_mb!r}")
+    for value, what in (
+        (schema, "schema"),
+        (table, "table"),
+        (target_table, "target_table"),
+        (target_schema, "target_schema"),
+        (upsert_table, "upsert_table"),
+        (delete_table, "delete_table"),
+    ):
+        _check_names(value, what)
+    if isinstance(source, Mapping):
+        frames = dict(source)
+        if not frames:
+            raise PayloadError("build_payload needs at least one DataFrame")
+        for name in frames:
+            _check_names(name, "a table name")
+    else:
+        frames = {table: source}
+    for name, df in frames.items():
+        if not hasattr(df, "schema") or not hasattr(df, "write"):
+            raise PayloadError(
+                f"table {name!r}: expected a Spark DataFrame, got {type(df).__name__}"
+            )
+    cdc = key is not None or op_column is not None
+    if cdc and len(frames) != 1:
+        raise PayloadError("a change set (key=/op_column=) is one DataFrame, not a mapping")
+    if cdc and key is None:
+        raise PayloadError("a change set needs key= (the column(s) that identify a row)")
+    if cdc and upsert_table == delete_table:
+        raise PayloadError("upsert_table and delete_table must differ")
+
+    # Plan every column before any Spark job or file write: bad types fail here.
+    spark_frames: list[tuple[str, DataFrame, list[ColumnPlan]]] = []
+    spec: CdcSpec | None = None
+    if cdc:
+        ((_, df),) = frames.items()
+        spec = CdcSpec.create(
+            df.columns,
+            key=key or (),
+            op_column=op_column,
+            order_by=order_by,
+            op_map=op_map,
+            keep_columns=keep_columns,
+        )
+        data_columns = spec.data_columns(df.columns)
+        plans = _plans(
+            df,
+            upsert_table,
+            data_columns,
+            database_version=database_version,
+            complex_as_json=complex_as_json,
+        )
+        spark_frames.append((upsert_table, df, plans))
+    else:
+        for name, df in frames.items():
+            plans = _plans(
+                df,
+                name,
+                df.columns,
+                database_version=database_version,
+                complex_as_json=complex_as_json,
+            )
+            spark_frames.append((name, df, plans))
+
+    stage = _private_dir(staging_dir, "tabhyper-stage-")
+    out = Path(output_dir) if output_dir is not None else None
+    owned = _private_dir(out, "tabhyper-payload-")
+    try:
+        started = time.perf_counter()
+        staged = _stage(spark_frames, spec, stage, delete_table=delete_table)
+        log.debug("Spark staged the change set in %.2f s", time.perf_counter() - started)
+        started = time.perf_counter()
+        _read_bucket_stats(staged, stage)
+        cap = int(max_payload_mb * _MB)
+        plan = _plan_parts(staged, cap)
+        parts = _write_parts(
+            staged,
+            plan,
+            owned,
+            schema=schema,
+            database_version=database_version,
+            cap_bytes=cap,
+            drop_empty=spec is not None,
+        )
+        log.debug("Hyper wrote %d part(s) in %.2f s", len(parts), time.perf_counter() - started)
+        if spec is not None:
+            parts = [
+                PayloadPart(
+                    p.path,
+                    p.size_bytes,
+                    p.tables,
+                    ActionBatch(
+                        actions=derived_actions(
+                            spec.key,
+                            target_schema=target_schema,
+                            target_table=target_table,
+                            source_schema=schema,
+                            delete_table=delete_table if delete_table in p.tables else None,
+                            upsert_table=upsert_table if upsert_table in p.tables else None,
+                        )
+                    ),
+                    p.buckets,
+                )
+                for p in parts
+            ]
+    except BaseException:
+        shutil.rmtree(owned, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    if not parts:
+        shutil.rmtree(owned, ignore_errors=True)
+        log.info("the change set is empty (Spark wrote no rows): nothing to upload")
+    payload = Payload(
+        parts,
+        schema=schema,
+        keep_files=keep_files,
+        key=spec.key if spec is not None else None,
+        _owned_dir=owned,
+    )
+    log.info(
+        "built payload: %d part(s), %d bytes, tables %s",
+        len(parts),
+        payload.size_bytes,
+        {n: t.row_count for n, t in payload.tables.items()},
+    )
+    return payload
+
+
+# ---------------------------------------------------------------------------------------------
+# Spark: stage the rows
+
+
+def _quoted(name: str) -> str:
+    return f"`{name.replace('`', '``')}`"
+
+
+def _row_hash(values: Sequence[Column], extra: Sequence[Column] = ()) -> Column:
+    """A 64-bit hash of the values, their NULL flags and ``extra``.
+
+    Spark's ``xxhash64`` chains each argument's hash into the next (so column boundaries
+    count) but skips NULLs: the NULL flags make ``(5, 'x', NULL)`` and ``(5, NULL, 'x')``
+    differ.
+    """
+    from pyspark.sql import functions as F
+
+    flags = [F.isnull(v) for v in values]
+    return F.xxhash64(*values, *extra, *flags)
+
+
+def _write_staged(df: DataFrame, target: Path, partition_by: str | None = None) -> None:
+    # A file URI of the raw path: Hadoop quotes it itself, so the files land at exactly this
+    # path whatever it holds (spaces, %, #, ?, quotes, non-ASCII). ``Path.as_uri()`` would
+    # percent-encode it and Spark would take the escapes literally.
+    writer = df.write.mode("overwrite").options(**_PARQUET_OPTIONS)
+    if partition_by is not None:
+        writer = writer.partitionBy(partition_by)
+    writer.parquet("file://" + str(target.resolve()))
+
+
+def _stage(
+    frames: Sequence[tuple[str, DataFrame, list[ColumnPlan]]],
+    spec: CdcSpec | None,
+    stage: Path,
+    *,
+    delete_table: str,
+) -> list[_Staged]:
+    """Write the change set (or tables) to Parquet with Spark; nothing is collected."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    staged: list[_Staged] = []
+    for index, (name, df, plans) in enumerate(frames):
+        staged_names = [f"c{i}" for i in range(len(plans))]
+        values = [p.spark_column(F.col(_quoted(p.name))) for p in plans]
+        columns = [v.alias(s) for v, s in zip(values, staged_names, strict=True)]
+        target = stage / f"t{index}"
+        observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
+        with _spark_conf(df.sparkSession):
+            if spec is None:
+                row_hash = _row_hash(values)
+                frame = df.select(
+                    *columns,
+                    row_hash.alias(ROWHASH_COLUMN),
+                    F.pmod(row_hash, F.lit(BUCKETS)).cast("smallint").alias(BUCKET_COLUMN),
+                ).observe(observed, F.count(F.lit(1)).alias("rows"))
+                _write_staged(frame, target)
+                staged.append(
+                    _Staged(
+                        name, plans, staged_names, _parquet_files(target), _metric(observed, "rows")
+                    )
+                )
+                continue
+            keys = [F.col(_quoted(k)) for k in spec.key]
+            bucket = F.pmod(F.xxhash64(*keys), F.lit(BUCKETS))
+            latest = spec.latest_changes(df)
+            position = [F.col(KIND_COLUMN), F.col(_quoted(spec.op_column)).cast("string")]
+            position += [F.col(_quoted(o)) for o in spec.order_by]
+            position += [F.isnull(F.col(_quoted(o))) for o in spec.order_by]
+            kind = F.col(KIND_COLUMN)
+            frame = latest.select(
+                *columns,
+                _row_hash(values, position).alias(ROWHASH_COLUMN),
+                bucket.cast("smallint").alias(BUCKET_COLUMN),
+                kind,
+                F.col(OP_TEXT_COLUMN),
+                F.col(ORDER_TEXT_COLUMN),
+            ).observe(
+                observed,
+                F.sum(F.when(kind == KIND_UPSERT, 1).otherwise(0)).alias("upserts"),
+                F.sum(F.when(kind == KIND_DELETE, 1).otherwise(0)).alias("deletes"),
+            )
+            _write_staged(frame, target, partition_by=KIND_COLUMN)
+        _raise_on_change_set_errors(spec, plans, staged_names, target)
+        key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
+        upserts = _parquet_files(target / f"{KIND_COLUMN}={KIND_UPSERT}")
+        deletes = _parquet_files(target / f"{KIND_COLUMN}={KIND_DELETE}")
+        staged.append(_Staged(name, plans, staged_names, upserts, _metric(observed, "upserts")))
+        staged.append(
+            _Staged(
+                delete_table,
+                [plans[i] for i in key_idx],
+                [staged_names[i] for i in key_idx],
+                deletes,
+                _metric(observed, "deletes"),
+            )
+        )
+    return staged
+
+
+def _metric(observed: Any, name: str) -> int:
+    value = observed.get.get(name)
+    return int(value or 0)
+
+
+def _raise_on_change_set_errors(
+    spec: CdcSpec, plans: Sequence[ColumnPlan], staged_names: Sequence[str], target: Path
+) -> None:
+    for kind in KIND_ERRORS:
+        files = _parquet_files(target / f"{KIND_COLUMN}={kind}")
+        if not files:
+            continue
+        by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
+        key_cols = ", ".join(quote_name(by_name[k]) for k in spec.key)
+        source = _external(files)
+        with connect() as conn:
+            count = int(conn.execute_scalar_query(f"SELECT COUNT(*) FROM {source}"))
+            if count == 0:
+                continue
+            row = conn.execute_list_query(
+                f"SELECT {key_cols}, {quote_name(OP_TEXT_COLUMN)}, "
+                f"{quote_name(ORDER_TEXT_COLUMN)} FROM {source} LIMIT 1"
+            )[0]
+        n = len(spec.key)
+        raise PayloadError(spec.describe_error(kind, row[:n], row[n], row[n + 1], count))
+
+
+# ---------------------------------------------------------------------------------------------
+# Hyper: statistics, the split plan, the part files
+
+
+def _external(files: Sequence[Path]) -> str:
+    return (
+        f"external(ARRAY[{', '.join(quote_literal(str(f)) for f in files)}], FORMAT => 'parquet')"
+    )
+
+
+def _size_expression(plans: Sequence[ColumnPlan], staged_names: Sequence[str]) -> str:
+    """SQL for an upper estimate of the bytes one row takes in a Hyper file."""
+    fixed = 0
+    variable: list[str] = []
+    for plan, staged in zip(plans, staged_names, strict=True):
+        width = _FIXED_WIDTH.get(plan.hyper_type)
+        if width is None and plan.hyper_type.startswith("NUMERIC"):
+            width = 16
+        if width is not None:
+            fixed += width + 1
+        else:
+            fixed += _VARIABLE_OVERHEAD
+            variable.append(f"COALESCE(octet_length({quote_name(staged)}), 0)")
+    return " + ".join([str(fixed), *variable])
+
+
+def _read_bucket_stats(staged: Sequence[_Staged], stage: Path) -> None:
+    """Per-bucket row counts, size estimates and digests; checks Spark's count."""
+    h, b = quote_name(ROWHASH_COLUMN), quote_name(BUCKET_COLUMN)
+    sums = ", ".join(f"SUM({h} % {m})" for m in RowDigest.MODULI)
+    with connect() as conn:
+        for t in staged:
+            buckets: dict[int, tuple[int, int, RowDigest]] = {}
+            if t.files:
+                size = _size_expression(t.plans, t.staged_names)
+                rows = conn.execute_list_query(
+                    f"SELECT {b}, COUNT(*), SUM({size}), {sums} FROM {_external(t.files)} "
+                    f"GROUP BY {b}"
+                )
+                for bucket, count, nbytes, *residues in rows:
+                    digest = RowDigest(int(count), tuple(int(r) for r in residues))
+                    buckets[int(bucket)] = (int(count), int(nbytes), digest)
+            t.buckets = buckets
+            found = sum(c for c, _, _ in buckets.values())
+            if found != t.written:
+                raise PayloadError(
+                    f"Spark wrote {t.written} row(s) for table {t.name!r} but {found} were "
+                    f"found in the staging directory {str(stage)!r} ({len(t.files)} Parquet "
+                    "file(s)): on a cluster, staging_dir must be a shared path that the "
+                    "executors write and the driver reads at the same place"
+                )
+
+
+def _plan_parts(staged: Sequence[_Staged], cap_bytes: int) -> list[tuple[int, int]]:
+    """Consecutive bucket ranges whose estimated size stays under the cap.
+
+    A function of the data alone (the per-bucket statistics), so a rebuilt change set gets
+    the same plan.
+    """
+    per_bucket = [0] * BUCKETS
+    for t in staged:
+        assert t.buckets is not None
+        for bucket, (_, nbytes, _) in t.buckets.items():
+            per_bucket[bucket] += nbytes
+    budget = max(1, int(cap_bytes * _SPLIT_HEADROOM) - _FILE_OVERHEAD)
+    ranges: list[tuple[int, int]] = []
+    lo, used = 0, 0
+    for bucket, nbytes in enumerate(per_bucket):
+        if used and used + nbytes > budget:
+            ranges.append((lo, bucket - 1))
+            lo, used = bucket, 0
+        used += nbytes
+    ranges.append((lo, BUCKETS - 1))
+    return ranges
+
+
+def _range_stats(t: _Staged, lo: int, hi: int) -> tuple[int, RowDigest]:
+    assert t.buckets is not None
+    rows, digest = 0, RowDigest()
+    for bucket in range(lo, hi + 1):
+        found = t.buckets.get(bucket)
+        if found is not None:
+            rows += found[0]
+            digest = digest + found[2]
+    return rows, digest
+
+
+def _write_part(
+    path: Path,
+    staged: Sequence[_Staged],
+    *,
+    schema: str,
+    buckets: tuple[int, int],
+    database_version: int,
+    drop_empty: bool,
+) -> dict[str, TableInfo]:
+    """Write one ``.hyper`` file from staged Parquet; returns its tables."""
+    lo, hi = buckets
+    tables: dict[str, TableInfo] = {}
+    with connect(path, create=True, database_version=database_version) as conn:
+        conn.execute_command(f"CREATE SCHEMA {quote_name(schema)}")
+        for t in staged:
+            expected, digest = _range_stats(t, lo, hi)
+            if expected == 0 and drop_empty:
+                continue
+            ref = table_ref(schema, t.name)
+            columns = ", ".join(f"{quote_name(p.name)} {p.sql_definition_type}" for p in t.plans)
+            conn.execute_command(f"CREATE TABLE {ref} ({columns})")
+            rows = 0
+            if expected:
+                select = ", ".join(
+                    p.hyper_expression(quote_name(s))
+                    for p, s in zip(t.plans, t.staged_names, strict=True)
+                )
+                where = (
+                    ""
+                    if (lo, hi) == (0, BUCKETS - 1)
+                    else f" WHERE {quote_name(BUCKET_COLUMN)} BETWEEN {lo} AND {hi}"
+                )
+                rows = int(
+                    conn.execute_command(
+                        f"INSERT INTO {ref} SELECT {select} FROM {_external(t.files)}{where}"
+                    )
+                    or 0
+                )
+            if rows != expected:
+                raise PayloadError(
+                    f"table {t.name!r}: Hyper wrote {rows} row(s) for buckets {lo}-{hi} where "
+                    f"the staged statistics say {expected}"
+                )
+            tables[t.name] = TableInfo(
+                schema,
+                t.name,
+                tuple(ColumnInfo(p.name, p.hyper_type, p.nullable) for p in t.plans),
+                rows,
+                str(digest) if rows else "",
+            )
+    return tables
+
+
+def _write_parts(
+    staged: Sequence[_Staged],
+    plan: Sequence[tuple[int, int]],
+    directory: Path,
+    *,
+    schema: str,
+    database_version: int,
+    cap_bytes: int,
+    drop_empty: bool,
+) -> list[PayloadPart]:
+    """Write the planned parts; a part the estimate got wrong is halved (and logged)."""
+
+    def write(buckets: tuple[int, int]) -> tuple[Path, dict[str, TableInfo]]:
+        tmp = directory / f".part-{uuid.uuid4().hex}.hyper.tmp"
+        try:
+            tables = _write_part(
+                tmp,
+                staged,
+                schema=schema,
+                buckets=buckets,
+                database_version=database_version,
+                drop_empty=drop_empty,
+            )
+            tmp.chmod(0o600)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
+        return tmp, tables
+
+    def rows_in(lo: int, hi: int) -> int:
+        return sum(_range_stats(t, lo, hi)[0] for t in staged)
+
+    pending = [r for r in plan if rows_in(*r)]
+    done: list[tuple[tuple[int, int], Path, dict[str, TableInfo]]] = []
+    try:
+        while pending:
+            lo, hi = pending.pop(0)
+            path, tables = write((lo, hi))
+            size = path.stat().st_size
+            if size <= cap_bytes:
+                done.append(((lo, hi), path, tables))
+                continue
+            path.unlink()
+            if lo == hi:
+                raise PayloadError(
+                    f"the payload cannot be split under max_payload_mb={cap_bytes / _MB:g}: one "
+                    f"split unit alone takes {size / _MB:.1f} MB (a single key, or one of "
+                    f"{BUCKETS} buckets of rows); raise max_payload_mb together with the "
+                    "server's api.server.update_uploaded_file.max_size_in_mb"
+                )
+            mid = (lo + hi) // 2
+            log.warning(
+                "payload part for buckets %d-%d is %.1f MB, over the %.1f MB cap although "
+                "its estimate was under it: halving it (this split depends on Hyper's file "
+                "size, not on the data alone)",
+                lo,
+                hi,
+                size / _MB,
+                cap_bytes / _MB,
+            )
+            pending[:0] = [r for r in ((lo, mid), (mid + 1, hi)) if rows_in(*r)]
+    except BaseException:
+        for _, path, _ in done:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        raise
+
+    done.sort(key=lambda d: d[0])
+    total = len(done)
+    parts: list[PayloadPart] = []
+    for index, (buckets, tmp, tables) in enumerate(done, start=1):
+        final = directory / (
+            "payload.hyper" if total == 1 else f"payload-part-{index:03d}-of-{total:03d}.hyper"
+        )
+        os.replace(tmp, final)
+        parts.append(PayloadPart(final, final.stat().st_size, tables, None, buckets))
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _private_dir(parent: str | os.PathLike[str] | None, prefix: str) -> Path:
+    if parent is not None:
+        Path(parent).mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    path.chmod(0o700)
+    return path
+
+
+def _parquet_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.rglob("*.parquet") if p.is_file())
+
+
+@contextlib.contextmanager
+def _spark_conf(spark: Any) -> Iterator[None]:
+    saved = {k: spark.conf.get(k, None) for k in _SPARK_CONF}
+    for k, v in _SPARK_CONF.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, old in saved.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
+
+
+def _check_names(name: str, what: str) -> None:
+    if not isinstance(name, str) or not name:
+        raise PayloadError(f"{what} must be a non-empty string, got {name!r}")
+
+
+def _plans(
+    df: DataFrame,
+    table: str,
+    columns: Sequence[str],
+    *,
+    database_version: int,
+    complex_as_json: bool,
+) -> list[ColumnPlan]:
+    by_name = {f.name: f for f in df.schema.fields}
+    seen: set[str] = set()
+    for f in df.schema.fields:
+        if f.name in seen:
+            raise PayloadError(f"table {table!r} has two columns named {f.name!r}")
+        seen.add(f.name)
+    if not columns:
+        raise PayloadError(f"table {table!r} has no columns")
+    return [
+        plan_column(
+            by_name[c],
+            table=table,
+            database_version=database_version,
+            complex_as_json=complex_as_json,
+        )
+        for c in columns
+    ]

@@ -1,0 +1,187 @@
+"""The identity of an update: which RequestID it carries, and when a repeat is the same update.
+
+The rule: **an update's identity is the position of the change in its source, never its
+content alone.** Replaying the same position is deduplicated; anything new is applied.
+
+- A change set (``build_payload(..., key=, op_column=, order_by=)``): the payload digest
+  covers each change's op and ordering values (commit versions, LSNs, sequence numbers), so
+  the same slice of a feed rebuilt after a crash has the same identity, and a later slice
+  with equal rows does not. Kind ``"position"``.
+- ``request_id=``: the caller binds the identity to a position of its own (say the date
+  partition a nightly job publishes). Kind ``"position"``.
+- Anything else (plain payloads, batches without a payload): each new run is a new update,
+  with a fresh random identity. Only resuming an unfinished run reuses it, through its
+  record. Kind ``"run"``.
+
+A payload in several parts gives each part its own RequestID derived from the identity and
+the part's bucket range and digest; a failed or cancelled part applied nothing (batches are
+atomic) and is submitted again as a new attempt, with a RequestID derived from the attempt
+number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+from .actions import ActionBatch
+from .client import DataSourceRef
+from .state import PartState, RecordKind, UpdateRecord
+
+__all__ = [
+    "CLOCK_SKEW_SECONDS",
+    "REQUEST_ID_NAMESPACE",
+    "created_before",
+    "new_record",
+    "next_attempt",
+    "part_request_id",
+    "record_key",
+]
+
+#: Namespace of derived RequestIDs (a fixed, random UUID of this project).
+REQUEST_ID_NAMESPACE = uuid.UUID("0f9b1c3e-6a2d-4e8f-9b1d-3c7a5e2f8d41")
+#: How far the server's clock may be behind ours before a job it says it created before we
+#: sent the request is taken for one created by an earlier request (a deduplicated answer).
+#: Job times have whole seconds.
+CLOCK_SKEW_SECONDS = 5.0
+
+
+def _sha256(*fields: str) -> str:
+    return hashlib.sha256("\x1f".join(fields).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _batches_text(batches: Sequence[ActionBatch]) -> str:
+    return "\x1e".join(b.canonical_json() for b in batches)
+
+
+def record_key(
+    kind: RecordKind,
+    target: DataSourceRef,
+    *,
+    request_id: str | None,
+    payload_digest: str,
+    batches: Sequence[ActionBatch],
+) -> str:
+    """The name of an update's record: the same for a re-run of the same update."""
+    where = [target.id, target.connection_id or ""]
+    if request_id is not None:
+        return _sha256("request-id", *where, request_id)
+    return _sha256(kind, *where, payload_digest, _batches_text(batches))
+
+
+def base_identity(
+    kind: RecordKind,
+    target: DataSourceRef,
+    *,
+    request_id: str | None,
+    payload_digest: str,
+    batches: Sequence[ActionBatch],
+) -> str:
+    """The identity the part RequestIDs derive from (see the module docstring)."""
+    if request_id is not None:
+        return request_id
+    if kind == "position":
+        fields = ("change-set", target.id, target.connection_id or "", payload_digest)
+        name = "\x1f".join((*fields, _batches_text(batches)))
+        return str(uuid.uuid5(REQUEST_ID_NAMESPACE, name))
+    return str(uuid.uuid4())
+
+
+def part_request_id(
+    identity: str,
+    *,
+    explicit: bool,
+    index: int,
+    parts: int,
+    buckets: tuple[int, int] | None,
+    digest: str,
+    attempt: int,
+) -> str:
+    """The RequestID of one part's attempt."""
+    if explicit:
+        rid = identity if parts == 1 else f"{identity}-part-{index + 1}"
+        return rid if attempt == 0 else f"{rid}-attempt-{attempt + 1}"
+    if parts == 1 and attempt == 0:
+        return identity
+    span = "" if buckets is None else f"{buckets[0]}-{buckets[1]}"
+    name = "\x1f".join([identity, "part", str(index), span, digest, "attempt", str(attempt)])
+    return str(uuid.uuid5(REQUEST_ID_NAMESPACE, name))
+
+
+def new_record(
+    kind: RecordKind,
+    target: DataSourceRef,
+    *,
+    request_id: str | None,
+    payload_digest: str,
+    batches: Sequence[ActionBatch],
+    plan: Sequence[tuple[tuple[int, int] | None, str]],
+    label: str,
+) -> UpdateRecord:
+    """A fresh record for an update whose parts are ``plan`` (buckets, digest)."""
+    identity = base_identity(
+        kind, target, request_id=request_id, payload_digest=payload_digest, batches=batches
+    )
+    parts = [
+        PartState(
+            index=i,
+            buckets=buckets,
+            digest=digest,
+            request_id=part_request_id(
+                identity,
+                explicit=request_id is not None,
+                index=i,
+                parts=len(plan),
+                buckets=buckets,
+                digest=digest,
+                attempt=0,
+            ),
+        )
+        for i, (buckets, digest) in enumerate(plan)
+    ]
+    return UpdateRecord(
+        key=record_key(
+            kind, target, request_id=request_id, payload_digest=payload_digest, batches=batches
+        ),
+        kind=kind,
+        identity=identity,
+        label=label,
+        datasource_id=target.id,
+        connection_id=target.connection_id,
+        parts=parts,
+        explicit_id=request_id is not None,
+    )
+
+
+def next_attempt(record: UpdateRecord, part: PartState) -> None:
+    """Prepare ``part`` to be submitted again (its last job failed or was cancelled)."""
+    part.attempt += 1
+    part.status = "pending"
+    part.job_id = None
+    part.upload_session_id = None
+    part.sent_at = None
+    part.request_id = part_request_id(
+        record.identity,
+        explicit=record.explicit_id,
+        index=part.index,
+        parts=len(record.parts),
+        buckets=part.buckets,
+        digest=part.digest,
+        attempt=part.attempt,
+    )
+
+
+def created_before(created_at: str | None, sent_at: float) -> bool:
+    """Whether a job created at ``created_at`` (the server's ISO time) predates a request
+    first sent at ``sent_at`` (our epoch seconds), allowing for whole seconds and skew."""
+    if not created_at:
+        return False
+    try:
+        created = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=timezone.utc)
+    return created.timestamp() < sent_at - 1.0 - CLOCK_SKEW_SECONDS
