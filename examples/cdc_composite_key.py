@@ -34,7 +34,7 @@ def main() -> list[tuple[Any, ...]] | None:
         # Actions are derived: delete then upsert, keyed on (region, order_id).
         build_payload(
             feed, key=["region", "order_id"], op_column="_change_type", order_by="_commit_version"
-        ).upload(t.datasource, client=t.client, state_dir=t.state_dir).apply().wait()
+        ).upload(t.datasource, client=t.client, state_dir=t.state_dir).apply()
         return t.read("Extract") if t.read else None
 
 

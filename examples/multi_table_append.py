@@ -24,7 +24,7 @@ def main() -> dict[str, list[tuple[Any, ...]]] | None:
                 Insert(target_table="Orders", source_table="new_orders"),
                 Insert(target_table="Returns", source_table="new_returns"),
             ]
-        ).wait()
+        )
         if t.read is None:
             return None
         return {"Orders": t.read("Orders"), "Returns": t.read("Returns")}

@@ -15,7 +15,7 @@ def main() -> list[tuple[Any, ...]] | None:
         new_rows = spark.createDataFrame([(3, "Pune"), (4, "Quito")], "id long, city string")
         build_payload(new_rows, table="new_rows").upload(
             t.datasource, client=t.client, state_dir=t.state_dir
-        ).apply([Insert(target_table="Extract", source_table="new_rows")]).wait()
+        ).apply([Insert(target_table="Extract", source_table="new_rows")])
         return t.read("Extract") if t.read else None
 
 

@@ -33,7 +33,7 @@ def main() -> dict[str, list[tuple[Any, ...]]] | None:
                 Replace(target_table="Products", source_table="Products"),
                 Insert(target_table="Sales", source_table="Sales"),
             ]
-        ).wait()
+        )
         if t.read is None:
             return None
         return {name: t.read(name) for name in ("Customers", "Products", "Sales")}

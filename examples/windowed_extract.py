@@ -39,7 +39,7 @@ def main() -> list[tuple[Any, ...]] | None:
                 Delete(target_table="Extract", condition=column("event_time") < CUTOFF),
                 Insert(target_table="Extract", source_table="new_window"),
             ]
-        ).wait()
+        )
         return t.read("Extract") if t.read else None
 
 

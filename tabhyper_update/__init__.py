@@ -39,6 +39,7 @@ from .errors import (
     TabHyperError,
     TransportError,
     UnsupportedServerError,
+    UpdateStateError,
 )
 from .jobs import Job, PollPolicy
 from .payload import ColumnInfo, Payload, PayloadPart, TableInfo
@@ -81,6 +82,7 @@ __all__ = [
     "TransportError",
     "UnsupportedServerError",
     "Update",
+    "UpdateStateError",
     "Upsert",
     "UsernamePassword",
     "__version__",

@@ -2,7 +2,7 @@
 
 ``tabhyper-update demo`` starts the fake Tableau server on 127.0.0.1, publishes a small
 ``Orders`` data source, generates a change set in Spark (inserts, updates, deletes, keys
-changed several times), then runs build → upload → apply → wait and prints the table before
+changed several times), then runs build → upload → apply (which waits) and prints the table before
 and after, the actions sent and the time of each step. Everything it creates lives in one
 temporary directory that is removed at the end.
 """
@@ -183,13 +183,19 @@ def run_demo(out: TextIO, *, progress: bool | None = None) -> bool:
                 assert payload.actions is not None
                 print(json.dumps(payload.actions.to_dict(), indent=2), file=out)
                 started = time.perf_counter()
-                result = uploaded.apply()
+                result = uploaded.apply(timeout=60)  # returns once applied, or raises
                 applied = time.perf_counter() - started
                 part = result.parts[0]
                 timings.append(("upload", part.seconds.get("upload", 0.0)))
                 timings.append(("submit update", part.seconds.get("submit", 0.0)))
+                timings.append(("wait for the job", part.seconds.get("wait", 0.0)))
                 timings.append(("sign-in, lookup", applied - sum(part.seconds.values())))
-                step("wait for the job", lambda: result.wait(timeout=60))
+                print(
+                    f"\nApplied as job {part.job_id} (RequestID {part.request_id}, derived "
+                    "from the change set's positions: a re-run of this slice is not applied "
+                    "twice)",
+                    file=out,
+                )
             after = _read(srv.datasource_path(luid))
             print("\nAfter:", file=out)
             print(_table_text(after), file=out)

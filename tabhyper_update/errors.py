@@ -26,6 +26,7 @@ __all__ = [
     "TabHyperError",
     "TransportError",
     "UnsupportedServerError",
+    "UpdateStateError",
 ]
 
 
@@ -219,3 +220,9 @@ class JobTimeoutError(TabHyperError, TimeoutError):
             f"job {job_id} did not finish within {waited_seconds:.1f} s; "
             "it may still complete: call wait() on it again"
         )
+
+
+class UpdateStateError(TabHyperError):
+    """An earlier, interrupted run of this update cannot be resumed without risking a lost or
+    doubled change (its payload now splits differently, or the server forgot a job whose
+    insert may or may not have been applied). The message says how to resolve it."""

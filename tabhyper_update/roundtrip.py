@@ -32,6 +32,7 @@ from .errors import (
     NotFoundError,
     PayloadError,
     TabHyperError,
+    UpdateStateError,
 )
 from .identity import created_before, new_record, next_attempt
 from .jobs import Job
@@ -330,7 +331,7 @@ class UploadedPayload:
                 ],
                 record.explicit_id,
             )
-        raise PayloadError(
+        raise UpdateStateError(
             f"{label} was interrupted after part(s) of it reached the server, and this payload "
             f"splits differently ({len(plan)} part(s) now, {len(record.parts)} then): resuming "
             "it could apply rows twice. Rebuild with the same max_payload_mb to resume, or, "
@@ -369,10 +370,20 @@ class UploadedPayload:
             try:
                 update.job = self.client.job(state.job_id)
             except NotFoundError:
+                if not _idempotent(batch):
+                    raise UpdateStateError(
+                        f"part {index + 1}/{total} of {record.label}: job {state.job_id} "
+                        f"(RequestID {state.request_id}), submitted by an earlier run, is no "
+                        "longer known to the server, so whether it was applied cannot be told, "
+                        "and submitting its insert again could add its rows twice. Look at the "
+                        "data source; then forget the record with `tabhyper-update state clear "
+                        f"--state-dir {self.state.directory}` and, if the rows are missing, run "
+                        "the job again"
+                    ) from None
                 log.warning(
                     "part %d/%d: job %s, submitted by an earlier run, is no longer known to "
-                    "the server; submitting the part again under the same RequestID %s (the "
-                    "server ignores a RequestID it has already run)",
+                    "the server; submitting the part again under the same RequestID %s (its "
+                    "actions give the same result applied once or twice)",
                     index + 1,
                     total,
                     state.job_id,
@@ -515,6 +526,11 @@ class UploadedPayload:
     def _cleanup(self) -> None:
         if not self.payload.keep_files:
             self.payload.cleanup()
+
+
+def _idempotent(batch: ActionBatch) -> bool:
+    """Whether applying ``batch`` twice leaves what applying it once does (no insert)."""
+    return all(action.action != "insert" for action in batch.actions)
 
 
 def upload_payload(

@@ -41,6 +41,7 @@ EXPECTED = {
     "TableauClient",
     "TransportError",
     "UnsupportedServerError",
+    "UpdateStateError",
     "Update",
     "Upsert",
     "UsernamePassword",

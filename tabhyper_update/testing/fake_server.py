@@ -337,6 +337,18 @@ class FakeTableauServer:
             for rid, (when, job_id) in list(self._request_ids.items()):
                 self._request_ids[rid] = (when - seconds, job_id)
 
+    def forget_jobs(self) -> int:
+        """Forget every finished job and the RequestIDs that led to them, as a server does
+        once its retention has passed; returns how many jobs were forgotten."""
+        with self._lock:
+            gone = {j for j, job in self._jobs.items() if job.finish_code is not None}
+            for job_id in gone:
+                del self._jobs[job_id]
+            for rid, (_, job_id) in list(self._request_ids.items()):
+                if job_id in gone:
+                    del self._request_ids[rid]
+            return len(gone)
+
     def wait_idle(self, timeout: float = 30) -> None:
         """Wait until every queued job has finished."""
         deadline = time.monotonic() + timeout

@@ -1,0 +1,522 @@
+"""The identity of an update, through the public API against the fake server (real HTTP on
+127.0.0.1): every change applied once, a replay of the same position never applied again,
+and a re-run after a crash continuing exactly where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tabhyper_update import (
+    Delete,
+    Insert,
+    JobCancelledError,
+    JobFailedError,
+    PayloadError,
+    PersonalAccessToken,
+    PollPolicy,
+    RetryPolicy,
+    TableauClient,
+    UpdateStateError,
+    build_payload,
+    target,
+)
+from tabhyper_update.payload import Payload
+from tabhyper_update.roundtrip import UpdateResult
+from tabhyper_update.state import StateStore
+from tabhyper_update.testing import FakeTableauServer
+
+from ._util import read_rows
+from .test_local import make_db
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+START = ["(1, 'x', 'y')"]
+CDC_SCHEMA = "id long, a string, b string, op string, seq long"
+
+
+@pytest.fixture(scope="module")
+def start_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_db(
+        tmp_path_factory.mktemp("start") / "t.hyper",
+        {"Extract": ("id BIGINT NOT NULL, a TEXT, b TEXT", START)},
+    )
+
+
+@pytest.fixture
+def server(start_file: Path) -> Iterator[FakeTableauServer]:
+    with FakeTableauServer(pats={"ci": "pat-secret"}) as srv:
+        srv.add_datasource("Orders", start_file)
+        yield srv
+
+
+def make_client(server: FakeTableauServer) -> TableauClient:
+    return TableauClient(
+        server.url,
+        "",
+        PersonalAccessToken("ci", "pat-secret"),
+        retry=RetryPolicy(initial_wait=0.01, max_total_seconds=20),
+        poll=PollPolicy(initial=0.01, maximum=0.05, timeout=30),
+    )
+
+
+@pytest.fixture
+def client(server: FakeTableauServer) -> Iterator[TableauClient]:
+    with make_client(server) as c:
+        yield c
+
+
+def rows(server: FakeTableauServer) -> list[tuple[Any, ...]]:
+    (luid,) = server._sources
+    return read_rows(server.datasource_path(luid), "Extract")
+
+
+def cdc(spark: SparkSession, changes: list[tuple[Any, ...]]) -> Payload:
+    df = spark.createDataFrame(changes, CDC_SCHEMA)
+    return build_payload(df, key="id", op_column="op", order_by="seq")
+
+
+def run_cdc(
+    spark: SparkSession, client: TableauClient, state: Path, changes: list[tuple[Any, ...]]
+) -> UpdateResult:
+    return (
+        cdc(spark, changes).upload("Orders", client=client, progress=False, state_dir=state).apply()
+    )
+
+
+# -- 1. a value that flips back ------------------------------------------------------------
+
+
+def test_a_value_that_flips_back_is_applied_every_time(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    seen = []
+    for seq, status in enumerate(["inactive", "active", "inactive"], start=1):
+        result = run_cdc(spark, client, tmp_path, [(1, status, "y", "U", seq)])
+        assert not result.deduplicated
+        seen.append(rows(server))
+    assert seen == [[(1, "inactive", "y")], [(1, "active", "y")], [(1, "inactive", "y")]]
+    assert sum(server.jobs_run.values()) == 3
+
+
+def test_delete_reinsert_delete_of_one_key(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    Rows = list[tuple[Any, ...]]
+    steps: list[tuple[Rows, Rows]] = [
+        ([(2, "b", None, "I", 1)], [(1, "x", "y"), (2, "b", None)]),
+        ([(2, None, None, "D", 2)], [(1, "x", "y")]),
+        ([(2, "b", None, "I", 3)], [(1, "x", "y"), (2, "b", None)]),
+        ([(2, None, None, "D", 4)], [(1, "x", "y")]),
+    ]
+    for changes, expected in steps:
+        assert not run_cdc(spark, client, tmp_path, changes).deduplicated
+        assert rows(server) == expected
+    assert sum(server.jobs_run.values()) == 4
+
+
+# -- 2. NULLs that move, column boundaries -------------------------------------------------
+
+
+def test_nulls_in_different_columns_and_shifted_boundaries_give_different_digests(
+    spark: SparkSession,
+) -> None:
+    def digest(values: list[tuple[Any, ...]]) -> str:
+        df = spark.createDataFrame(values, "id long, a string, b string")
+        with build_payload(df) as payload:
+            return payload.digest
+
+    pairs: list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]] = [
+        ([(5, "555", None)], [(5, None, "555")]),
+        ([(5, "ab", "c")], [(5, "a", "bc")]),
+        ([(5, "", None)], [(5, None, "")]),
+        ([(5, "x", "y"), (5, "x", "y")], [(5, "x", "y")]),  # a repeated row counts
+    ]
+    for one, other in pairs:
+        assert digest(one) != digest(other), (one, other)
+    assert digest([(5, "555", None)]) == digest([(5, "555", None)])
+
+
+def test_nulls_that_move_are_applied(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    run_cdc(spark, client, tmp_path, [(5, "555", None, "I", 1)])
+    assert rows(server)[-1] == (5, "555", None)
+    second = run_cdc(spark, client, tmp_path, [(5, None, "555", "U", 1)])
+    assert not second.deduplicated
+    assert rows(server)[-1] == (5, None, "555")
+
+
+# -- 3. a repeated delete by constant ------------------------------------------------------
+
+
+def test_a_repeated_delete_by_constant_runs_again(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    def delete_gone() -> UpdateResult:
+        empty = build_payload(spark.createDataFrame([], "id long"))
+        return empty.upload("Orders", client=client, progress=False, state_dir=tmp_path).apply(
+            [Delete(target_table="Extract", condition=target("a") == "gone")]
+        )
+
+    insert = [Insert(target_table="Extract", source_table="Extract")]
+    new_row = spark.createDataFrame([(7, "gone", None)], "id long, a string, b string")
+    build_payload(new_row).upload(
+        "Orders", client=client, progress=False, state_dir=tmp_path
+    ).apply(insert)
+    assert not delete_gone().deduplicated
+    assert rows(server) == [(1, "x", "y")]
+    # The same matching row arrives again later; the same delete must remove it again.
+    build_payload(new_row).upload(
+        "Orders", client=client, progress=False, state_dir=tmp_path
+    ).apply(insert)
+    assert rows(server) == [(1, "x", "y"), (7, "gone", None)]
+    assert not delete_gone().deduplicated
+    assert rows(server) == [(1, "x", "y")]
+    assert StateStore(tmp_path).records() == []  # runs leave no record once finished
+
+
+# -- 4. odd staging paths ------------------------------------------------------------------
+
+ODD = "a b%20#?'\"é-ü"
+
+
+def test_an_odd_staging_path_stages_every_row_and_leaves_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    staging = tmp_path / ODD / "x:y"
+    df = spark.createDataFrame(
+        [(i, f"v{i}", None) for i in range(50)], "id long, a string, b string"
+    )
+    with build_payload(df, staging_dir=staging, output_dir=tmp_path / ODD / "out") as payload:
+        assert payload.tables["Extract"].row_count == 50
+        assert read_rows(payload.parts[0].path, "Extract")[0] == (0, "v0", None)
+    assert list(staging.iterdir()) == []  # the staged copy went
+    assert sorted(p.name for p in (tmp_path / ODD).iterdir()) == ["out", "x:y"]
+
+
+def test_an_odd_tmpdir_too(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    odd = tmp_path / ODD
+    odd.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(odd))
+    changes = [(1, "a", None, "I", 1), (2, None, None, "D", 1)]
+    with cdc(spark, changes) as payload:
+        assert {n: t.row_count for n, t in payload.tables.items()} == {"upserts": 1, "deletes": 1}
+    assert list(odd.iterdir()) == []
+
+
+def test_rows_spark_wrote_but_the_sdk_cannot_find_are_an_error(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tabhyper_update import build
+
+    real = build._write_staged
+    elsewhere = tmp_path / "elsewhere"
+
+    def misplaced(df: DataFrame, target: Path, partition_by: str | None = None) -> None:
+        real(df, elsewhere / target.name, partition_by)
+
+    monkeypatch.setattr(build, "_write_staged", misplaced)
+    df = spark.createDataFrame([(1, "a", None), (2, "b", None)], "id long, a string, b string")
+    with pytest.raises(PayloadError, match=r"Spark wrote 2 row\(s\) for table 'Extract' but 0"):
+        build_payload(df, output_dir=tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == []  # no half-built payload
+
+
+# -- 5. a split payload: deterministic parts, resumed exactly ------------------------------
+
+
+def rows_frame(spark: SparkSession, n: int, layout: str) -> DataFrame:
+    df = spark.range(1000, 1000 + n).selectExpr(
+        "id", "sha2(CAST(id AS STRING), 256) AS a", "IF(id % 3 = 0, NULL, 'b') AS b"
+    )
+    return df.repartition(7) if layout == "scattered" else df.coalesce(1)
+
+
+CAP_MB = 0.5
+N_ROWS = 12_000
+
+
+def test_the_same_rows_split_into_the_same_parts_whatever_the_partitioning(
+    spark: SparkSession,
+) -> None:
+    def plan(layout: str) -> list[tuple[tuple[int, int], str]]:
+        with build_payload(rows_frame(spark, N_ROWS, layout), max_payload_mb=CAP_MB) as p:
+            assert len(p.parts) >= 3
+            assert all(part.size_bytes <= CAP_MB * 1024 * 1024 for part in p.parts)
+            return [(part.buckets, part.content_digest) for part in p.parts]
+
+    assert plan("scattered") == plan("single")
+
+
+@pytest.fixture(scope="module")
+def split_payloads(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, Payload]]:
+    """The same rows built twice, differently partitioned: the first as a manifest for a
+    subprocess, the second for the re-run."""
+    first = build_payload(
+        rows_frame(spark, N_ROWS, "scattered"),
+        max_payload_mb=CAP_MB,
+        output_dir=tmp_path_factory.mktemp("first"),
+        keep_files=True,
+    )
+    second = build_payload(
+        rows_frame(spark, N_ROWS, "single"),
+        max_payload_mb=CAP_MB,
+        output_dir=tmp_path_factory.mktemp("second"),
+        keep_files=True,
+    )
+    yield first.save_manifest(), second
+    first.cleanup()
+    second.cleanup()
+
+
+KILL_SCRIPT = """
+import os, sys
+from tabhyper_update import Insert, PersonalAccessToken, PollPolicy, TableauClient
+from tabhyper_update.payload import Payload
+from tabhyper_update.roundtrip import UploadedPayload
+
+manifest, url, state, when, part = sys.argv[1:6]
+real_wait = UploadedPayload._wait_part
+real_submit = UploadedPayload._submit
+
+def wait_part(self, record, state_, update, timeout):
+    real_wait(self, record, state_, update, timeout)
+    if when == "applied" and update.part == int(part):
+        os._exit(9)  # killed: no cleanup, no sign-out
+
+def submit(self, record, state_, part_, batch, update):
+    real_submit(self, record, state_, part_, batch, update)
+    if when == "submitted" and update.part == int(part):
+        os._exit(9)
+
+UploadedPayload._wait_part = wait_part
+UploadedPayload._submit = submit
+client = TableauClient(url, "", PersonalAccessToken("ci", "pat-secret"),
+                       poll=PollPolicy(initial=0.01, maximum=0.05))
+Payload.load(manifest).upload("Orders", client=client, progress=False, state_dir=state).apply(
+    [Insert(target_table="Extract", source_table="Extract")])
+sys.exit(0)
+"""
+
+
+def test_a_split_insert_killed_at_every_part_boundary_applies_every_row_once(
+    spark: SparkSession, split_payloads: tuple[Path, Payload], start_file: Path, tmp_path: Path
+) -> None:
+    manifest, rebuilt = split_payloads
+    n_parts = len(rebuilt.parts)
+    assert n_parts >= 3
+    insert = [Insert(target_table="Extract", source_table="Extract")]
+    expected = [(1, "x", "y")] + [
+        (i, hashlib.sha256(str(i).encode()).hexdigest(), None if i % 3 == 0 else "b")
+        for i in range(1000, 1000 + N_ROWS)
+    ]
+    kills = [("applied", k) for k in range(n_parts - 1)] + [("submitted", n_parts - 1)]
+    for when, part in kills:
+        with FakeTableauServer(pats={"ci": "pat-secret"}) as server:
+            server.add_datasource("Orders", start_file)
+            state = tmp_path / f"state-{when}-{part}"
+            args = (str(manifest), server.url, str(state), when, str(part))
+            done = subprocess.run(
+                [sys.executable, "-c", KILL_SCRIPT, *args],
+                timeout=120,
+                check=False,
+                capture_output=True,
+                text=True,
+            )
+            assert done.returncode == 9, done.stderr
+            server.wait_idle()
+            applied_before = sum(server.jobs_run.values())
+            assert applied_before == part + 1
+            with make_client(server) as client:
+                result = rebuilt.upload(
+                    "Orders", client=client, progress=False, state_dir=state
+                ).apply(insert)
+            server.wait_idle()
+            assert rows(server) == expected, (when, part)
+            assert sum(server.jobs_run.values()) == n_parts  # every part exactly once
+            skipped = [p.part for p in result.parts if p.skipped]
+            resumed = [p.part for p in result.parts if p.resumed]
+            if when == "applied":
+                assert skipped == list(range(part + 1))
+            else:
+                assert skipped == list(range(part))
+                assert resumed == [part]
+            assert StateStore(state).records() == []  # the run finished: its record went
+
+
+# -- 6. records that used to block for ever ------------------------------------------------
+
+
+def test_a_cancelled_job_is_submitted_again_on_the_next_run(
+    spark: SparkSession, start_file: Path, tmp_path: Path
+) -> None:
+    with FakeTableauServer(pats={"ci": "pat-secret"}, job_delay=0.5) as server:
+        server.add_datasource("Orders", start_file)
+        with make_client(server) as client:
+            changes = [(1, "cancelled-then-applied", None, "U", 1)]
+            first = (
+                cdc(spark, changes)
+                .upload("Orders", client=client, progress=False, state_dir=tmp_path)
+                .apply(wait=False)
+            )
+            (job,) = first.jobs
+            job.cancel()
+            with pytest.raises(JobCancelledError, match="nothing of this part was applied"):
+                first.wait()
+            assert rows(server) == [(1, "x", "y")]
+            again = run_cdc(spark, client, tmp_path, changes)
+        assert again.parts[0].attempt == 1
+        assert not again.deduplicated
+        assert rows(server) == [(1, "cancelled-then-applied", None)]
+
+
+def test_without_the_record_an_earlier_cancelled_attempt_is_recognised_and_retried(
+    spark: SparkSession, start_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "tabhyper_update")
+    with FakeTableauServer(pats={"ci": "pat-secret"}, job_delay=0.5) as server:
+        server.add_datasource("Orders", start_file)
+        changes = [(1, "second-machine", None, "U", 1)]
+        with make_client(server) as client:
+            first = (
+                cdc(spark, changes)
+                .upload("Orders", client=client, progress=False, state_dir=tmp_path / "a")
+                .apply(wait=False)
+            )
+            first.jobs[0].cancel()
+            server.wait_idle()
+            server.age_jobs(600)
+            again = run_cdc(spark, client, tmp_path / "b", changes)  # another machine
+        assert again.parts[0].attempt == 1
+        assert rows(server) == [(1, "second-machine", None)]
+        assert "applied nothing; submitting the part again as attempt 2" in caplog.text
+
+
+def test_a_failed_job_is_submitted_again_once_the_cause_is_gone(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    changes = [(9, "late", None, "I", 1)]
+    payload = cdc(spark, changes)
+    bad = payload.upload("Orders", client=client, progress=False, state_dir=tmp_path)
+    with pytest.raises(JobFailedError, match="Specified table does not exist"):
+        bad.apply([Insert(target_table="Missing", source_table="upserts")], request_id="slice-9")
+    # The same position, right actions: the failed attempt applied nothing, so it runs.
+    result = (
+        cdc(spark, changes)
+        .upload("Orders", client=client, progress=False, state_dir=tmp_path)
+        .apply([Insert(target_table="Extract", source_table="upserts")], request_id="slice-9")
+    )
+    assert result.parts[0].request_id == "slice-9-attempt-2"
+    assert rows(server)[-1] == (9, "late", None)
+    payload.cleanup()
+
+
+def test_a_change_set_whose_job_the_server_forgot_is_submitted_again(
+    spark: SparkSession,
+    server: FakeTableauServer,
+    client: TableauClient,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    changes = [(1, "again", None, "U", 1)]
+    cdc(spark, changes).upload("Orders", client=client, progress=False, state_dir=tmp_path).apply(
+        wait=False
+    )
+    server.wait_idle()
+    assert server.forget_jobs() == 1
+    result = run_cdc(spark, client, tmp_path, changes)
+    assert "no longer known to the server" in caplog.text
+    assert result.jobs[0].succeeded
+    assert rows(server) == [(1, "again", None)]
+
+
+def test_an_insert_whose_job_the_server_forgot_says_how_to_resolve_it(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    df = spark.createDataFrame([(8, "h", None)], "id long, a string, b string")
+    insert = [Insert(target_table="Extract", source_table="Extract")]
+    build_payload(df).upload("Orders", client=client, progress=False, state_dir=tmp_path).apply(
+        insert, wait=False
+    )
+    server.wait_idle()
+    server.forget_jobs()
+    before = dict(server.counts)
+    with pytest.raises(UpdateStateError, match="tabhyper-update state clear") as caught:
+        build_payload(df).upload("Orders", client=client, progress=False, state_dir=tmp_path).apply(
+            insert
+        )
+    assert "add its rows twice" in str(caught.value)
+    assert server.counts["update"] == before["update"]
+    assert rows(server) == [(1, "x", "y"), (8, "h", None)]  # applied once, not twice
+    # Resolved as the message says: forget the record; the next run is a new update.
+    assert StateStore(tmp_path).clear() == 1
+
+
+def test_distinct_request_ids_never_share_a_record(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    insert = [Insert(target_table="Extract", source_table="Extract")]
+    for rid, row in (("nightly:1", (11, "colon", None)), ("nightly/1", (12, "slash", None))):
+        df = spark.createDataFrame([row], "id long, a string, b string")
+        result = (
+            build_payload(df)
+            .upload("Orders", client=client, progress=False, state_dir=tmp_path)
+            .apply(insert, request_id=rid)
+        )
+        assert result.parts[0].request_id == rid
+        assert not result.deduplicated
+    assert rows(server)[1:] == [(11, "colon", None), (12, "slash", None)]
+    records = StateStore(tmp_path).records()
+    assert sorted(r.identity for r in records) == ["nightly/1", "nightly:1"]
+    # A request id is the caller's position: running it again sends nothing.
+    df = spark.createDataFrame([(11, "colon", None)], "id long, a string, b string")
+    again = (
+        build_payload(df)
+        .upload("Orders", client=client, progress=False, state_dir=tmp_path)
+        .apply(insert, request_id="nightly:1")
+    )
+    assert again.deduplicated
+    assert len(rows(server)) == 3
+
+
+# -- 7. the one-liner knows whether it worked ----------------------------------------------
+
+
+def test_the_one_liner_raises_when_the_job_fails(
+    spark: SparkSession, server: FakeTableauServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in {
+        "TABLEAU_SERVER_URL": server.url,
+        "TABLEAU_PAT_NAME": "ci",
+        "TABLEAU_PAT_SECRET": "pat-secret",
+        "TABLEAU_DATASOURCE": "Orders",
+        "XDG_STATE_HOME": str(tmp_path),
+    }.items():
+        monkeypatch.setenv(key, value)
+    df = spark.createDataFrame([(3, "c", None)], "id long, a string, b string")
+    with pytest.raises(JobFailedError, match="Missing"):
+        build_payload(df).upload(progress=False).apply(
+            [Insert(target_table="Missing", source_table="Extract")]
+        )
+    # ...and returns only once the update is applied.
+    build_payload(df).upload(progress=False).apply(
+        [Insert(target_table="Extract", source_table="Extract")]
+    )
+    assert rows(server)[-1] == (3, "c", None)
+    assert os.environ["TABLEAU_DATASOURCE"] == "Orders"
