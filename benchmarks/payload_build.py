@@ -2,6 +2,7 @@
 
     python benchmarks/payload_build.py                 # 2,000,000 rows
     python benchmarks/payload_build.py --rows 10000000 --skip-baselines
+    python benchmarks/payload_build.py --cdc --skip-baselines   # a change set (key, op, order)
 
 One run measures, on the same synthetic change set (bigint, int, double, decimal(18,2), a
 ~20-character string, boolean, date, timestamp; ~5% NULLs) in Spark ``local[2]``:
@@ -13,6 +14,10 @@ One run measures, on the same synthetic change set (bigint, int, double, decimal
   sample (scaled to the full row count), and ``toArrow()`` + a bulk writer (pantab when
   installed, otherwise pyarrow Parquet + Hyper ``COPY``);
 * the ratios. Figures are ratios within one run, never absolute promises.
+
+With ``--cdc`` the same rows are a change set (``op`` I/U/D, ``seq`` ordering, key
+``order_id``): ``build_payload`` then computes last-change-wins and the positional identity,
+and the lower bound's Spark part computes the same last-change-wins into the no-op sink.
 """
 
 from __future__ import annotations
@@ -88,6 +93,7 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--skip-baselines", action="store_true")
+    parser.add_argument("--cdc", action="store_true", help="build a change set (key/op/order)")
     args = parser.parse_args()
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -108,19 +114,34 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     df = synthetic(spark, args.rows)
+    options: dict[str, Any] = {"table": "orders"}
+    lower_df = df
+    if args.cdc:
+        df = df.selectExpr(
+            "*",
+            "CASE id % 10 WHEN 0 THEN 'D' WHEN 1 THEN 'I' ELSE 'U' END AS op",
+            "id * 3 AS seq",
+        )
+        options = {"key": "order_id", "op_column": "op", "order_by": "seq"}
+        from tabhyper_update.cdc import CdcSpec
+
+        spec = CdcSpec.create(
+            df.columns, key="order_id", op_column="op", order_by="seq", op_map=None
+        )
+        lower_df = spec.latest_changes(df)
     work = Path(tempfile.mkdtemp(prefix="tabhyper-bench-"))
     print(f"rows: {args.rows:,}  (Spark local[2], pyspark {spark.version})", flush=True)
     try:
         # Warm the JVM (JIT) and Hyper at full size so that no figure pays start-up costs;
         # then every figure is the median of --repeat runs.
-        build_payload(df).cleanup()
-        df.write.format("noop").mode("overwrite").save()
+        build_payload(df, **options).cleanup()
+        lower_df.write.format("noop").mode("overwrite").save()
 
         rss_before = rss_now_mb()
         sizes: list[tuple[int, int]] = []
 
         def run_build() -> None:
-            payload = build_payload(df, table="orders")
+            payload = build_payload(df, **options)
             sizes.append((payload.size_bytes, len(payload.parts)))
             payload.cleanup()
 
@@ -136,12 +157,12 @@ def main() -> None:
         # Lower bound, part 1: Spark computing the DataFrame, writing nowhere.
         t_noop = timed(
             "lower bound a: Spark -> noop sink",
-            lambda: df.write.format("noop").mode("overwrite").save(),
+            lambda: lower_df.write.format("noop").mode("overwrite").save(),
             args.repeat,
         )
         # Lower bound, part 2: Hyper ingesting Parquet already on disk.
         parquet_dir = work / "parquet"
-        df.write.parquet(parquet_dir.as_uri())
+        synthetic(spark, args.rows).write.parquet(parquet_dir.as_uri())
         files = sorted(str(p) for p in parquet_dir.glob("*.parquet"))
         hyper_path = work / "lower.hyper"
 
