@@ -119,8 +119,8 @@ def main() -> None:
     if args.cdc:
         df = df.selectExpr(
             "*",
-            "CASE id % 10 WHEN 0 THEN 'D' WHEN 1 THEN 'I' ELSE 'U' END AS op",
-            "id * 3 AS seq",
+            "CASE order_id % 10 WHEN 0 THEN 'D' WHEN 1 THEN 'I' ELSE 'U' END AS op",
+            "order_id * 3 AS seq",
         )
         options = {"key": "order_id", "op_column": "op", "order_by": "seq"}
         from tabhyper_update.cdc import CdcSpec

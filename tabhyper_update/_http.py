@@ -5,22 +5,43 @@ with the cause chained. Retries (tenacity) happen only for requests the caller m
 safe to repeat, on connection errors, timeouts, 429 (honouring ``Retry-After``) and
 500/502/503/504, bounded by a number of attempts and by total time. The final error is
 ours, never tenacity's ``RetryError``, and says how many attempts were made.
+
+What a hostile or broken server cannot do:
+
+- **Redirect credentials elsewhere.** No redirect is followed by ``requests``; a redirect to
+  the same origin (scheme, host, port) is followed here (at most five), one to another
+  origin is an error naming where it pointed.
+- **Hold a call for ever.** ``timeout`` bounds each socket operation *and* each request's
+  whole life (connect, send, read the full answer): a watchdog shuts the socket when the
+  deadline passes, so a server dripping one byte at a time is cut off. A request carrying
+  a body gets one more second per MiB. A call with its retries is bounded by the retry
+  policy's ``max_total_seconds``.
+- **Fill memory.** An answer is read in pieces and refused beyond ``max_answer_bytes``.
+- **Be retried into.** TLS verification failures are not retried and say how to supply a
+  CA bundle.
 """
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
 import logging
 import random
+import socket
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 import requests
+from requests.adapters import HTTPAdapter
 from tenacity import RetryCallState, Retrying, retry_if_exception
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from ._version import __version__
 from .errors import (
@@ -30,6 +51,7 @@ from .errors import (
     NotFoundError,
     RequestTimeoutError,
     TabHyperError,
+    TlsVerificationError,
     TransportError,
 )
 
@@ -39,6 +61,138 @@ log = logging.getLogger("tabhyper_update")
 
 AUTH_HEADER = "X-Tableau-Auth"
 _XML_NS = "{http://tableau.com/api}"
+#: Answers are small JSON documents; anything bigger than this is refused unread.
+DEFAULT_MAX_ANSWER_BYTES = 16 * 1024 * 1024
+#: Same-origin redirects followed for one request.
+MAX_REDIRECTS = 5
+#: A request body earns its deadline one more second per this many bytes (8 Mbit/s).
+_BODY_BYTES_PER_SECOND = 1024 * 1024
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+# -- whole-request deadlines --------------------------------------------------------------------
+
+_active = threading.local()
+
+
+class _Watchdog:
+    """Shuts the sockets of one request down when its deadline passes."""
+
+    def __init__(self, seconds: float) -> None:
+        self.fired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, seconds), self._fire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Watchdog:
+        _active.watchdog = self
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+        _active.watchdog = None
+
+    def watch(self, sock: socket.socket | None) -> None:
+        if sock is None:
+            return
+        with self._lock:
+            self._sockets.append(sock)
+            fired = self.fired
+        if fired:
+            _shut(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed: nothing left to cut
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _watch_current(sock: Any) -> None:
+    watchdog = getattr(_active, "watchdog", None)
+    if watchdog is not None:
+        watchdog.watch(sock)
+
+
+class _WatchedHTTPConnection(HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        _watch_current(self.sock)
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _watch_current(self.sock)  # a kept-alive connection is reused without connect()
+        super().request(*args, **kwargs)
+
+
+class _WatchedHTTPSConnection(HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _watch_current(self.sock)
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _watch_current(self.sock)
+        super().request(*args, **kwargs)
+
+
+class _WatchedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+class _WatchedAdapter(HTTPAdapter):
+    """Connections whose sockets the current request's watchdog can shut."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _WatchedHTTPPool,
+            "https": _WatchedHTTPSPool,
+        }
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    default = {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port or default
+
+
+def _show_origin(origin: tuple[str, str, int | None]) -> str:
+    scheme, host, port = origin
+    return f"{scheme}://{host}" + (f":{port}" if port else "")
+
+
+def _is_tls_failure(err: BaseException) -> bool:
+    seen: BaseException | None = err
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, requests.exceptions.SSLError):
+            return True
+        name = type(seen).__name__
+        if name in ("SSLError", "SSLCertVerificationError"):
+            return True
+        seen = (
+            seen.__cause__
+            or seen.__context__
+            or (seen.args[0] if seen.args and isinstance(seen.args[0], BaseException) else None)
+        )
+    return False
 
 
 @dataclass(frozen=True)
@@ -69,6 +223,8 @@ class RetryPolicy:
         return float(base * jitter)
 
     def is_retryable(self, error: BaseException) -> bool:
+        if isinstance(error, TlsVerificationError):
+            return False
         if isinstance(error, (ConnectionFailedError, RequestTimeoutError)):
             return True
         return isinstance(error, ApiError) and error.status in self.statuses
@@ -168,12 +324,19 @@ class Transport:
         session: requests.Session | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         self.server = server.rstrip("/")
+        self.origin = _origin(self.server)
         self.verify = verify
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
-        self.session = session or requests.Session()
+        self.max_answer_bytes = max_answer_bytes
+        if session is None:
+            session = requests.Session()
+            for prefix in ("http://", "https://"):
+                session.mount(prefix, _WatchedAdapter())
+        self.session = session
         self.sleep = sleep
         self.clock = clock
         self.session.headers["User-Agent"] = f"tabhyper-update/{__version__}"
@@ -208,28 +371,19 @@ class Transport:
             all_headers["Content-Type"] = "application/json"
             data = json.dumps(json_body)
         started = time.perf_counter()
-        try:
-            response = self.session.request(
-                method,
-                url,
-                data=data,
-                headers=all_headers,
-                params=params,
-                timeout=timeout or self.timeout,
-                verify=self.verify,
-            )
-        except requests.Timeout as err:
-            raise RequestTimeoutError(
-                f"{method} {shown}: no answer within {timeout or self.timeout:g} s",
-                method=method,
-                url=shown,
-            ) from err
-        except requests.RequestException as err:
-            raise ConnectionFailedError(
-                f"{method} {shown}: connection failed ({type(err).__name__})",
-                method=method,
-                url=shown,
-            ) from err
+        limit = timeout or self.timeout
+        size = len(data) if isinstance(data, (bytes, str)) or hasattr(data, "__len__") else 0
+        deadline = limit + size / _BODY_BYTES_PER_SECOND
+        response = self._send_following(
+            method,
+            url,
+            shown,
+            data=data,
+            headers=all_headers,
+            params=params,
+            limit=limit,
+            deadline=deadline,
+        )
         log.debug(
             "%s %s -> %s in %.3f s",
             method,
@@ -251,6 +405,147 @@ class Transport:
             # A success status carrying an error body is still an error.
             raise self._error(response, method, shown, body)
         return response, body
+
+    def _send_following(
+        self,
+        method: str,
+        url: str,
+        shown: str,
+        *,
+        data: Any,
+        headers: Mapping[str, str],
+        params: Mapping[str, str] | None,
+        limit: float,
+        deadline: float,
+    ) -> requests.Response:
+        """Send, following same-origin redirects only; the answer read in full, capped."""
+        for _ in range(MAX_REDIRECTS + 1):
+            response = self._send_read(
+                method,
+                url,
+                shown,
+                data=data,
+                headers=headers,
+                params=params,
+                limit=limit,
+                deadline=deadline,
+            )
+            if response.status_code not in _REDIRECTS or "Location" not in response.headers:
+                return response
+            location = urljoin(response.url or url, response.headers["Location"])
+            where = _show_origin(_origin(location))
+            if _origin(location) != self.origin:
+                raise TransportError(
+                    f"{method} {shown}: the server redirected (HTTP {response.status_code}) to "
+                    f"another origin, {where}; not followed, so that credentials never leave "
+                    f"{_show_origin(self.origin)}. Point the client at the server's real URL",
+                    method=method,
+                    url=shown,
+                )
+            if response.status_code in (301, 302, 303) and method not in ("GET", "HEAD"):
+                raise TransportError(
+                    f"{method} {shown}: the server answered HTTP {response.status_code} (a "
+                    f"redirect to {_redact_url(location)} that would turn the request into a "
+                    "GET); not followed",
+                    method=method,
+                    url=shown,
+                )
+            if data is not None and not isinstance(data, (bytes, str)):
+                if not hasattr(data, "seek"):
+                    raise TransportError(
+                        f"{method} {shown}: redirected, and the body cannot be sent again",
+                        method=method,
+                        url=shown,
+                    )
+                data.seek(0)
+            log.info("%s %s redirected to %s", method, shown, _redact_url(location))
+            url, shown, params = location, _redact_url(location), None
+        raise TransportError(
+            f"{method} {shown}: more than {MAX_REDIRECTS} redirects", method=method, url=shown
+        )
+
+    def _send_read(
+        self,
+        method: str,
+        url: str,
+        shown: str,
+        *,
+        data: Any,
+        headers: Mapping[str, str],
+        params: Mapping[str, str] | None,
+        limit: float,
+        deadline: float,
+    ) -> requests.Response:
+        """One HTTP exchange under a watchdog; the answer read in full, capped."""
+        with _Watchdog(deadline) as watchdog:
+            try:
+                response = self.session.request(
+                    method,
+                    url,
+                    data=data,
+                    headers=dict(headers),
+                    params=params,
+                    timeout=limit,
+                    verify=self.verify,
+                    allow_redirects=False,
+                    stream=True,
+                )
+                try:
+                    chunks: list[bytes] = []
+                    total = 0
+                    for chunk in response.iter_content(64 * 1024):
+                        total += len(chunk)
+                        if total > self.max_answer_bytes:
+                            raise TransportError(
+                                f"{method} {shown}: the answer is larger than "
+                                f"{self.max_answer_bytes:,} bytes; refused",
+                                method=method,
+                                url=shown,
+                            )
+                        chunks.append(chunk)
+                finally:
+                    response.close()
+            except requests.RequestException as err:
+                if watchdog.fired:
+                    raise RequestTimeoutError(
+                        f"{method} {shown}: no complete answer within {deadline:g} s",
+                        method=method,
+                        url=shown,
+                    ) from err
+                if isinstance(err, requests.Timeout):
+                    raise RequestTimeoutError(
+                        f"{method} {shown}: no answer within {limit:g} s",
+                        method=method,
+                        url=shown,
+                    ) from err
+                if _is_tls_failure(err):
+                    raise TlsVerificationError(
+                        f"{method} {shown}: TLS verification failed ({_tls_reason(err)}); "
+                        "if the server uses a private certificate authority, pass "
+                        "verify='/path/to/ca-bundle.pem' (or set TABLEAU_VERIFY_TLS to that "
+                        "path)",
+                        method=method,
+                        url=shown,
+                    ) from err
+                raise ConnectionFailedError(
+                    f"{method} {shown}: connection failed ({type(err).__name__})",
+                    method=method,
+                    url=shown,
+                ) from err
+            except OSError as err:
+                if watchdog.fired:
+                    raise RequestTimeoutError(
+                        f"{method} {shown}: no complete answer within {deadline:g} s",
+                        method=method,
+                        url=shown,
+                    ) from err
+                raise ConnectionFailedError(
+                    f"{method} {shown}: connection failed ({type(err).__name__}: {err})",
+                    method=method,
+                    url=shown,
+                ) from err
+        response._content = b"".join(chunks)
+        return response
 
     def _error(
         self, response: requests.Response, method: str, url: str, body: dict[str, Any] | None = None
@@ -332,6 +627,15 @@ class Transport:
                 err.args = (f"{err.args[0] if err.args else err} (after {attempts} attempts)",)
             raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _tls_reason(err: BaseException) -> str:
+    text = str(err)
+    for marker in ("certificate verify failed", "hostname mismatch", "self-signed", "expired"):
+        if marker in text:
+            start = text.index(marker)
+            return text[start : start + 80].split(")")[0].split("'")[0].strip()
+    return type(err).__name__
 
 
 def _text(value: Any) -> str | None:

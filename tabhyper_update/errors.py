@@ -24,6 +24,7 @@ __all__ = [
     "Problem",
     "RequestTimeoutError",
     "TabHyperError",
+    "TlsVerificationError",
     "TransportError",
     "UnsupportedServerError",
     "UpdateStateError",
@@ -121,6 +122,10 @@ class TransportError(TabHyperError):
 
 class ConnectionFailedError(TransportError, ConnectionError):
     """The connection could not be made or was dropped."""
+
+
+class TlsVerificationError(ConnectionFailedError):
+    """The server's TLS certificate could not be verified (never retried)."""
 
 
 class RequestTimeoutError(TransportError, TimeoutError):
