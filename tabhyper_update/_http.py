@@ -48,6 +48,7 @@ from .errors import (
     ApiError,
     AuthenticationError,
     ConnectionFailedError,
+    InvalidArgumentError,
     NotFoundError,
     RequestTimeoutError,
     TabHyperError,
@@ -213,9 +214,9 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
+            raise InvalidArgumentError("max_attempts must be at least 1")
         if self.max_total_seconds < 0 or self.initial_wait < 0 or self.max_wait < 0:
-            raise ValueError("retry times must not be negative")
+            raise InvalidArgumentError("retry times must not be negative")
 
     def backoff(self, attempt: int) -> float:
         base = min(self.max_wait, self.initial_wait * (2 ** (attempt - 1)))
@@ -269,6 +270,8 @@ def parse_body(response: requests.Response) -> dict[str, Any] | None:
             data = json.loads(text)
         except json.JSONDecodeError as err:
             raise ValueError(f"malformed JSON ({err.msg}): {_excerpt(text)}") from None
+        except RecursionError:
+            raise ValueError(f"JSON nested too deeply to read: {_excerpt(text)}") from None
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object: {_excerpt(text)}")
         return data
@@ -278,7 +281,10 @@ def parse_body(response: requests.Response) -> dict[str, Any] | None:
         except ET.ParseError as err:
             raise ValueError(f"malformed XML ({err}): {_excerpt(text)}") from None
         tag = root.tag.removeprefix(_XML_NS)
-        converted = _xml_to_dict(root)
+        try:
+            converted = _xml_to_dict(root)
+        except RecursionError:
+            raise ValueError(f"XML nested too deeply to read: {_excerpt(text)}") from None
         return converted if tag == "tsResponse" else {tag: converted}
     raise ValueError(f"not JSON or XML: {_excerpt(text)}")
 

@@ -24,6 +24,7 @@ from tableauhyperapi import (
     escape_string_literal,
 )
 
+from .errors import InvalidArgumentError
 from .hyper_types import DEFAULT_DATABASE_VERSION, SUPPORTED_DATABASE_VERSIONS
 
 __all__ = ["connect", "hyper_process", "quote_literal", "quote_name", "table_ref"]
@@ -35,7 +36,7 @@ _processes: dict[int, HyperProcess] = {}
 def hyper_process(database_version: int = DEFAULT_DATABASE_VERSION) -> HyperProcess:
     """The shared Hyper process that creates files of ``database_version``."""
     if database_version not in SUPPORTED_DATABASE_VERSIONS:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"database_version must be one of {SUPPORTED_DATABASE_VERSIONS}, "
             f"got {database_version!r}"
         )

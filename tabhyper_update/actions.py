@@ -35,8 +35,16 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, ErrorDetails
 
-from .conditions import And, Comparison, Or, _Model, condition_columns
-from .errors import InvalidActionBatchError, Problem
+from .conditions import (
+    MAX_CONDITION_DEPTH,
+    And,
+    Comparison,
+    Or,
+    _Model,
+    condition_columns,
+    condition_depth,
+)
+from .errors import InvalidActionBatchError, InvalidArgumentError, Problem
 
 __all__ = [
     "ACTION_NAMES",
@@ -105,18 +113,20 @@ class _Action(_Model):
     def _check_shape(self) -> _Action:
         name = self.action
         if self._reads_source == "required" and self.source_table is None:
-            raise ValueError(f"{name} reads a payload table: 'source-table' is required")
+            raise InvalidArgumentError(f"{name} reads a payload table: 'source-table' is required")
         if self.source_table is None and self.source_schema is not None:
-            raise ValueError(f"{name} has a 'source-schema' but no 'source-table'")
+            raise InvalidArgumentError(f"{name} has a 'source-schema' but no 'source-table'")
         if self._condition_rule == "required" and self.condition is None:
-            raise ValueError(f"{name} needs a 'condition' that selects the target rows")
+            raise InvalidArgumentError(f"{name} needs a 'condition' that selects the target rows")
         if self._condition_rule == "forbidden" and self.condition is not None:
-            raise ValueError(f"{name} takes no 'condition' (it applies to every source row)")
+            raise InvalidArgumentError(
+                f"{name} takes no 'condition' (it applies to every source row)"
+            )
         if self.condition is not None and self.condition is not True and self.source_table is None:
             _, sources = condition_columns(self.condition)
             if sources:
                 cols = ", ".join(repr(c) for c in sorted(sources))
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"{name} has no 'source-table' but its condition reads source column(s) {cols}"
                 )
         return self
@@ -226,6 +236,16 @@ class ActionBatch(_Model):
             data = json.loads(text)
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise InvalidActionBatchError([Problem("$", f"not valid JSON: {err}")]) from None
+        except RecursionError:
+            raise InvalidActionBatchError(
+                [
+                    Problem(
+                        "$",
+                        f"nested too deeply to read (conditions nest at most "
+                        f"{MAX_CONDITION_DEPTH} levels)",
+                    )
+                ]
+            ) from None
         return cls.from_dict(data)
 
     @classmethod
@@ -233,6 +253,18 @@ class ActionBatch(_Model):
         """Read a batch from parsed JSON (a dict with ``actions``, or a bare list)."""
         if isinstance(data, list):
             data = {"actions": data}
+        if isinstance(data, dict) and isinstance(data.get("actions"), list):
+            for i, action in enumerate(data["actions"]):
+                condition = action.get("condition") if isinstance(action, dict) else None
+                if condition_depth(condition) > MAX_CONDITION_DEPTH:
+                    raise InvalidActionBatchError(
+                        [
+                            Problem(
+                                f"$.actions[{i}].condition",
+                                f"conditions nest deeper than {MAX_CONDITION_DEPTH} levels",
+                            )
+                        ]
+                    )
         try:
             return cls.model_validate(data)
         except ValidationError as err:
@@ -316,7 +348,18 @@ def problems_from(err: ValidationError) -> list[Problem]:
     """Our problems (JSON path + message) from a pydantic validation error."""
     seen: list[Problem] = []
     for e in err.errors(include_url=False):
-        p = _problem(e)
-        if p not in seen:
-            seen.append(p)
+        inner = (e.get("ctx") or {}).get("error")
+        if isinstance(inner, InvalidActionBatchError):
+            # Raised by one of our models inside this validation: keep its problems, under
+            # this error's place in the document.
+            base = _json_path(e["loc"])
+            found = [
+                Problem(base + p.path[1:] if p.path.startswith("$") else base, p.message)
+                for p in inner.problems
+            ]
+        else:
+            found = [_problem(e)]
+        for p in found:
+            if p not in seen:
+                seen.append(p)
     return seen

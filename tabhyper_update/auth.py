@@ -15,7 +15,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from .errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_JWT_SCOPES",
@@ -40,6 +42,18 @@ class _Credentials(BaseModel):
 
     #: Sign in on behalf of this user (LUID); needs an administrator's credentials.
     impersonate_user_id: str | None = None
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            # Only field names and messages: never the values, which may be secrets.
+            problems = "; ".join(
+                (f"{'.'.join(str(p) for p in e['loc'])}: " if e["loc"] else "")
+                + e["msg"].removeprefix("Value error, ")
+                for e in err.errors(include_url=False, include_input=False)
+            )
+            raise ConfigurationError(f"{type(self).__name__}: {problems}") from None
 
     def credentials(self, site: str) -> dict[str, Any]:
         body = self._fields()

@@ -32,6 +32,7 @@ from .errors import (
     ApiError,
     AuthenticationError,
     ConfigurationError,
+    InvalidArgumentError,
     NotFoundError,
     TransportError,
     UnsupportedServerError,
@@ -107,7 +108,9 @@ class TableauClient:
                 "auth is required: PersonalAccessToken, UsernamePassword or ConnectedAppJWT"
             )
         if not 0 < chunk_size_mb <= MAX_CHUNK_MB:
-            raise ValueError(f"chunk_size_mb must be in (0, {MAX_CHUNK_MB}], got {chunk_size_mb}")
+            raise InvalidArgumentError(
+                f"chunk_size_mb must be in (0, {MAX_CHUNK_MB}], got {chunk_size_mb}"
+            )
         if api_version is not None:
             self._check_version(api_version)
         self.site = site
@@ -232,7 +235,9 @@ class TableauClient:
         try:
             parsed = _version_tuple(version)
         except ValueError:
-            raise ValueError(f"api_version must look like '3.24', got {version!r}") from None
+            raise InvalidArgumentError(
+                f"api_version must look like '3.24', got {version!r}"
+            ) from None
         if parsed < MIN_API_VERSION:
             raise UnsupportedServerError(
                 f"REST API {version} is older than 3.12 (Tableau Server 2021.2), the first "
@@ -364,7 +369,7 @@ class TableauClient:
     ) -> DataSourceRef:
         """Find a published data source by LUID, or by name (optionally in ``project``)."""
         if not name_or_luid:
-            raise ValueError("a data source name or LUID is required")
+            raise InvalidArgumentError("a data source name or LUID is required")
         if _LUID.match(name_or_luid) and project is None:
             try:
                 _, body = self.request("GET", f"datasources/{name_or_luid}", retry=True)
@@ -496,7 +501,7 @@ class TableauClient:
         checked = ActionBatch.coerce(batch)
         ref = target if isinstance(target, DataSourceRef) else DataSourceRef(str(target))
         if checked.reads_source and not upload_session_id:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "this batch reads payload tables: pass upload_session_id= (from client.upload(...))"
             )
         session = upload_session_id if checked.reads_source else None

@@ -39,9 +39,12 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     Tag,
+    ValidationError,
     model_serializer,
     model_validator,
 )
+
+from .errors import ArgumentTypeError, InvalidActionBatchError, InvalidArgumentError, Problem
 
 __all__ = [
     "COMPARISON_OPS",
@@ -83,7 +86,7 @@ def parse_datetime_constant(text: str) -> datetime:
     """
     m = _DATETIME_TEXT.match(text)
     if m is None:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{text!r} is not an ISO-8601 datetime with an offset "
             "(e.g. '2007-12-03T10:15:30Z' or '2007-12-03T10:15:30+01:00')"
         )
@@ -99,17 +102,22 @@ def parse_datetime_constant(text: str) -> datetime:
         hours = int(digits[:2])
         minutes = int(digits[2:4] or 0)
         if hours > 23 or minutes > 59:
-            raise ValueError(f"{text!r} has an invalid offset {offset_text!r}")
+            raise InvalidArgumentError(f"{text!r} has an invalid offset {offset_text!r}")
         tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
     try:
         return datetime(year, month, day, hour, minute, second, int(fraction), tzinfo=tz)
     except ValueError as err:
-        raise ValueError(f"{text!r} is not a valid datetime: {err}") from None
+        raise InvalidArgumentError(f"{text!r} is not a valid datetime: {err}") from None
 
 
 def _format_datetime(value: datetime) -> str:
     aware = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
-    utc = aware.astimezone(timezone.utc)
+    try:
+        utc = aware.astimezone(timezone.utc)
+    except OverflowError:
+        raise InvalidArgumentError(
+            f"datetime constant {value.isoformat()} is outside years 1-9999 once converted to UTC"
+        ) from None
     text = utc.strftime("%Y-%m-%dT%H:%M:%S")
     if utc.microsecond:
         text += f".{utc.microsecond:06d}".rstrip("0")
@@ -128,6 +136,15 @@ class _Model(BaseModel):
         validate_by_alias=True,
         validate_by_name=True,
     )
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            # Pydantic's error is not ours: the same problems, with JSON paths, in our tree.
+            from .actions import problems_from
+
+            raise InvalidActionBatchError(problems_from(err)) from None
 
     def to_dict(self) -> dict[str, Any]:
         """The wire JSON of this node as a plain dict (``None`` fields omitted)."""
@@ -160,29 +177,31 @@ class Const(_Model):
         if kind == "boolean":
             ok = isinstance(v, bool) or (isinstance(v, str) and v.lower() in ("true", "false"))
             if not ok:
-                raise ValueError(f"boolean constant must be true or false, got {v!r}")
+                raise InvalidArgumentError(f"boolean constant must be true or false, got {v!r}")
         elif kind == "integer":
             if isinstance(v, bool) or not isinstance(v, (int, str)):
-                raise ValueError(f"integer constant must be a whole number, got {v!r}")
+                raise InvalidArgumentError(f"integer constant must be a whole number, got {v!r}")
             if isinstance(v, str) and not _INT_TEXT.match(v):
-                raise ValueError(f"integer constant must be a whole number, got {v!r}")
+                raise InvalidArgumentError(f"integer constant must be a whole number, got {v!r}")
             if not _INT64_MIN <= int(v) <= _INT64_MAX:
-                raise ValueError(f"integer constant {v!r} does not fit in 64 bits")
+                raise InvalidArgumentError(f"integer constant {v!r} does not fit in 64 bits")
         elif kind == "double":
             if isinstance(v, bool):
-                raise ValueError(f"double constant must be a number, got {v!r}")
+                raise InvalidArgumentError(f"double constant must be a number, got {v!r}")
             try:
                 number = float(v)
             except ValueError:
-                raise ValueError(f"double constant must be a number, got {v!r}") from None
+                raise InvalidArgumentError(f"double constant must be a number, got {v!r}") from None
             if not math.isfinite(number):
-                raise ValueError(f"double constant must be finite, got {v!r}")
+                raise InvalidArgumentError(f"double constant must be finite, got {v!r}")
         elif kind == "string":
             if not isinstance(v, str):
-                raise ValueError(f"string constant must be a string, got {v!r}")
+                raise InvalidArgumentError(f"string constant must be a string, got {v!r}")
         elif kind == "datetime":
             if not isinstance(v, str):
-                raise ValueError(f"datetime constant must be an ISO-8601 string, got {v!r}")
+                raise InvalidArgumentError(
+                    f"datetime constant must be an ISO-8601 string, got {v!r}"
+                )
             parse_datetime_constant(v)
         return self
 
@@ -205,12 +224,12 @@ class Const(_Model):
             return cls(type="integer", v=value)
         if isinstance(value, float):
             if not math.isfinite(value):
-                raise ValueError(f"a constant must be finite, got {value!r}")
+                raise InvalidArgumentError(f"a constant must be finite, got {value!r}")
             return cls(type="double", v=value)
         if isinstance(value, Decimal):
             as_float = float(value)
             if not value.is_finite() or Decimal(repr(as_float)) != value:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"Decimal {value} cannot be sent exactly: Tableau's numeric constants are "
                     "doubles; round it to at most 15 significant digits"
                 )
@@ -223,7 +242,9 @@ class Const(_Model):
             return cls(
                 type="datetime", v=_format_datetime(datetime(value.year, value.month, value.day))
             )
-        raise TypeError(f"cannot make a Tableau constant from {type_name(value)}: {value!r}")
+        raise ArgumentTypeError(
+            f"cannot make a Tableau constant from {type_name(value)}: {value!r}"
+        )
 
     def python_value(self) -> bool | int | float | str | datetime | None:
         """The constant as a Python value (datetimes timezone-aware)."""
@@ -256,7 +277,7 @@ class _ConditionOps:
 
     # Guard against Python's `and` / `or` keywords, which cannot be overloaded.
     def __bool__(self) -> bool:
-        raise TypeError("use & and | to combine conditions, not `and` / `or`")
+        raise ArgumentTypeError("use & and | to combine conditions, not `and` / `or`")
 
 
 class Comparison(_ConditionOps, _Model):
@@ -279,23 +300,49 @@ class Comparison(_ConditionOps, _Model):
             if value is not None
         ]
         if len(given) != 2:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"a '{self.op}' comparison needs exactly one left and one right side "
                 "('target-col' with 'source-col' or 'const', or 'source-col' with 'const'); "
                 f"got {', '.join(repr(g) for g in given) if given else 'none'}"
             )
         if self.const is not None:
             if self.op == "has" and self.const.type != "string":
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"'has' tests substring containment and takes a string constant, "
                     f"got {self.const.type!r}"
                 )
             if self.const.v is None and self.op != "is":
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"'{self.op}' against a null constant never matches (SQL NULL semantics); "
                     "use 'is' for null-safe equality"
                 )
         return self
+
+
+#: Conditions nest at most this deep (Tableau's own limit is not documented; deeper trees
+#: are a sign of a generated condition gone wrong, and would exhaust Python's recursion).
+MAX_CONDITION_DEPTH = 64
+
+
+def condition_depth(node: Any) -> int:
+    """How deep a condition (a model or its parsed JSON) nests; counted without recursion."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_CONDITION_DEPTH + 1:
+            break
+        args = item.get("args") if isinstance(item, dict) else getattr(item, "args", None)
+        if isinstance(args, list):
+            stack.extend((child, depth + 1) for child in args)
+    return deepest
+
+
+def _check_depth(node: Any) -> None:
+    if condition_depth(node) > MAX_CONDITION_DEPTH:
+        raise InvalidActionBatchError(
+            [Problem("", f"conditions nest deeper than {MAX_CONDITION_DEPTH} levels")]
+        )
 
 
 class And(_ConditionOps, _Model):
@@ -309,6 +356,7 @@ class And(_ConditionOps, _Model):
             data["args"] = list(args[0]) if len(args) == 1 and _is_iterable(args[0]) else args
         data.setdefault("op", "and")
         super().__init__(**data)
+        _check_depth(self)
 
 
 class Or(_ConditionOps, _Model):
@@ -322,6 +370,7 @@ class Or(_ConditionOps, _Model):
             data["args"] = list(args[0]) if len(args) == 1 and _is_iterable(args[0]) else args
         data.setdefault("op", "or")
         super().__init__(**data)
+        _check_depth(self)
 
 
 def _is_iterable(value: object) -> bool:
@@ -360,7 +409,7 @@ class _Column:
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name:
-            raise ValueError("a column name must be a non-empty string")
+            raise InvalidArgumentError("a column name must be a non-empty string")
         self.name = name
 
     def __repr__(self) -> str:
@@ -400,7 +449,7 @@ class _Column:
     def contains(self, text: str | SourceColumn) -> Comparison:
         """Substring containment (``has``)."""
         if not isinstance(text, (str, _Column)):
-            raise TypeError(f"'has' takes a string, got {type_name(text)}")
+            raise ArgumentTypeError(f"'has' takes a string, got {type_name(text)}")
         return self._compare("has", text)
 
 
@@ -411,7 +460,7 @@ class TargetColumn(_Column):
         if isinstance(other, SourceColumn):
             return Comparison(op=op, target_col=self.name, source_col=other.name)
         if isinstance(other, TargetColumn):
-            raise TypeError("a comparison needs a source column or a constant on the right")
+            raise ArgumentTypeError("a comparison needs a source column or a constant on the right")
         return Comparison(op=op, target_col=self.name, const=Const.of(other))
 
 
@@ -423,10 +472,12 @@ class SourceColumn(_Column):
             # target-col / source-col is symmetric only for equality-like operators.
             flipped = {"lt": "gt", "gt": "lt", "lte": "gte", "gte": "lte"}.get(op, op)
             if op == "has":
-                raise TypeError("write target(...).contains(source(...)) for 'has'")
+                raise ArgumentTypeError("write target(...).contains(source(...)) for 'has'")
             return Comparison(op=flipped, target_col=other.name, source_col=self.name)
         if isinstance(other, SourceColumn):
-            raise TypeError("a comparison needs a target column or a constant on the other side")
+            raise ArgumentTypeError(
+                "a comparison needs a target column or a constant on the other side"
+            )
         return Comparison(op=op, source_col=self.name, const=Const.of(other))
 
 
@@ -463,7 +514,7 @@ def keys_match(*columns: str | tuple[str, str]) -> Condition:
     One key gives a single comparison; several give their ``and``.
     """
     if not columns:
-        raise ValueError("keys_match needs at least one key column")
+        raise InvalidArgumentError("keys_match needs at least one key column")
     leaves: list[Condition] = []
     for c in columns:
         t, s = (c, c) if isinstance(c, str) else c

@@ -1,7 +1,10 @@
 """The one exception tree of tabhyper_update.
 
 Everything the SDK raises on bad input, a failing server or a failing job derives from
-:class:`TabHyperError`, so a CDC job can catch one type. Messages never carry a secret:
+:class:`TabHyperError`, so a CDC job can catch one type. Argument misuse (a wrong value or
+type passed to a function) raises :class:`InvalidArgumentError` or
+:class:`ArgumentTypeError`: they are also ``ValueError`` / ``TypeError``, so code written
+against the built-in types keeps working. Messages never carry a secret:
 URLs are stored without query strings that could hold one, and no header is ever kept.
 """
 
@@ -12,10 +15,12 @@ from collections.abc import Sequence
 __all__ = [
     "ApiError",
     "ApplyError",
+    "ArgumentTypeError",
     "AuthenticationError",
     "ConfigurationError",
     "ConnectionFailedError",
     "InvalidActionBatchError",
+    "InvalidArgumentError",
     "JobCancelledError",
     "JobFailedError",
     "JobTimeoutError",
@@ -42,6 +47,14 @@ class TabHyperError(Exception):
     def __str__(self) -> str:
         # Subclasses build their message in args[0]; annotations are appended to it there.
         return str(self.args[0]) if self.args else super().__str__()
+
+
+class InvalidArgumentError(TabHyperError, ValueError):
+    """An argument has a value the function cannot take; the message names it."""
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument has a type the function cannot take; the message names it."""
 
 
 class Problem:

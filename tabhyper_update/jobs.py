@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from .errors import JobCancelledError, JobFailedError, JobTimeoutError, TransportError
+from .errors import (
+    InvalidArgumentError,
+    JobCancelledError,
+    JobFailedError,
+    JobTimeoutError,
+    TransportError,
+)
 
 if TYPE_CHECKING:
     from .client import TableauClient
@@ -116,7 +122,7 @@ class Job(BaseModel):
 
     def _require_client(self) -> TableauClient:
         if self._client is None:
-            raise RuntimeError("this Job is not bound to a client; use client.job(id)")
+            raise InvalidArgumentError("this Job is not bound to a client; use client.job(id)")
         return self._client
 
     def _update_from(self, other: Job) -> None:

@@ -27,6 +27,7 @@ from .actions import ActionBatch
 from .client import DataSourceRef, TableauClient
 from .errors import (
     ConfigurationError,
+    InvalidArgumentError,
     JobCancelledError,
     JobFailedError,
     NotFoundError,
@@ -223,7 +224,7 @@ class UploadedPayload:
         if given is not None:
             self.payload.validate(given)
         if request_id is not None and (not isinstance(request_id, str) or not request_id):
-            raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+            raise InvalidArgumentError(f"request_id must be a non-empty string, got {request_id!r}")
         units: list[tuple[PayloadPart | None, ActionBatch]]
         if self.payload.parts:
             units = [(p, self._batch_for(p, given)) for p in self.payload.parts]
@@ -267,7 +268,7 @@ class UploadedPayload:
             return actions
         if part.actions is not None:
             return part.actions
-        raise ValueError(
+        raise InvalidArgumentError(
             "no actions to apply: pass actions= (only a change set built with key= derives its own)"
         )
 
