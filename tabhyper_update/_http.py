@@ -622,11 +622,15 @@ class Transport:
             reraise=True,
         )
         attempts = 0
+        own_timeout = kwargs.pop("timeout", None) or self.timeout
         try:
             for attempt in retrying:
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
-                    return self.send_once(method, path, **kwargs)
+                    # No attempt outlives the call's own bound.
+                    remaining = policy.max_total_seconds - (self.clock() - start)
+                    limit = max(0.05, min(own_timeout, remaining))
+                    return self.send_once(method, path, timeout=limit, **kwargs)
         except TabHyperError as err:
             err.attempts = attempts
             if attempts > 1:

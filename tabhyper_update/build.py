@@ -30,7 +30,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
+import stat
 import tempfile
 import time
 import uuid
@@ -48,6 +50,7 @@ from .cdc import (
     KIND_UPSERT,
     OP_TEXT_COLUMN,
     ORDER_TEXT_COLUMN,
+    RESERVED_PREFIX,
     CdcSpec,
     derived_actions,
 )
@@ -214,6 +217,9 @@ def build_payload(
             )
             spark_frames.append((name, df, plans))
 
+    sweep_leftovers(staging_dir)
+    if output_dir is not None and Path(output_dir) != Path(staging_dir or tempfile.gettempdir()):
+        sweep_leftovers(output_dir)
     stage = _private_dir(staging_dir, "tabhyper-stage-")
     out = Path(output_dir) if output_dir is not None else None
     owned = _private_dir(out, "tabhyper-payload-")
@@ -634,9 +640,67 @@ def _write_parts(
 def _private_dir(parent: str | os.PathLike[str] | None, prefix: str) -> Path:
     if parent is not None:
         Path(parent).mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    # The creating process's id is in the name: leftovers of a dead process can be told.
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
     path.chmod(0o700)
     return path
+
+
+_LEFTOVER = re.compile(r"^(tabhyper-stage|tabhyper-payload)-(\d+)-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+
+
+def sweep_leftovers(parent: str | os.PathLike[str] | None) -> int:
+    """Remove what killed builds left in ``parent`` (the temporary folder by default): their
+    staging folders, unfinished ``.part-*.hyper.tmp`` files in their payload folders, and
+    payload folders older than a day that hold no ``manifest.json`` (a payload kept beyond
+    its process is marked by saving its manifest, as ``tabhyper-update build`` does). Only
+    folders of this user whose creating process is gone are touched. Returns how many
+    entries were removed."""
+    folder = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    removed = 0
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return 0
+    for entry in entries:
+        match = _LEFTOVER.match(entry.name)
+        if match is None:
+            continue
+        try:
+            info = entry.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            continue
+        if _alive(int(match.group(2))):
+            continue
+        if match.group(1) == "tabhyper-stage":
+            shutil.rmtree(entry, ignore_errors=True)
+            removed += 1
+            continue
+        if not (entry / "manifest.json").exists() and time.time() - info.st_mtime > 86400:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed += 1
+            continue
+        for tmp in entry.glob(".part-*.hyper.tmp"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+                removed += 1
+        with contextlib.suppress(OSError):
+            entry.rmdir()  # only when empty: a kept payload stays
+    if removed:
+        log.info("removed %d leftover(s) of killed builds in %s", removed, folder)
+    return removed
 
 
 def _parquet_files(directory: Path) -> list[Path]:
@@ -676,6 +740,12 @@ def _plans(
     by_name = {f.name: f for f in df.schema.fields}
     seen: set[str] = set()
     for f in df.schema.fields:
+        if f.name.lower().startswith(RESERVED_PREFIX):
+            raise PayloadError(
+                f"table {table!r} has a column named {f.name!r}: names starting with "
+                f"{RESERVED_PREFIX!r} are reserved for the payload builder's own columns; "
+                "rename it"
+            )
         if f.name in seen:
             raise PayloadError(f"table {table!r} has two columns named {f.name!r}")
         seen.add(f.name)

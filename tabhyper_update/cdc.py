@@ -72,7 +72,9 @@ KIND_UNKNOWN_OP = "E_UNKNOWN_OP"
 KIND_TIE = "E_TIE"
 KIND_ERRORS = (KIND_NULL_KEY, KIND_UNKNOWN_OP, KIND_TIE)
 
-#: Columns added to the staged change set (never part of the payload tables).
+#: Columns added to the staged change set (never part of the payload tables). Every
+#: internal column starts with this prefix, which user columns may not.
+RESERVED_PREFIX = "__tabhyper_"
 KIND_COLUMN = "__tabhyper_kind"
 OP_TEXT_COLUMN = "__tabhyper_op"
 ORDER_TEXT_COLUMN = "__tabhyper_order"
@@ -178,7 +180,11 @@ class CdcSpec:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        op = F.col(self.op_column).cast("string")
+        def col(name: str) -> Column:
+            # Quoted, so that a name with a dot or a backtick is one column, not a path.
+            return F.col("`" + name.replace("`", "``") + "`")
+
+        op = col(self.op_column).cast("string")
         by_meaning: dict[str, list[str]] = {"upsert": [], "delete": [], "ignore": []}
         for value, meaning in self.op_map.items():
             by_meaning[meaning].append(value)
@@ -186,7 +192,7 @@ class CdcSpec:
         def among(values: list[str]) -> Column:
             return op.isin(values) if values else F.lit(False)
 
-        null_key = reduce(lambda a, b: a | b, [F.col(k).isNull() for k in self.key])
+        null_key = reduce(lambda a, b: a | b, [col(k).isNull() for k in self.key])
         kind = (
             F.when(null_key, F.lit(KIND_NULL_KEY))
             .when(among(by_meaning["upsert"]), F.lit(KIND_UPSERT))
@@ -196,10 +202,10 @@ class CdcSpec:
         )
         is_error = F.col(KIND_COLUMN).startswith("E_")
         tagged = df.withColumn(KIND_COLUMN, kind).filter(F.col(KIND_COLUMN).isNotNull())
-        keys = [F.col(k) for k in self.key]
+        keys = [col(k) for k in self.key]
         # Error rows sort first so that a later valid change can never hide them.
         ranked = Window.partitionBy(*keys).orderBy(
-            is_error.desc(), *[F.col(o).desc() for o in self.order_by]
+            is_error.desc(), *[col(o).desc() for o in self.order_by]
         )
         latest = (
             tagged.withColumn("__tabhyper_rank", F.rank().over(ranked))
@@ -211,7 +217,7 @@ class CdcSpec:
             .when(F.col("__tabhyper_n") > 1, F.lit(KIND_TIE))
             .otherwise(F.col(KIND_COLUMN))
         )
-        order_text = F.to_json(F.struct(*[F.col(o) for o in self.order_by]))
+        order_text = F.to_json(F.struct(*[col(o) for o in self.order_by]))
         final_is_error = final_kind.startswith("E_")
         return (
             latest.withColumn(KIND_COLUMN, final_kind)

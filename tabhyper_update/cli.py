@@ -30,6 +30,7 @@ from .errors import (
     PayloadError,
     TransportError,
     UnsupportedServerError,
+    UpdateStateError,
 )
 from .payload import Payload
 from .state import StateStore, UpdateRecord
@@ -308,11 +309,6 @@ def _cmd_serve_local(args: argparse.Namespace) -> int:
     from .testing import FakeTableauServer
 
     pats = dict(item.split(":", 1) for item in args.pat)
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # leave the with-block below, which removes the files
-
-    signal.signal(signal.SIGTERM, stop)
     with FakeTableauServer(
         pats=pats,
         site=args.site_url,
@@ -466,6 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ApplyError,
         JobFailedError,
         JobCancelledError,
+        UpdateStateError,
     ) as err:
         print(f"tabhyper-update: {err}", file=sys.stderr)
         return EXIT_FAILED
@@ -481,6 +478,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # Leave through the normal unwinding, so that every command removes what it created
+    # (staging folders, unfinished part files) when it is stopped with SIGTERM.
+    raise KeyboardInterrupt
+
+
 def console_main() -> None:
     """Entry point of the installed console script."""
+    signal.signal(signal.SIGTERM, _terminate)
     sys.exit(main())

@@ -49,6 +49,9 @@ MIN_API_VERSION = (3, 12)
 PROBE_VERSION = "2.4"
 _LUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 SESSION_EXPIRED = "401002"
+#: Listing pages: their size, and how many are read at most for one lookup.
+PAGE_SIZE = 100
+MAX_PAGES = 50
 
 
 @dataclass(frozen=True)
@@ -66,15 +69,42 @@ def _version_tuple(text: str) -> tuple[int, int]:
     return int(major), int(minor or 0)
 
 
+_TRUE = ("1", "true", "yes", "y", "on", "enable", "enabled")
+_FALSE = ("0", "false", "no", "n", "off", "disable", "disabled")
+#: What a RequestID may hold: printable ASCII, no spaces at the ends, at most 200 characters
+#: (a header value; CR or LF would split the request).
+_REQUEST_ID = re.compile(r"^[\x21-\x7e](?:[\x20-\x7e]{0,198}[\x21-\x7e])?$")
+
+
 def _env_flag(value: str | None, default: bool | str) -> bool | str:
     if value is None or value == "":
         return default
     lowered = value.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
+    if lowered in _TRUE:
         return True
-    if lowered in ("0", "false", "no", "off"):
+    if lowered in _FALSE:
         return False
     return value  # a path to a CA bundle
+
+
+def _check_verify(verify: bool | str, where: str) -> None:
+    if isinstance(verify, bool):
+        return
+    if not isinstance(verify, str) or not verify or not os.path.exists(verify):
+        raise ConfigurationError(
+            f"{where} is {verify!r}: give true or false, or the path of an existing CA "
+            "bundle (file or directory)"
+        )
+
+
+def check_request_id(request_id: object) -> str:
+    """``request_id`` if it can travel as a RequestID header, else an error naming it."""
+    if not isinstance(request_id, str) or not _REQUEST_ID.match(request_id):
+        raise InvalidArgumentError(
+            f"request_id must be 1-200 printable ASCII characters (no CR, LF or other control "
+            f"characters, no spaces at the ends), got {request_id!r}"
+        )
+    return request_id
 
 
 class TableauClient:
@@ -107,6 +137,7 @@ class TableauClient:
             raise ConfigurationError(
                 "auth is required: PersonalAccessToken, UsernamePassword or ConnectedAppJWT"
             )
+        _check_verify(verify, "verify")
         if not 0 < chunk_size_mb <= MAX_CHUNK_MB:
             raise InvalidArgumentError(
                 f"chunk_size_mb must be in (0, {MAX_CHUNK_MB}], got {chunk_size_mb}"
@@ -158,6 +189,7 @@ class TableauClient:
             overrides["api_version"] = e["TABLEAU_API_VERSION"]
         if "verify" not in overrides:
             overrides["verify"] = _env_flag(e.get("TABLEAU_VERIFY_TLS"), True)
+            _check_verify(overrides["verify"], "TABLEAU_VERIFY_TLS")
         return cls(server, site, auth, **overrides)
 
     @staticmethod
@@ -407,20 +439,22 @@ class TableauClient:
         return DataSourceRef(str(item["id"]), item.get("name"), project_name)
 
     def _find_by_name(self, name: str, project: str | None) -> list[DataSourceRef]:
-        filters = [f"name:eq:{name}"]
-        if project is not None:
+        # The filter syntax separates filters with "," and fields with ":", with no escape:
+        # a name holding either is matched here instead, over the (bounded) listing.
+        filters = []
+        if "," not in name and ":" not in name:
+            filters.append(f"name:eq:{name}")
+        if project is not None and "," not in project and ":" not in project:
             filters.append(f"projectName:eq:{project}")
-        page, found = 1, []
-        while True:
-            _, body = self.request(
-                "GET",
-                "datasources",
-                retry=True,
-                params={"filter": ",".join(filters), "pageSize": "100", "pageNumber": str(page)},
-            )
+        found: list[DataSourceRef] = []
+        for page in range(1, MAX_PAGES + 1):
+            params = {"pageSize": str(PAGE_SIZE), "pageNumber": str(page)}
+            if filters:
+                params["filter"] = ",".join(filters)
+            _, body = self.request("GET", "datasources", retry=True, params=params)
             items = as_list(((body or {}).get("datasources") or {}).get("datasource"))
             for item in items:
-                ref = self._ref(item)
+                ref = self._ref(item) if isinstance(item, dict) else None
                 # Filters are matched by the server; check again in case it ignored one.
                 if (
                     ref is not None
@@ -429,10 +463,20 @@ class TableauClient:
                 ):
                     found.append(ref)
             pagination = (body or {}).get("pagination") or {}
-            total = int(pagination.get("totalAvailable") or 0)
-            if not items or page * 100 >= total:
+            try:
+                total = int(pagination.get("totalAvailable") or 0)
+            except (TypeError, ValueError):
+                raise TransportError(
+                    f"the data source listing answered an unreadable totalAvailable "
+                    f"{pagination.get('totalAvailable')!r}"
+                ) from None
+            if not items or page * PAGE_SIZE >= total:
                 return found
-            page += 1
+        raise TransportError(
+            f"looking up data source {name!r}: the server lists more than "
+            f"{MAX_PAGES * PAGE_SIZE:,} candidates ({total:,} announced); stopped. Pass the "
+            "data source's LUID instead of its name"
+        )
 
     def _with_connection(self, ref: DataSourceRef, connection: str | None) -> DataSourceRef:
         if connection is None:
@@ -505,7 +549,7 @@ class TableauClient:
                 "this batch reads payload tables: pass upload_session_id= (from client.upload(...))"
             )
         session = upload_session_id if checked.reads_source else None
-        rid = request_id or str(uuid.uuid4())
+        rid = check_request_id(request_id) if request_id is not None else str(uuid.uuid4())
         path = (
             f"datasources/{ref.id}/connections/{ref.connection_id}/data"
             if ref.connection_id

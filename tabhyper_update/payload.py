@@ -347,7 +347,11 @@ class Payload:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, keep_files: bool = True) -> Payload:
-        """A payload from a directory (or manifest file) written by :meth:`save_manifest`."""
+        """A payload from a directory (or manifest file) written by :meth:`save_manifest`.
+
+        Every part must be a file inside the manifest's folder (no ``..``, no absolute path,
+        no symbolic link out of it) with the size and SHA-256 the manifest gives.
+        """
         manifest = Path(path)
         if manifest.is_dir():
             manifest = manifest / cls.MANIFEST
@@ -355,33 +359,62 @@ class Payload:
             doc = json.loads(manifest.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise PayloadError(f"no payload manifest at {str(manifest)!r}") from None
-        except ValueError as err:
+        except (OSError, ValueError, RecursionError) as err:
             raise PayloadError(f"{str(manifest)!r} is not a payload manifest: {err}") from None
+        try:
+            return cls._from_manifest(manifest, doc, keep_files)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+            if isinstance(err, PayloadError):
+                raise
+            what = f"missing field {err}" if isinstance(err, KeyError) else str(err)
+            raise PayloadError(
+                f"{str(manifest)!r} is not a valid payload manifest: {what}"
+            ) from None
+
+    @classmethod
+    def _from_manifest(cls, manifest: Path, doc: Any, keep_files: bool) -> Payload:
+        if not isinstance(doc, dict) or not isinstance(doc.get("parts"), list):
+            raise PayloadError(f"{str(manifest)!r} is not a payload manifest: no 'parts' list")
+        folder = manifest.parent.resolve()
         parts = []
         for item in doc["parts"]:
-            file = manifest.parent / item["file"]
+            name = item["file"]
+            if not isinstance(name, str) or not name:
+                raise PayloadError(f"{str(manifest)!r}: a part's 'file' must be a file name")
+            relative = Path(name)
+            if relative.is_absolute() or ".." in relative.parts:
+                raise PayloadError(
+                    f"{str(manifest)!r}: payload part {name!r} is outside the manifest's folder; "
+                    "refused"
+                )
+            file = manifest.parent / relative
+            if file.is_symlink() or not file.resolve().is_relative_to(folder):
+                raise PayloadError(
+                    f"{str(manifest)!r}: payload part {name!r} leads outside the manifest's "
+                    "folder; refused"
+                )
             if not file.is_file():
                 raise PayloadError(f"payload part {str(file)!r} is missing")
-            if file.stat().st_size != item["size_bytes"]:
+            if file.stat().st_size != int(item["size_bytes"]):
                 raise PayloadError(f"payload part {str(file)!r} changed size since it was built")
             tables = {
-                t["name"]: TableInfo(
-                    t["schema"],
-                    t["name"],
-                    tuple(ColumnInfo(*c) for c in t["columns"]),
-                    t["row_count"],
-                    t.get("row_digest", ""),
+                str(t["name"]): TableInfo(
+                    str(t["schema"]),
+                    str(t["name"]),
+                    tuple(ColumnInfo(str(c[0]), str(c[1]), bool(c[2])) for c in t["columns"]),
+                    int(t["row_count"]),
+                    str(t.get("row_digest", "")),
                 )
                 for t in item["tables"]
             }
             actions = ActionBatch.from_dict(item["actions"]) if item.get("actions") else None
             lo, hi = item.get("buckets") or (0, BUCKETS - 1)
-            part = PayloadPart(file, item["size_bytes"], tables, actions, (int(lo), int(hi)))
+            part = PayloadPart(file, int(item["size_bytes"]), tables, actions, (int(lo), int(hi)))
             if part.sha256 != item["sha256"]:
                 raise PayloadError(f"payload part {str(file)!r} changed since it was built")
             parts.append(part)
-        key = tuple(doc["key"]) if doc.get("key") else None
-        return cls(parts, schema=doc["schema"], keep_files=keep_files, key=key)
+        key = tuple(str(k) for k in doc["key"]) if doc.get("key") else None
+        return cls(parts, schema=str(doc["schema"]), keep_files=keep_files, key=key)
 
     # -- the round trip ----------------------------------------------------------------------
     def upload(

@@ -24,7 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .actions import ActionBatch
-from .client import DataSourceRef, TableauClient
+from .client import DataSourceRef, TableauClient, check_request_id
 from .errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -223,8 +223,8 @@ class UploadedPayload:
         given = ActionBatch.coerce(actions) if actions is not None else None
         if given is not None:
             self.payload.validate(given)
-        if request_id is not None and (not isinstance(request_id, str) or not request_id):
-            raise InvalidArgumentError(f"request_id must be a non-empty string, got {request_id!r}")
+        if request_id is not None:
+            check_request_id(request_id)
         units: list[tuple[PayloadPart | None, ActionBatch]]
         if self.payload.parts:
             units = [(p, self._batch_for(p, given)) for p in self.payload.parts]
