@@ -36,7 +36,7 @@ import stat
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,12 +99,6 @@ _VARIABLE_OVERHEAD = 8
 #: Staging Parquet options. Dictionary encoding is off: measured on 2M rows it doubled
 #: Spark's write time and slowed Hyper's read, for files that live a few seconds.
 _PARQUET_OPTIONS = {"compression": "snappy", "parquet.enable.dictionary": "false"}
-_SPARK_CONF = {
-    # Proleptic Gregorian dates and timestamps, as Hyper stores them, for every year 1-9999.
-    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
-    "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-}
 
 
 @dataclass
@@ -334,41 +328,40 @@ def _stage(
         columns = [v.alias(s) for v, s in zip(values, staged_names, strict=True)]
         target = stage / f"t{index}"
         observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
-        with _spark_conf(df.sparkSession):
-            if spec is None:
-                row_hash = _row_hash(values)
-                frame = df.select(
-                    *columns,
-                    row_hash.alias(ROWHASH_COLUMN),
-                    F.pmod(row_hash, F.lit(BUCKETS)).cast("smallint").alias(BUCKET_COLUMN),
-                ).observe(observed, F.count(F.lit(1)).alias("rows"))
-                _write_staged(frame, target)
-                staged.append(
-                    _Staged(
-                        name, plans, staged_names, _parquet_files(target), _metric(observed, "rows")
-                    )
-                )
-                continue
-            keys = [F.col(_quoted(k)) for k in spec.key]
-            bucket = F.pmod(F.xxhash64(*keys), F.lit(BUCKETS))
-            latest = spec.latest_changes(df)
-            position = [F.col(KIND_COLUMN), F.col(_quoted(spec.op_column)).cast("string")]
-            position += [F.col(_quoted(o)) for o in spec.order_by]
-            position += [F.isnull(F.col(_quoted(o))) for o in spec.order_by]
-            kind = F.col(KIND_COLUMN)
-            frame = latest.select(
+        if spec is None:
+            row_hash = _row_hash(values)
+            frame = df.select(
                 *columns,
-                _row_hash(values, position).alias(ROWHASH_COLUMN),
-                bucket.cast("smallint").alias(BUCKET_COLUMN),
-                kind,
-                F.col(OP_TEXT_COLUMN),
-                F.col(ORDER_TEXT_COLUMN),
-            ).observe(
-                observed,
-                F.sum(F.when(kind == KIND_UPSERT, 1).otherwise(0)).alias("upserts"),
-                F.sum(F.when(kind == KIND_DELETE, 1).otherwise(0)).alias("deletes"),
+                row_hash.alias(ROWHASH_COLUMN),
+                F.pmod(row_hash, F.lit(BUCKETS)).cast("smallint").alias(BUCKET_COLUMN),
+            ).observe(observed, F.count(F.lit(1)).alias("rows"))
+            _write_staged(frame, target)
+            staged.append(
+                _Staged(
+                    name, plans, staged_names, _parquet_files(target), _metric(observed, "rows")
+                )
             )
-            _write_staged(frame, target, partition_by=KIND_COLUMN)
+            continue
+        keys = [F.col(_quoted(k)) for k in spec.key]
+        bucket = F.pmod(F.xxhash64(*keys), F.lit(BUCKETS))
+        latest = spec.latest_changes(df)
+        position = [F.col(KIND_COLUMN), F.col(_quoted(spec.op_column)).cast("string")]
+        position += [F.col(_quoted(o)) for o in spec.order_by]
+        position += [F.isnull(F.col(_quoted(o))) for o in spec.order_by]
+        kind = F.col(KIND_COLUMN)
+        frame = latest.select(
+            *columns,
+            _row_hash(values, position).alias(ROWHASH_COLUMN),
+            bucket.cast("smallint").alias(BUCKET_COLUMN),
+            kind,
+            F.col(OP_TEXT_COLUMN),
+            F.col(ORDER_TEXT_COLUMN),
+        ).observe(
+            observed,
+            F.sum(F.when(kind == KIND_UPSERT, 1).otherwise(0)).alias("upserts"),
+            F.sum(F.when(kind == KIND_DELETE, 1).otherwise(0)).alias("deletes"),
+        )
+        _write_staged(frame, target, partition_by=KIND_COLUMN)
         _raise_on_change_set_errors(spec, plans, staged_names, target)
         key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
         upserts = _parquet_files(target / f"{KIND_COLUMN}={KIND_UPSERT}")
@@ -707,21 +700,6 @@ def _parquet_files(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.rglob("*.parquet") if p.is_file())
-
-
-@contextlib.contextmanager
-def _spark_conf(spark: Any) -> Iterator[None]:
-    saved = {k: spark.conf.get(k, None) for k in _SPARK_CONF}
-    for k, v in _SPARK_CONF.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, old in saved.items():
-            if old is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, old)
 
 
 def _check_names(name: str, what: str) -> None:

@@ -17,7 +17,11 @@
 | array, map, struct            | TEXT (JSON)            | only with ``complex_as_json=True``     |
 
 Spark ``timestamp`` values are instants; they are stored as UTC wall-clock ``TIMESTAMP`` so
-that the Spark session time zone never shifts them (Tableau shows the UTC time). Intervals
+that the Spark session time zone never shifts them (Tableau shows the UTC time).
+
+Dates and timestamps travel through the staging Parquet as integers (days, microseconds since
+1970-01-01) and ``timestamp_ntz`` as its text, so no Spark session setting (calendar rebase,
+Parquet timestamp type) matters, and the SDK never changes the caller's session. Intervals
 are refused: Hyper has an INTERVAL type but Tableau cannot use it. ``void`` (a column of
 untyped NULLs) and ``variant`` are refused too; cast them to a concrete type first.
 """
@@ -59,22 +63,33 @@ class ColumnPlan:
     spark_type: str
     hyper_type: str
     nullable: bool
-    #: Spark expression kind applied before the staging write: "as_is" or "json".
+    #: Spark expression applied before the staging write: "as_is", "json", "micros" (an
+    #: instant as microseconds since the epoch), "days" (days since the epoch) or "text".
     spark_transform: str = "as_is"
-    #: How the staged Parquet value becomes the Hyper value: "cast" or "utc".
+    #: How the staged Parquet value becomes the Hyper value: "cast", "micros" or "days".
     hyper_transform: str = "cast"
 
     def spark_column(self, column: Column) -> Column:
-        if self.spark_transform == "json":
-            from pyspark.sql import functions as F
+        from pyspark.sql import functions as F
 
+        if self.spark_transform == "json":
             return F.to_json(column)
+        if self.spark_transform == "micros":
+            return F.unix_micros(column)
+        if self.spark_transform == "days":
+            return F.unix_date(column)
+        if self.spark_transform == "text":
+            return column.cast("string")
         return column
 
     def hyper_expression(self, quoted_staged_name: str) -> str:
-        if self.hyper_transform == "utc":
-            # Parquet timestamps that are adjusted to UTC read back as TIMESTAMP_TZ.
-            return f"CAST(({quoted_staged_name} AT TIME ZONE 'UTC') AS TIMESTAMP)"
+        if self.hyper_transform == "micros":
+            return (
+                f"(TIMESTAMP '1970-01-01 00:00:00' + CAST({quoted_staged_name} AS BIGINT) "
+                "* INTERVAL '0.000001 second')"
+            )
+        if self.hyper_transform == "days":
+            return f"(DATE '1970-01-01' + CAST({quoted_staged_name} AS INTEGER))"
         return f"CAST({quoted_staged_name} AS {self.hyper_type})"
 
     @property
@@ -93,8 +108,6 @@ _SIMPLE: dict[str, str] = {
     "CharType": "TEXT",
     "VarcharType": "TEXT",
     "BinaryType": "BYTES",
-    "DateType": "DATE",
-    "TimestampNTZType": "TIMESTAMP",
 }
 
 _COMPLEX = ("ArrayType", "MapType", "StructType")
@@ -126,7 +139,11 @@ def plan_column(
     if kind == "FloatType":
         return plan("REAL" if database_version >= 4 else "DOUBLE PRECISION")
     if kind == "TimestampType":
-        return plan("TIMESTAMP", hyper_transform="utc")
+        return plan("TIMESTAMP", spark_transform="micros", hyper_transform="micros")
+    if kind == "DateType":
+        return plan("DATE", spark_transform="days", hyper_transform="days")
+    if kind == "TimestampNTZType":
+        return plan("TIMESTAMP", spark_transform="text")
     if kind == "DecimalType":
         limit = max_decimal_precision(database_version)
         if data_type.precision > limit:

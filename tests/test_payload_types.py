@@ -256,3 +256,45 @@ def test_session_time_zone_is_restored_and_conf_untouched(spark: SparkSession) -
     with build_payload(spark.createDataFrame([(1,)], "x int")):
         pass
     assert spark.conf.get(key, None) == before
+
+
+def test_the_session_settings_are_never_touched_even_by_concurrent_builds(
+    spark: SparkSession,
+) -> None:
+    import threading
+    from datetime import date, datetime
+
+    keys = {
+        "spark.sql.parquet.datetimeRebaseModeInWrite": "EXCEPTION",
+        "spark.sql.parquet.int96RebaseModeInWrite": "EXCEPTION",
+        "spark.sql.parquet.outputTimestampType": "INT96",
+    }
+    before = {k: spark.conf.get(k, None) for k in keys}
+    try:
+        for k, v in keys.items():
+            spark.conf.set(k, v)  # the strictest settings a user may have
+        df = spark.createDataFrame(
+            [(date(1, 1, 1), datetime(1, 1, 1, 0, 0, 1), "a")], "d date, ts timestamp, s string"
+        )
+        results: list[object] = []
+
+        def build() -> None:
+            try:
+                with build_payload(df) as payload:
+                    results.append(read_rows(payload.parts[0].path, "Extract"))
+            except Exception as err:  # reported below
+                results.append(err)
+
+        threads = [threading.Thread(target=build) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        assert results == [[(date(1, 1, 1), datetime(1, 1, 1, 0, 0, 1), "a")]] * 2
+        assert {k: spark.conf.get(k) for k in keys} == keys
+    finally:
+        for k, old in before.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
