@@ -54,8 +54,13 @@ from .cdc import (
     CdcSpec,
     derived_actions,
 )
-from .errors import PayloadError
-from .hyper_types import DEFAULT_DATABASE_VERSION, ColumnPlan, plan_column
+from .errors import PayloadError, TabHyperError
+from .hyper_types import (
+    DEFAULT_DATABASE_VERSION,
+    SUPPORTED_DATABASE_VERSIONS,
+    ColumnPlan,
+    plan_column,
+)
 from .payload import (
     BUCKETS,
     DEFAULT_MAX_PAYLOAD_MB,
@@ -146,8 +151,13 @@ def build_payload(
         payload = build_payload(changes, key=["region", "id"], op_column="_change_type",
                                 order_by="_commit_version")
     """
-    if max_payload_mb <= 0:
+    if not isinstance(max_payload_mb, (int, float)) or not max_payload_mb > 0:
         raise PayloadError(f"max_payload_mb must be positive, got {max_payload_mb!r}")
+    if database_version not in SUPPORTED_DATABASE_VERSIONS:
+        raise PayloadError(
+            f"database_version must be one of {SUPPORTED_DATABASE_VERSIONS}, got "
+            f"{database_version!r}"
+        )
     for value, what in (
         (schema, "schema"),
         (table, "table"),
@@ -255,6 +265,13 @@ def build_payload(
                 )
                 for p in parts
             ]
+    except TabHyperError:
+        shutil.rmtree(owned, ignore_errors=True)
+        raise
+    except Exception as err:
+        # Spark's and Hyper's own errors (Py4J, analysis, HyperException) become ours.
+        shutil.rmtree(owned, ignore_errors=True)
+        raise _build_failure(err, spark_frames, stage, owned) from err
     except BaseException:
         shutil.rmtree(owned, ignore_errors=True)
         raise
@@ -377,6 +394,34 @@ def _stage(
             )
         )
     return staged
+
+
+def _build_failure(
+    err: Exception,
+    frames: Sequence[tuple[str, DataFrame, list[ColumnPlan]]],
+    stage: Path,
+    owned: Path,
+) -> PayloadError:
+    """Our error for a failure inside Spark or Hyper, naming what a user can act on."""
+    text = str(err)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
+    if len(first) > 400:
+        first = first[:400] + "…"
+    engine = "Hyper" if type(err).__module__.startswith("tableauhyperapi") else "Spark"
+    if "No space left on device" in text or "no space left" in text.lower():
+        return PayloadError(
+            f"no space left on device while building the payload (staging in {str(stage)!r}, "
+            f"payload files in {str(owned)!r}): free space there, or pass staging_dir= / "
+            f"output_dir= on a larger disk ({engine}: {first})"
+        )
+    # Staged columns are named c0, c1, ...: say which column of which table that is.
+    named = []
+    for table, _, plans in frames:
+        for i, plan in enumerate(plans):
+            if re.search(rf"\bc{i}\b", first):
+                named.append(f"c{i} is column {plan.name!r} of table {table!r}")
+    where = f" ({'; '.join(named)})" if named and engine == "Hyper" else ""
+    return PayloadError(f"{engine} failed while building the payload: {first}{where}")
 
 
 def _metric(observed: Any, name: str) -> int:

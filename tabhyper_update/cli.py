@@ -7,6 +7,7 @@ error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -166,23 +167,31 @@ def _cmd_build(args: argparse.Namespace) -> int:
     else:
         df = spark.read.parquet(*args.input)
     op_map = dict(item.split("=", 1) for item in args.op_map) if args.op_map else None
-    payload = build_payload(
-        df,
-        table=args.name,
-        key=args.key or None,
-        op_column=args.op_column,
-        order_by=args.order_by or None,
-        op_map=op_map,
-        target_table=args.target_table,
-        database_version=args.database_version,
-        max_payload_mb=args.max_payload_mb,
-        output_dir=args.output_dir,
-        keep_files=True,
-    )
-    if payload.is_empty:
-        _emit(args, {"parts": [], "empty": True}, "empty change set: no payload written")
-        return EXIT_OK
-    manifest = payload.save_manifest(args.output_dir)
+    out = Path(args.output_dir)
+    lock = _claim_output_dir(out)
+    try:
+        payload = build_payload(
+            df,
+            table=args.name,
+            key=args.key or None,
+            op_column=args.op_column,
+            order_by=args.order_by or None,
+            op_map=op_map,
+            target_table=args.target_table,
+            database_version=args.database_version,
+            max_payload_mb=args.max_payload_mb,
+            output_dir=out,
+            keep_files=True,
+        )
+        if payload.is_empty:
+            _emit(args, {"parts": [], "empty": True}, "empty change set: no payload written")
+            return EXIT_OK
+        manifest = payload.save_manifest(out)  # moves the parts from the build's subfolder
+        for emptied in out.glob(f"tabhyper-payload-{os.getpid()}-*"):
+            with contextlib.suppress(OSError):
+                emptied.rmdir()
+    finally:
+        lock.unlink(missing_ok=True)
     data = {
         "manifest": str(manifest),
         "parts": [
@@ -202,6 +211,35 @@ def _cmd_build(args: argparse.Namespace) -> int:
     ]
     _emit(args, data, "\n".join(lines))
     return EXIT_OK
+
+
+_BUILD_LOCK = ".tabhyper-build.lock"
+
+
+def _claim_output_dir(out: Path) -> Path:
+    """Make ``out`` this build's own: created if missing, refused when another build is
+    writing it or when it already holds something."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        lock = out / _BUILD_LOCK
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        raise _UsageError(
+            f"{str(out)!r} is being written by another build (remove {_BUILD_LOCK} there if "
+            "none is running)"
+        ) from None
+    except OSError as err:
+        raise _UsageError(f"--output-dir {str(out)!r}: {err.strerror or err}") from None
+    with os.fdopen(fd, "w") as f:
+        f.write(str(os.getpid()))
+    others = sorted(p.name for p in out.iterdir() if p.name != _BUILD_LOCK)
+    if others:
+        lock.unlink()
+        shown = ", ".join(others[:5]) + (", …" if len(others) > 5 else "")
+        raise _UsageError(
+            f"--output-dir {str(out)!r} is not empty ({shown}): give a new or empty folder"
+        )
+    return lock
 
 
 def _cmd_apply(args: argparse.Namespace) -> int:

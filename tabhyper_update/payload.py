@@ -21,7 +21,7 @@ import os
 import shutil
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
@@ -308,12 +308,26 @@ class Payload:
     MANIFEST = "manifest.json"
 
     def save_manifest(self, directory: str | os.PathLike[str] | None = None) -> Path:
-        """Write ``manifest.json`` beside the parts (or in ``directory``): what
-        :meth:`load` needs to apply the payload later, e.g. from ``tabhyper-update apply``."""
+        """Write ``manifest.json`` beside the parts: what :meth:`load` needs to apply the
+        payload later, e.g. from ``tabhyper-update apply``. With ``directory``, the part
+        files move there first (a manifest only ever names files in its own folder)."""
         if not self.parts:
             raise PayloadError("an empty payload has no files to describe")
         where = Path(directory) if directory is not None else self.parts[0].path.parent
         where.mkdir(parents=True, exist_ok=True)
+        moved = []
+        for part in self.parts:
+            final = where / part.path.name
+            if part.path.resolve() != final.resolve():
+                if final.exists():
+                    raise PayloadError(
+                        f"cannot move payload part {part.path.name!r} into {str(where)!r}: a "
+                        "file of that name is already there"
+                    )
+                shutil.move(part.path, final)
+                part = replace(part, path=final)
+            moved.append(part)
+        self.parts = moved
         doc = {
             "schema": self.schema,
             "key": list(self.key) if self.key is not None else None,

@@ -551,4 +551,6 @@ def upload_payload(
         raise ConfigurationError(
             "no target data source: pass one to upload() or set TABLEAU_DATASOURCE"
         )
-    return UploadedPayload(payload, client, target, progress=progress, state=StateStore(state_dir))
+    store = StateStore(state_dir)
+    store.check()
+    return UploadedPayload(payload, client, target, progress=progress, state=store)

@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .errors import ConfigurationError
+
 __all__ = [
     "RECORD_RETENTION_SECONDS",
     "PartState",
@@ -175,24 +177,50 @@ class StateStore:
     def save(self, record: UpdateRecord) -> None:
         record.updated_at = time.time()
         self._ensure_dirs()
-        fd, tmp = tempfile.mkstemp(dir=self.records_dir, prefix=".record-", suffix=".tmp")
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.records_dir, prefix=".record-", suffix=".tmp")
+        except OSError as err:
+            raise ConfigurationError(
+                f"cannot write an update record in {str(self.records_dir)!r}: {err.strerror or err}"
+            ) from None
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(record.to_json(), f)
             os.chmod(tmp, 0o600)
             os.replace(tmp, self._path(record.key))
+        except OSError as err:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise ConfigurationError(
+                f"cannot write an update record in {str(self.records_dir)!r}: {err.strerror or err}"
+            ) from None
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
 
+    def check(self) -> None:
+        """Refuse, before anything is sent, a state directory that cannot hold records."""
+        for folder in (self.directory, self.records_dir):
+            if folder.exists() and not folder.is_dir():
+                raise ConfigurationError(
+                    f"state_dir: {str(folder)!r} is not a folder, so update records cannot be "
+                    "kept there"
+                )
+
     def _ensure_dirs(self) -> None:
         # Create what is missing, owner-only; never change the mode of an existing folder.
-        if not self.directory.exists():
-            self.directory.mkdir(parents=True, mode=0o700)
-        if not self.records_dir.exists():
-            with contextlib.suppress(FileExistsError):
-                self.records_dir.mkdir(mode=0o700)
+        self.check()
+        try:
+            if not self.directory.exists():
+                self.directory.mkdir(parents=True, mode=0o700)
+            if not self.records_dir.exists():
+                with contextlib.suppress(FileExistsError):
+                    self.records_dir.mkdir(mode=0o700)
+        except OSError as err:
+            raise ConfigurationError(
+                f"state_dir: cannot create {str(self.records_dir)!r}: {err.strerror or err}"
+            ) from None
 
     def remove(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):

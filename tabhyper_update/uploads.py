@@ -20,7 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from .errors import ApiError, ConnectionFailedError, RequestTimeoutError, TransportError
+from .errors import (
+    ApiError,
+    ConnectionFailedError,
+    PayloadError,
+    RequestTimeoutError,
+    TransportError,
+)
 
 if TYPE_CHECKING:
     from .client import TableauClient
@@ -134,9 +140,14 @@ def upload_file(
 ) -> str:
     """Upload ``path``; returns the upload session id to pass to the update call."""
     path = Path(path)
-    total = path.stat().st_size
+    try:
+        total = path.stat().st_size
+        if not path.is_file():
+            raise IsADirectoryError(f"{path} is not a file")
+    except OSError as err:
+        raise PayloadError(f"cannot upload {str(path)!r}: {err.strerror or err}") from None
     if total == 0:
-        raise TransportError(f"{path.name} is empty: nothing to upload")
+        raise PayloadError(f"{str(path)!r} is empty: nothing to upload")
     restarts = 0
     while True:
         try:

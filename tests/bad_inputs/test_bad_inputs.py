@@ -6,30 +6,40 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tabhyper_update import (
+    ActionBatch,
+    And,
     ApiError,
+    ArgumentTypeError,
     AuthenticationError,
     ConfigurationError,
     ConnectedAppJWT,
     Delete,
     Insert,
     InvalidActionBatchError,
+    InvalidArgumentError,
+    Job,
+    NotFoundError,
     PayloadError,
     PersonalAccessToken,
     Replace,
     RetryPolicy,
+    TabHyperError,
     TableauClient,
     TransportError,
     Update,
     build_payload,
     keys_match,
+    target,
 )
+from tabhyper_update.conditions import Const
 from tabhyper_update.payload import Payload
 from tabhyper_update.testing import FakeTableauServer
 
@@ -53,11 +63,13 @@ class Ctx:
             self.server.url, "", auth or PersonalAccessToken("ci", "pat-secret"), **kw
         )
 
-    def send(self, payload: Payload, actions: Any, **kw: Any) -> None:
+    def send(
+        self, payload: Payload, actions: Any, *, request_id: str | None = None, **kw: Any
+    ) -> None:
         with self.client(**kw) as client:
             payload.upload(
                 "Orders", client=client, progress=False, state_dir=self.tmp / "state"
-            ).apply(actions).wait(timeout=30)
+            ).apply(actions, request_id=request_id, timeout=30)
 
     def changes(
         self, rows: list[tuple[Any, ...]], ddl: str = "id long, v string, op string, seq long"
@@ -501,8 +513,341 @@ CASES: list[Case] = [
 ]
 
 
+# -- hostile manifests ---------------------------------------------------------------------
+
+
+def manifest_with(
+    change: Callable[[dict[str, Any], Path], None],
+) -> Callable[[Ctx], object]:
+    def run(c: Ctx) -> object:
+        folder = c.tmp / "m"
+        folder.mkdir()
+        copy = folder / "payload.hyper"
+        shutil.copy(c.payload.parts[0].path, copy)
+        own = Payload([replace(c.payload.parts[0], path=copy)], schema=c.payload.schema)
+        manifest = own.save_manifest(folder)
+        doc = json.loads(manifest.read_text())
+        change(doc, folder)
+        manifest.write_text(json.dumps(doc))
+        c.send(Payload.load(folder), [Insert(target_table="Extract", source_table="rows")])
+        return None
+
+    return run
+
+
+def victim(c: Ctx) -> Path:
+    path = c.tmp / "victim" / "id_rsa"
+    path.parent.mkdir(exist_ok=True)
+    shutil.copy(c.payload.parts[0].path, path)  # same size and digest as the real part
+    return path
+
+
+def traversal(relative: bool) -> Callable[[Ctx], object]:
+    def run(c: Ctx) -> object:
+        secret = victim(c)
+
+        def change(doc: dict[str, Any], folder: Path) -> None:
+            doc["parts"][0]["file"] = "../victim/id_rsa" if relative else str(secret)
+
+        try:
+            return manifest_with(change)(c)
+        finally:
+            assert secret.exists()  # never uploaded, never deleted
+
+    return run
+
+
+def symlinked_part(c: Ctx) -> object:
+    secret = victim(c)
+
+    def change(doc: dict[str, Any], folder: Path) -> None:
+        (folder / "link.hyper").symlink_to(secret)
+        doc["parts"][0]["file"] = "link.hyper"
+
+    return manifest_with(change)(c)
+
+
+def _deep_condition(depth: int) -> Any:
+    condition: Any = target("v") == "x"
+    for _ in range(depth):
+        condition = And(args=[condition])
+    return condition
+
+
+def _deep_json(depth: int) -> str:
+    leaf = '{"op": "eq", "target-col": "v", "const": {"type": "string", "v": "x"}}'
+    condition = '{"op": "and", "args": [' * depth + leaf + "]}" * depth
+    action = f'{{"action": "delete", "target-table": "Extract", "condition": {condition}}}'
+    return f'{{"actions": [{action}]}}'
+
+
+def with_env(**env: str) -> Callable[[Ctx], object]:
+    def run(c: Ctx) -> object:
+        values = {"TABLEAU_SERVER_URL": c.server.url, "TABLEAU_PAT_NAME": "ci"}
+        values["TABLEAU_PAT_SECRET"] = "pat-secret"
+        values.update(env)
+        return TableauClient.from_env(values)
+
+    return run
+
+
+def listing_bomb(c: Ctx) -> object:
+    item = {"id": "00000000-0000-0000-0000-000000000001", "name": "Other"}
+    body = {"pagination": {"totalAvailable": "1000000000"}, "datasources": {"datasource": [item]}}
+    c.server.inject(
+        "datasources", times=100, content_type="application/json", body=json.dumps(body).encode()
+    )
+    with c.client() as client:
+        return client.datasource("Orders")
+
+
+def deep_answer(c: Ctx) -> object:
+    body = b'{"a": ' * 5000 + b"1" + b"}" * 5000
+    c.server.inject("signin", content_type="application/json", body=body)
+    sign_in(c)
+    return None
+
+
+def cdc_frame(c: Ctx, extra: str) -> Any:
+    return c.spark.createDataFrame(
+        [(1, "x", "I", 1)], "id long, v string, op string, seq long"
+    ).selectExpr("*", extra)
+
+
+HOSTILE: list[Case] = [
+    Case(
+        "manifest-parent-traversal", traversal(True), PayloadError, "outside the manifest's folder"
+    ),
+    Case("manifest-absolute-path", traversal(False), PayloadError, "outside the manifest's folder"),
+    Case(
+        "manifest-symlink-out", symlinked_part, PayloadError, "leads outside the manifest's folder"
+    ),
+    Case(
+        "manifest-missing-field",
+        manifest_with(lambda d, f: d["parts"][0].pop("size_bytes")),
+        PayloadError,
+        "missing field 'size_bytes'",
+    ),
+    Case(
+        "manifest-parts-not-a-list",
+        manifest_with(lambda d, f: d.update(parts="payload.hyper")),
+        PayloadError,
+        "no 'parts' list",
+    ),
+    Case(
+        "manifest-changed-size",
+        manifest_with(lambda d, f: d["parts"][0].update(size_bytes=1)),
+        PayloadError,
+        "changed size since it was built",
+    ),
+    Case(
+        "manifest-not-json",
+        lambda c: (c.tmp / "manifest.json").write_text("{") and Payload.load(c.tmp),
+        PayloadError,
+        "is not a payload manifest",
+    ),
+    Case(
+        "model-insert-without-source",
+        lambda c: Insert(target_table="E"),
+        InvalidActionBatchError,
+        "'source-table' is required",
+    ),
+    Case(
+        "model-empty-batch",
+        lambda c: ActionBatch(actions=[]),
+        InvalidActionBatchError,
+        "at least one action",
+    ),
+    Case(
+        "model-connected-app-incomplete",
+        lambda c: ConnectedAppJWT(client_id="a"),
+        ConfigurationError,
+        "needs client_id, secret_id, secret_value and username",
+    ),
+    Case(
+        "model-lone-surrogate",
+        lambda c: Delete(target_table="E\ud800", condition=target("v") == "x"),
+        InvalidActionBatchError,
+        "valid string",
+    ),
+    Case(
+        "condition-nested-too-deep",
+        lambda c: _deep_condition(100),
+        InvalidActionBatchError,
+        "conditions nest deeper than 64 levels",
+    ),
+    Case(
+        "json-nested-too-deep",
+        lambda c: ActionBatch.from_json(_deep_json(5000)),
+        InvalidActionBatchError,
+        "nested too deeply to read",
+    ),
+    Case(
+        "json-nested-deeper-than-the-limit",
+        lambda c: ActionBatch.from_json(_deep_json(80)),
+        InvalidActionBatchError,
+        "conditions nest deeper than 64 levels",
+    ),
+    Case(
+        "datetime-before-year-1-in-utc",
+        lambda c: Const.of(datetime(1, 1, 1, 0, 30, tzinfo=timezone(timedelta(hours=1)))),
+        InvalidArgumentError,
+        "outside years 1-9999 once converted to UTC",
+    ),
+    Case(
+        "datetime-after-year-9999-in-utc",
+        lambda c: (
+            target("t") < datetime(9999, 12, 31, 23, 30, tzinfo=timezone(timedelta(hours=-1)))
+        ),
+        InvalidArgumentError,
+        "outside years 1-9999 once converted to UTC",
+    ),
+    Case(
+        "python-and-on-conditions",
+        lambda c: (target("a") == 1) and (target("b") == 2),
+        ArgumentTypeError,
+        "use & and | to combine conditions",
+    ),
+    Case(
+        "const-of-an-object",
+        lambda c: Const.of(object()),
+        ArgumentTypeError,
+        "cannot make a Tableau constant",
+    ),
+    Case(
+        "keys-match-nothing",
+        lambda c: keys_match(),
+        InvalidArgumentError,
+        "at least one key column",
+    ),
+    Case(
+        "retry-zero-attempts",
+        lambda c: RetryPolicy(max_attempts=0),
+        InvalidArgumentError,
+        "max_attempts",
+    ),
+    Case(
+        "chunk-size-over-64",
+        lambda c: c.client(chunk_size_mb=100),
+        InvalidArgumentError,
+        "chunk_size_mb must be in",
+    ),
+    Case(
+        "job-without-client",
+        lambda c: Job(id="j").refresh(),
+        InvalidArgumentError,
+        "not bound to a client",
+    ),
+    Case(
+        "apply-plain-without-actions",
+        lambda c: c.send(c.payload, None),
+        InvalidArgumentError,
+        "no actions to apply",
+    ),
+    Case(
+        "request-id-with-crlf",
+        lambda c: c.send(
+            c.payload,
+            [Insert(target_table="Extract", source_table="rows")],
+            request_id="nightly\r\nX-Evil: 1",
+        ),
+        InvalidArgumentError,
+        "no CR, LF",
+    ),
+    Case(
+        "request-id-empty",
+        lambda c: c.send(
+            c.payload, [Insert(target_table="Extract", source_table="rows")], request_id=""
+        ),
+        InvalidArgumentError,
+        "request_id must be 1-200 printable ASCII",
+    ),
+    Case(
+        "verify-tls-missing-bundle",
+        with_env(TABLEAU_VERIFY_TLS="/no/such/ca.pem"),
+        ConfigurationError,
+        "existing CA bundle",
+    ),
+    Case(
+        "verify-missing-bundle",
+        lambda c: c.client(verify="/no/such/ca.pem"),
+        ConfigurationError,
+        "existing CA bundle",
+    ),
+    Case(
+        "column-named-like-an-internal-one",
+        lambda c: build_payload(
+            c.spark.createDataFrame([(1, "x")], "id long, __tabhyper_kind string")
+        ),
+        PayloadError,
+        "reserved for the payload builder's own columns",
+    ),
+    Case(
+        "database-version-unknown",
+        lambda c: build_payload(c.spark.createDataFrame([(1,)], "id long"), database_version=9),
+        PayloadError,
+        "database_version must be one of",
+    ),
+    Case(
+        "spark-fails-while-staging",
+        lambda c: build_payload(
+            c.spark.range(3).selectExpr("id", "IF(id = 2, raise_error('boom'), 'x') AS v"),
+            staging_dir=c.tmp / "stage",
+        ),
+        PayloadError,
+        "Spark failed while building the payload: [USER_RAISED_EXCEPTION] boom",
+    ),
+    Case(
+        "invalid-utf8-names-the-column",
+        lambda c: build_payload(
+            c.spark.range(2).selectExpr("id", "CAST(X'41FF42' AS STRING) AS customer_name"),
+            staging_dir=c.tmp / "stage",
+        ),
+        PayloadError,
+        "invalid UTF-8 sequence: column name: c1 (c1 is column 'customer_name' of table 'Extract')",
+    ),
+    Case(
+        "upload-missing-file",
+        lambda c: c.client().upload(c.tmp / "nope.hyper"),
+        PayloadError,
+        "cannot upload",
+    ),
+    Case(
+        "state-dir-is-a-file",
+        lambda c: (
+            (c.tmp / "f").write_text("x")
+            and c.payload.upload("Orders", client=c.client(), state_dir=c.tmp / "f")
+        ),
+        ConfigurationError,
+        "is not a folder",
+    ),
+    Case(
+        "listing-that-never-ends",
+        listing_bomb,
+        TransportError,
+        "more than 5,000 candidates",
+        client_side=False,
+    ),
+    Case(
+        "answer-nested-too-deeply",
+        deep_answer,
+        TransportError,
+        "nested too deeply to read",
+        client_side=False,
+    ),
+    Case(
+        "name-with-a-comma-not-found",
+        lambda c: c.client().datasource("Orders, Europe"),
+        NotFoundError,
+        "no data source named 'Orders, Europe'",
+        client_side=False,
+    ),
+]
+CASES += HOSTILE
+
+
 def test_corpus_is_large_enough() -> None:
-    assert len(CASES) >= 40
+    assert len(CASES) >= 80
     assert len({c.id for c in CASES}) == len(CASES)
 
 
@@ -510,6 +855,7 @@ def test_corpus_is_large_enough() -> None:
 def test_bad_input(ctx: Ctx, case: Case) -> None:
     with pytest.raises(case.error) as caught:
         case.run(ctx)
+    assert isinstance(caught.value, TabHyperError), type(caught.value).__mro__
     assert case.words in str(caught.value), str(caught.value)
     if case.client_side:
         assert sum(ctx.server.counts.values()) == 0, dict(ctx.server.counts)
