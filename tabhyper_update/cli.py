@@ -159,6 +159,15 @@ def _spark_session() -> Any:
 def _cmd_build(args: argparse.Namespace) -> int:
     if bool(args.input) == bool(args.spark_table):
         raise _UsageError("give input files (--input) or a Spark table (--spark-table)")
+    out = Path(args.output_dir)
+    lock = _claim_output_dir(out)  # before any work: a busy or used folder is refused now
+    try:
+        return _build_into(args, out)
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _build_into(args: argparse.Namespace, out: Path) -> int:
     spark = _spark_session()
     if args.spark_table:
         df = spark.table(args.spark_table)
@@ -167,31 +176,26 @@ def _cmd_build(args: argparse.Namespace) -> int:
     else:
         df = spark.read.parquet(*args.input)
     op_map = dict(item.split("=", 1) for item in args.op_map) if args.op_map else None
-    out = Path(args.output_dir)
-    lock = _claim_output_dir(out)
-    try:
-        payload = build_payload(
-            df,
-            table=args.name,
-            key=args.key or None,
-            op_column=args.op_column,
-            order_by=args.order_by or None,
-            op_map=op_map,
-            target_table=args.target_table,
-            database_version=args.database_version,
-            max_payload_mb=args.max_payload_mb,
-            output_dir=out,
-            keep_files=True,
-        )
-        if payload.is_empty:
-            _emit(args, {"parts": [], "empty": True}, "empty change set: no payload written")
-            return EXIT_OK
-        manifest = payload.save_manifest(out)  # moves the parts from the build's subfolder
-        for emptied in out.glob(f"tabhyper-payload-{os.getpid()}-*"):
-            with contextlib.suppress(OSError):
-                emptied.rmdir()
-    finally:
-        lock.unlink(missing_ok=True)
+    payload = build_payload(
+        df,
+        table=args.name,
+        key=args.key or None,
+        op_column=args.op_column,
+        order_by=args.order_by or None,
+        op_map=op_map,
+        target_table=args.target_table,
+        database_version=args.database_version,
+        max_payload_mb=args.max_payload_mb,
+        output_dir=out,
+        keep_files=True,
+    )
+    if payload.is_empty:
+        _emit(args, {"parts": [], "empty": True}, "empty change set: no payload written")
+        return EXIT_OK
+    manifest = payload.save_manifest(out)  # moves the parts from the build's subfolder
+    for emptied in out.glob(f"tabhyper-payload-{os.getpid()}-*"):
+        with contextlib.suppress(OSError):
+            emptied.rmdir()
     data = {
         "manifest": str(manifest),
         "parts": [
