@@ -56,6 +56,7 @@ __all__ = [
     "Replace",
     "Update",
     "Upsert",
+    "wire_problems",
 ]
 
 DEFAULT_SCHEMA = "Extract"
@@ -249,6 +250,19 @@ class ActionBatch(_Model):
         return cls.from_dict(data)
 
     @classmethod
+    def from_wire(cls, text: str | bytes) -> ActionBatch:
+        """Read a request body exactly as Tableau takes it: a JSON object with ``actions``
+        and kebab-case keys (what ``schemas/`` describes). :meth:`from_json` is lenient."""
+        try:
+            data = json.loads(text)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            return cls.from_json(text)  # the same error, worded once
+        problems = wire_problems(data)
+        if problems:
+            raise InvalidActionBatchError(problems)
+        return cls.from_dict(data)
+
+    @classmethod
     def from_dict(cls, data: object) -> ActionBatch:
         """Read a batch from parsed JSON (a dict with ``actions``, or a bare list)."""
         if isinstance(data, list):
@@ -363,3 +377,35 @@ def problems_from(err: ValidationError) -> list[Problem]:
             if p not in seen:
                 seen.append(p)
     return seen
+
+
+_WIRE_NAMES = {
+    "target_table": "target-table",
+    "target_schema": "target-schema",
+    "source_table": "source-table",
+    "source_schema": "source-schema",
+    "target_col": "target-col",
+    "source_col": "source-col",
+}
+
+
+def wire_problems(data: object) -> list[Problem]:
+    """Where parsed JSON departs from Tableau's wire format in ways the lenient reader
+    forgives: a bare list instead of ``{"actions": [...]}``, snake_case instead of kebab-case."""
+    if isinstance(data, list):
+        return [Problem("$", 'a batch is an object with "actions": [...], not a bare list')]
+    problems: list[Problem] = []
+    stack: list[tuple[object, str]] = [(data, "$")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                where = f"{path}.{key}"
+                if key in _WIRE_NAMES:
+                    problems.append(
+                        Problem(where, f"'{key}' is not a wire name: write '{_WIRE_NAMES[key]}'")
+                    )
+                stack.append((value, where))
+        elif isinstance(node, list):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(node))
+    return sorted(problems, key=lambda p: p.path)

@@ -23,21 +23,25 @@ from .build import build_payload
 from .client import TableauClient
 from .errors import (
     ApiError,
-    ApplyError,
+    ConfigurationError,
     InvalidActionBatchError,
+    InvalidArgumentError,
     JobCancelledError,
     JobFailedError,
     JobTimeoutError,
+    NotFoundError,
     PayloadError,
+    TabHyperError,
     TransportError,
     UnsupportedServerError,
-    UpdateStateError,
 )
 from .payload import Payload
 from .state import StateStore, UpdateRecord
 
 __all__ = [
     "EXIT_FAILED",
+    "EXIT_JOB",
+    "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_SERVER",
     "EXIT_USAGE",
@@ -50,6 +54,19 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_SERVER = 3
+EXIT_NOT_FOUND = 4
+EXIT_JOB = 5
+
+EXIT_CODES = f"""exit codes:
+  {EXIT_OK}  success
+  {EXIT_FAILED}  invalid input (an action batch, a payload, a change set, an update record)
+  {EXIT_USAGE}  usage or configuration error (options, TABLEAU_* variables, files named)
+  {EXIT_SERVER}  server or network error
+  {EXIT_NOT_FOUND}  not found (data source, connection, job)
+  {EXIT_JOB}  the job failed, was cancelled or did not finish in time
+
+With --json, a failure prints one JSON object on stdout:
+  {{"error": {{"class": ..., "message": ..., "exit_code": ...}}}}"""
 
 SCHEMA_ID = "https://tabhyper-update.dev/schemas/action_batch.schema.json"
 
@@ -69,7 +86,27 @@ def schema_text() -> str:
     return json.dumps(action_batch_schema(), indent=2, sort_keys=True) + "\n"
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Help that shows each meaningful default and keeps the exit-code table as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" not in text
+            and default not in (None, False, True, [], argparse.SUPPRESS)
+            and action.option_strings
+        ):
+            shown = " ".join(default) if isinstance(default, list) else default
+            text += f" (default: {shown})"
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> Any:  # argparse's own exit code 2 is ours too
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
@@ -86,7 +123,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         print(f"{args.file}: not UTF-8 text", file=sys.stderr)
         return EXIT_FAILED
     try:
-        batch = ActionBatch.from_json(text)
+        batch = ActionBatch.from_wire(text)
     except InvalidActionBatchError as err:
         if args.json:
             print(
@@ -139,6 +176,8 @@ def _client(args: argparse.Namespace) -> TableauClient:
         overrides["site"] = args.site
     if getattr(args, "insecure", False):
         overrides["verify"] = False
+    if not overrides.get("server") and not os.environ.get("TABLEAU_SERVER_URL"):
+        raise _UsageError("give --server URL (or set TABLEAU_SERVER_URL)")
     return TableauClient.from_env(**overrides)
 
 
@@ -250,16 +289,21 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     payload = Payload.load(args.payload, keep_files=args.keep) if args.payload else None
     actions = None
     if args.actions:
-        actions = ActionBatch.from_json(Path(args.actions).read_text(encoding="utf-8"))
+        actions = ActionBatch.from_wire(Path(args.actions).read_text(encoding="utf-8"))
     if payload is None:
         if actions is None:
             raise _UsageError("give --payload, --actions or both")
         if actions.reads_source:
             raise _UsageError("these actions read payload tables: give --payload")
         payload = Payload([])
+    if not args.datasource and not os.environ.get("TABLEAU_DATASOURCE"):
+        raise _UsageError("give --datasource NAME (or set TABLEAU_DATASOURCE)")
     with _client(args) as client:
         uploaded = payload.upload(
-            args.datasource, client=client, progress=not args.json, state_dir=args.state_dir
+            args.datasource,
+            client=client,
+            progress=False if args.json else None,  # bars only on a terminal
+            state_dir=args.state_dir,
         )
         result = uploaded.apply(
             actions, request_id=args.request_id, wait=args.wait, timeout=args.timeout
@@ -297,6 +341,11 @@ def _cmd_job(args: argparse.Namespace) -> int:
     with _client(args) as client:
         job = client.job(args.job_id)
         if args.action == "cancel":
+            if job.is_done:
+                raise _Refused(
+                    f"job {job.id} has already finished (finish code {job.finish_code}): "
+                    "there is nothing to cancel"
+                )
             job.cancel()
         elif args.action == "wait":
             job.wait(timeout=args.timeout)
@@ -310,7 +359,7 @@ def _cmd_job(args: argparse.Namespace) -> int:
     )
     text = f"job {job.id}: {state}" + (f" ({job.notes})" if job.notes else "")
     _emit(args, data, text)
-    return EXIT_FAILED if job.finish_code in (1, 2) else EXIT_OK
+    return EXIT_JOB if job.finish_code in (1, 2) else EXIT_OK
 
 
 def _cmd_state(args: argparse.Namespace) -> int:
@@ -338,6 +387,13 @@ def _cmd_state(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    try:
+        import pyspark  # noqa: F401 - only whether it is there
+    except ImportError:
+        raise _UsageError(
+            "the demo builds its change set with Spark: pip install 'tabhyper-update[spark]' "
+            "(and have Java 17+)"
+        ) from None
     from .demo import run_demo
 
     return (
@@ -378,6 +434,10 @@ class _UsageError(Exception):
     pass
 
 
+class _Refused(TabHyperError):
+    """A request the command cannot carry out as asked (exit code 1)."""
+
+
 def _add_connection_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("server (defaults from TABLEAU_* environment variables)")
     g.add_argument("--server", help="server URL (TABLEAU_SERVER_URL)")
@@ -390,6 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tabhyper-update",
         description="Keep Tableau live-to-Hyper data sources fresh from Spark CDC jobs.",
+        epilog=EXIT_CODES,
+        formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -407,7 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("build", help="build a .hyper payload from files or a Spark table")
     p.add_argument("--input", nargs="+", help="Parquet (or CSV) files or directories")
-    p.add_argument("--format", choices=["parquet", "csv"], default="parquet")
+    p.add_argument(
+        "--format", choices=["parquet", "csv"], default="parquet", help="format of --input"
+    )
     p.add_argument("--spark-table", help="a table in the Spark catalog instead of files")
     p.add_argument("--name", default="Extract", help="payload table name (plain mode)")
     p.add_argument("--key", nargs="+", help="key column(s): read the input as a change set")
@@ -420,9 +484,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="op values and their meaning (upsert, delete, ignore)",
     )
     p.add_argument("--target-table", default="Extract", help="target table of derived actions")
-    p.add_argument("--database-version", type=int, default=2)
-    p.add_argument("--max-payload-mb", type=float, default=100)
-    p.add_argument("--output-dir", default="payload", help="where the payload is written")
+    p.add_argument(
+        "--database-version",
+        type=int,
+        default=2,
+        help="Hyper file format (2 is read by every supported Tableau release)",
+    )
+    p.add_argument(
+        "--max-payload-mb",
+        type=float,
+        default=100,
+        help="split the payload into parts under this size (the server's update cap)",
+    )
+    p.add_argument(
+        "--output-dir",
+        default="payload",
+        help="a new or empty folder: the parts and manifest.json are written there",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_build)
 
@@ -444,20 +522,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", dest="wait", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait")
     p.add_argument("--keep", action="store_true", help="keep the payload files afterwards")
-    p.add_argument("--state-dir", help="where resume records live")
+    p.add_argument(
+        "--state-dir",
+        help="where update records live (default: $XDG_STATE_HOME/tabhyper-update)",
+    )
     _add_connection_options(p)
     p.set_defaults(func=_cmd_apply)
 
     p = sub.add_parser("job", help="show, wait for or cancel a job")
-    p.add_argument("action", choices=["status", "wait", "cancel"])
-    p.add_argument("job_id")
-    p.add_argument("--timeout", type=float, default=3600)
+    p.add_argument("action", choices=["status", "wait", "cancel"], help="what to do")
+    p.add_argument("job_id", help="the job's id, as `apply` prints it")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds to wait (wait)")
     _add_connection_options(p)
     p.set_defaults(func=_cmd_job)
 
     p = sub.add_parser("state", help="list or clear resume records")
-    p.add_argument("action", choices=["list", "clear"])
-    p.add_argument("--state-dir", help="where resume records live")
+    p.add_argument("action", choices=["list", "clear"], help="list (reads only) or clear")
+    p.add_argument(
+        "--state-dir",
+        help="where update records live (default: $XDG_STATE_HOME/tabhyper-update)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_state)
 
@@ -466,10 +550,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("serve-local", help="serve a fake Tableau server on 127.0.0.1")
-    p.add_argument("--datasource", nargs="*", default=[], metavar="NAME=FILE.hyper")
-    p.add_argument("--pat", nargs="+", default=["local:local-secret"], metavar="NAME:SECRET")
-    p.add_argument("--project", default="Default")
-    p.add_argument("--site-url", default="")
+    p.add_argument(
+        "--datasource",
+        nargs="*",
+        default=[],
+        metavar="NAME=FILE.hyper",
+        help="publish a copy of FILE.hyper as data source NAME",
+    )
+    p.add_argument(
+        "--pat",
+        nargs="+",
+        default=["local:local-secret"],
+        metavar="NAME:SECRET",
+        help="personal access tokens the server accepts",
+    )
+    p.add_argument("--project", default="Default", help="project of the data sources")
+    p.add_argument("--site-url", default="", help="the site's content URL")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
     p.add_argument(
         "--directory",
@@ -494,29 +590,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except _UsageError as err:
-        print(f"tabhyper-update: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(args, err, EXIT_USAGE)
     except KeyboardInterrupt:
         return 130
-    except (
-        InvalidActionBatchError,
-        PayloadError,
-        ApplyError,
-        JobFailedError,
-        JobCancelledError,
-        UpdateStateError,
-    ) as err:
-        print(f"tabhyper-update: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except (TransportError, ApiError, JobTimeoutError, UnsupportedServerError) as err:
-        print(f"tabhyper-update: {err}", file=sys.stderr)
-        return EXIT_SERVER
-    except ValueError as err:  # configuration: missing variables, bad options
-        print(f"tabhyper-update: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+    except NotFoundError as err:
+        return _fail(args, err, EXIT_NOT_FOUND)
+    except (JobFailedError, JobCancelledError, JobTimeoutError) as err:
+        return _fail(args, err, EXIT_JOB)
+    except (TransportError, ApiError, UnsupportedServerError) as err:
+        return _fail(args, err, EXIT_SERVER)
+    except (ConfigurationError, InvalidArgumentError) as err:
+        return _fail(args, err, EXIT_USAGE)
+    except TabHyperError as err:  # invalid batches, payloads, change sets, records
+        return _fail(args, err, EXIT_FAILED)
     except OSError as err:  # a file named on the command line
-        print(f"tabhyper-update: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(args, err, EXIT_USAGE)
+    return code
+
+
+def _fail(args: argparse.Namespace, err: BaseException, code: int) -> int:
+    """Report a failure: one line on stderr, or one JSON object on stdout with --json."""
+    if getattr(args, "json", False):
+        error = {"class": type(err).__name__, "message": str(err), "exit_code": code}
+        print(json.dumps({"error": error}))
+    else:
+        prefix = "error: " if code == EXIT_USAGE else ""
+        print(f"tabhyper-update: {prefix}{err}", file=sys.stderr)
     return code
 
 

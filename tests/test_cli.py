@@ -67,6 +67,71 @@ def test_validate_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert out["problems"][0]["path"] == "$"
 
 
+def test_validate_checks_the_wire_format_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lenient = tmp_path / "snake.json"
+    lenient.write_text(
+        json.dumps(
+            [
+                {
+                    "action": "delete",
+                    "target_table": "T",
+                    "condition": {
+                        "op": "eq",
+                        "target_col": "a",
+                        "const": {"type": "integer", "v": 1},
+                    },
+                }
+            ]
+        )
+    )
+    assert main(["validate", str(lenient)]) == 1
+    assert "not a bare list" in capsys.readouterr().out
+    lenient.write_text(
+        json.dumps(
+            {
+                "actions": [
+                    {
+                        "action": "delete",
+                        "target_table": "T",
+                        "condition": {
+                            "op": "eq",
+                            "target_col": "a",
+                            "const": {"type": "integer", "v": 1},
+                        },
+                    }
+                ]
+            }
+        )
+    )
+    assert main(["validate", str(lenient)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "$.actions[0].condition.target_col: 'target_col' is not a wire name: write 'target-col'",
+        "$.actions[0].target_table: 'target_table' is not a wire name: write 'target-table'",
+    ]
+
+
+def test_demo_without_pyspark_says_what_to_install(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # import pyspark now fails
+    assert main(["demo"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "pip install 'tabhyper-update[spark]'" in err
+
+
+def test_help_lists_exit_codes_and_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "5  the job failed, was cancelled or did not finish in time" in out
+    with pytest.raises(SystemExit):
+        main(["build", "--help"])
+    assert "(default: 100)" in capsys.readouterr().out
+
+
 def test_validate_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "/nonexistent/batch.json"]) == 2
     assert "cannot read" in capsys.readouterr().err

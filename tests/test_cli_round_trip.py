@@ -103,24 +103,46 @@ def test_build_then_apply_with_derived_actions(
         assert json.loads(capsys.readouterr().out)["finishCode"] == 0
         assert main(["job", "wait", jobs[0]["job_id"]]) == 0
         assert "succeeded" in capsys.readouterr().out
-        # A failing update exits 1 and says why.
+        # Cancelling a finished job: nothing to cancel, said in CLI words.
+        assert main(["job", "cancel", jobs[0]["job_id"]]) == 1
+        assert "has already finished" in capsys.readouterr().err
+        # An unknown job is "not found": exit 4, as one JSON object with --json.
+        assert main(["job", "status", "no-such-job", "--json"]) == 4
+        failure = json.loads(capsys.readouterr().out)["error"]
+        assert failure["class"] == "NotFoundError"
+        assert failure["exit_code"] == 4
+        # A failing update exits 5 and says why.
         bad = tmp_path / "bad.json"
         bad.write_text(
             json.dumps(
                 {"actions": [{"action": "delete", "target-table": "Nope", "condition": True}]}
             )
         )
-        assert main(["apply", "--actions", str(bad), "--datasource", "Orders", "--wait"]) == 1
+        assert main(["apply", "--actions", str(bad), "--datasource", "Orders"]) == 5
         assert "Specified table does not exist" in capsys.readouterr().err
-        # An unknown data source is a server-side answer: exit 3.
-        assert main(["apply", "--actions", str(bad), "--datasource", "Nope"]) == 3
+        assert main(["apply", "--actions", str(bad), "--datasource", "Orders", "--json"]) == 5
+        failure = json.loads(capsys.readouterr().out)["error"]
+        assert failure["class"] == "JobFailedError"
+        assert "Specified table does not exist" in failure["message"]
+        # An unknown data source: exit 4.
+        assert main(["apply", "--actions", str(bad), "--datasource", "Nope"]) == 4
     assert main(["state", "list", "--json"]) == 0
     # The change set's record stays, finished; the failed run of a plain batch left none.
     (record,) = json.loads(capsys.readouterr().out)["records"]
     assert [p["status"] for p in record["parts"]] == ["applied"]
 
 
-def test_usage_errors_exit_2(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_usage_errors_exit_2(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TABLEAU_DATASOURCE", raising=False)
+    good = Path(__file__).parent.parent / "examples" / "batches" / "delete_by_constant.json"
+    assert main(["apply", "--actions", str(good)]) == 2
+    assert "give --datasource NAME (or set TABLEAU_DATASOURCE)" in capsys.readouterr().err
+    monkeypatch.delenv("TABLEAU_SERVER_URL", raising=False)
+    assert main(["apply", "--actions", str(good), "--datasource", "D", "--json"]) == 2
+    failure = json.loads(capsys.readouterr().out)["error"]
+    assert "give --server URL (or set TABLEAU_SERVER_URL)" in failure["message"]
     assert main(["apply"]) == 2
     assert main(["apply", "--actions", "does-not-exist.json"]) == 2
     with pytest.raises(SystemExit) as stop:
