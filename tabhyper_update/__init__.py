@@ -5,7 +5,6 @@ The one line in a CDC job::
     build_payload(df).upload().apply(actions)
 """
 
-from ._http import RetryPolicy
 from ._version import __version__
 from .actions import Action, ActionBatch, Delete, Insert, Replace, Update, Upsert
 from .auth import ConnectedAppJWT, PersonalAccessToken, UsernamePassword
@@ -44,8 +43,10 @@ from .errors import (
     UnsupportedServerError,
     UpdateStateError,
 )
-from .jobs import Job, PollPolicy
+from .jobs import Job
 from .payload import ColumnInfo, Payload, PayloadPart, TableInfo
+from .policies import PollPolicy, RetryPolicy
+from .roundtrip import PartUpdate, UpdateResult, UploadedPayload
 
 __all__ = [
     "Action",
@@ -73,6 +74,7 @@ __all__ = [
     "JobTimeoutError",
     "NotFoundError",
     "Or",
+    "PartUpdate",
     "Payload",
     "PayloadError",
     "PayloadPart",
@@ -88,7 +90,9 @@ __all__ = [
     "TransportError",
     "UnsupportedServerError",
     "Update",
+    "UpdateResult",
     "UpdateStateError",
+    "UploadedPayload",
     "Upsert",
     "UsernamePassword",
     "__version__",

@@ -27,13 +27,11 @@ import contextlib
 import email.utils
 import json
 import logging
-import random
 import socket
 import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -48,13 +46,13 @@ from .errors import (
     ApiError,
     AuthenticationError,
     ConnectionFailedError,
-    InvalidArgumentError,
     NotFoundError,
     RequestTimeoutError,
     TabHyperError,
     TlsVerificationError,
     TransportError,
 )
+from .policies import RetryPolicy
 
 __all__ = ["RetryPolicy", "Transport", "as_list", "parse_body"]
 
@@ -194,41 +192,6 @@ def _is_tls_failure(err: BaseException) -> bool:
             or (seen.args[0] if seen.args and isinstance(seen.args[0], BaseException) else None)
         )
     return False
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """When and how long to retry a request that is safe to repeat.
-
-    Waits grow exponentially from ``initial_wait`` (with jitter) up to ``max_wait``; a
-    ``Retry-After`` header is honoured instead. Retrying stops after ``max_attempts`` or
-    when the next wait would pass ``max_total_seconds`` since the first attempt.
-    """
-
-    max_attempts: int = 5
-    max_total_seconds: float = 120.0
-    initial_wait: float = 0.5
-    max_wait: float = 30.0
-    jitter: float = 0.25
-    statuses: frozenset[int] = field(default_factory=lambda: frozenset({429, 500, 502, 503, 504}))
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise InvalidArgumentError("max_attempts must be at least 1")
-        if self.max_total_seconds < 0 or self.initial_wait < 0 or self.max_wait < 0:
-            raise InvalidArgumentError("retry times must not be negative")
-
-    def backoff(self, attempt: int) -> float:
-        base = min(self.max_wait, self.initial_wait * (2 ** (attempt - 1)))
-        jitter = 1.0 + self.jitter * random.random()  # noqa: S311 - not cryptographic
-        return float(base * jitter)
-
-    def is_retryable(self, error: BaseException) -> bool:
-        if isinstance(error, TlsVerificationError):
-            return False
-        if isinstance(error, (ConnectionFailedError, RequestTimeoutError)):
-            return True
-        return isinstance(error, ApiError) and error.status in self.statuses
 
 
 def as_list(value: Any) -> list[Any]:

@@ -18,9 +18,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import requests
@@ -38,6 +38,10 @@ from .errors import (
     UnsupportedServerError,
 )
 from .jobs import Job, PollPolicy
+
+if TYPE_CHECKING:
+    from .payload import Payload
+    from .roundtrip import UpdateResult
 from .uploads import MAX_CHUNK_MB, MB, ProgressCallback, upload_file
 
 __all__ = ["MIN_API_VERSION", "DataSourceRef", "TableauClient"]
@@ -56,12 +60,15 @@ MAX_PAGES = 50
 
 @dataclass(frozen=True)
 class DataSourceRef:
-    """A published data source (and, for several connections, the one to update)."""
+    """A published data source (and, for several connections, the one to update), and the
+    client it was found with: ``payload.upload(client.datasource("Orders"))`` uploads through
+    that client."""
 
     id: str
     name: str | None = None
     project: str | None = None
     connection_id: str | None = None
+    client: TableauClient | None = field(default=None, repr=False, compare=False)
 
 
 def _version_tuple(text: str) -> tuple[int, int]:
@@ -410,7 +417,7 @@ class TableauClient:
             except NotFoundError:
                 ref = None
             if ref is not None:
-                return self._with_connection(ref, connection)
+                return replace(self._with_connection(ref, connection), client=self)
         found = self._find_by_name(name_or_luid, project)
         if not found:
             where = f" in project {project!r}" if project else ""
@@ -428,7 +435,7 @@ class TableauClient:
                 f"{self.site!r}, in projects {projects}",
                 hint="pass project= to pick one",
             )
-        return self._with_connection(found[0], connection)
+        return replace(self._with_connection(found[0], connection), client=self)
 
     @staticmethod
     def _ref(item: Mapping[str, Any]) -> DataSourceRef | None:
@@ -572,6 +579,39 @@ class TableauClient:
             expected=(200, 202),
         )
         return Job.from_response(body, self)
+
+    def update_datasource(
+        self,
+        target: DataSourceRef | str,
+        payload: Payload | None = None,
+        *,
+        actions: Any = None,
+        request_id: str | None = None,
+        wait: bool = True,
+        timeout: float | None = None,
+        progress: bool | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+    ) -> UpdateResult:
+        """Update a data source: upload ``payload`` part by part and apply ``actions`` (a
+        change set's own actions by default), waiting until applied unless ``wait=False``.
+
+        The verb behind ``payload.upload(target).apply(actions)``; with no payload, a batch
+        that reads no table (e.g. a delete by constant)::
+
+            client.update_datasource("Orders", payload)
+            client.update_datasource("Orders", actions=[Delete(target_table="Extract",
+                                                               condition=target("day") < cutoff)])
+        """
+        from .payload import Payload as _Payload
+        from .roundtrip import upload_payload
+
+        chosen = payload if payload is not None else _Payload([])
+        if payload is None and actions is None:
+            raise InvalidArgumentError("give a payload, actions, or both")
+        uploaded = upload_payload(
+            chosen, target, client=self, progress=progress, state_dir=state_dir
+        )
+        return uploaded.apply(actions, request_id=request_id, wait=wait, timeout=timeout)
 
     def job(self, job_id: str) -> Job:
         _, body = self.request("GET", f"jobs/{job_id}", retry=True)

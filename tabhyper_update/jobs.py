@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -21,6 +20,7 @@ from .errors import (
     JobTimeoutError,
     TransportError,
 )
+from .policies import PollPolicy
 
 if TYPE_CHECKING:
     from .client import TableauClient
@@ -32,28 +32,6 @@ log = logging.getLogger("tabhyper_update")
 FINISH_SUCCESS = (0, 3)
 FINISH_FAILED = 1
 FINISH_CANCELLED = 2
-
-
-@dataclass(frozen=True)
-class PollPolicy:
-    """How to wait for a job: first poll at once, then ``initial`` growing by ``factor``
-    after each poll up to ``maximum``; give up after ``timeout`` seconds."""
-
-    initial: float = 0.5
-    factor: float = 1.4
-    maximum: float = 30.0
-    timeout: float = 3600.0
-
-    def waits(self) -> Callable[[], float]:
-        current = self.initial
-
-        def next_wait() -> float:
-            nonlocal current
-            value = current
-            current = min(self.maximum, current * self.factor)
-            return value
-
-        return next_wait
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -155,6 +155,47 @@ class UpdateResult:
         submitted) before under the same identity."""
         return bool(self.parts) and all(p.deduplicated for p in self.parts)
 
+    def summary(self) -> list[dict[str, Any]]:
+        """One plain dict per part, for a job's log: RequestID, job, how it came about,
+        seconds per step."""
+        return [
+            {
+                "part": p.part + 1,
+                "request_id": p.request_id,
+                "job_id": p.job_id,
+                "succeeded": p.job.succeeded if p.job is not None and p.job.is_done else None,
+                "attempt": p.attempt,
+                "deduplicated": p.deduplicated,
+                "skipped": p.skipped,
+                "resumed": p.resumed,
+                "seconds": {k: round(v, 3) for k, v in p.seconds.items()},
+            }
+            for p in self.parts
+        ]
+
+    def __str__(self) -> str:
+        if not self.parts:
+            return "nothing to update"
+        lines = []
+        for p in self.summary():
+            how = (
+                "skipped: applied before"
+                if p["skipped"]
+                else "deduplicated"
+                if p["deduplicated"]
+                else "resumed"
+                if p["resumed"]
+                else "applied"
+                if self.done
+                else "submitted"
+            )
+            steps = ", ".join(f"{k} {v:.2f} s" for k, v in p["seconds"].items())
+            lines.append(
+                f"part {p['part']}: job {p['job_id']} ({how}), RequestID {p['request_id']}"
+                + (f"; {steps}" if steps else "")
+            )
+        return "\n".join(lines)
+
     def wait(self, timeout: float | None = None) -> UpdateResult:
         """Wait for every part's job; raise :class:`JobFailedError` (or cancelled / timed
         out) on the first that did not succeed."""
@@ -545,8 +586,24 @@ def upload_payload(
     """:meth:`Payload.upload`: bind the payload to its target (no request is sent yet)."""
     if payload.parts and any(not p.path.exists() for p in payload.parts):
         raise PayloadError("the payload's files were already removed (cleanup() ran)")
-    if client is None:
-        client = TableauClient.from_env()
+    bound = target.client if isinstance(target, DataSourceRef) else None
+    if client is None and bound is not None:
+        client = bound
+    elif client is None:
+        try:
+            client = TableauClient.from_env()
+        except ConfigurationError as err:
+            raise ConfigurationError(
+                f"no client to upload with: pass client=TableauClient(...) or a data source "
+                f"from client.datasource(...), or configure the environment ({err})"
+            ) from None
+    elif bound is not None and bound is not client:
+        assert isinstance(target, DataSourceRef)
+        raise ConfigurationError(
+            f"data source {target.name or target.id!r} was found with the client for "
+            f"{bound.server} (site {bound.site!r}), not with the client= passed here "
+            f"({client.server}, site {client.site!r}): use one client for both"
+        )
     if target is None and not os.environ.get("TABLEAU_DATASOURCE"):
         raise ConfigurationError(
             "no target data source: pass one to upload() or set TABLEAU_DATASOURCE"

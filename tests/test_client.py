@@ -27,13 +27,13 @@ from tabhyper_update import (
     JobTimeoutError,
     NotFoundError,
     RequestTimeoutError,
+    RetryPolicy,
     TransportError,
     UnsupportedServerError,
     Upsert,
     keys_match,
     target,
 )
-from tabhyper_update._http import RetryPolicy
 from tabhyper_update.auth import ConnectedAppJWT, PersonalAccessToken, UsernamePassword
 from tabhyper_update.client import DataSourceRef, TableauClient
 from tabhyper_update.uploads import multipart_framing

@@ -17,12 +17,12 @@ from tabhyper_update import (
     Insert,
     JobFailedError,
     PersonalAccessToken,
+    RetryPolicy,
     TableauClient,
     Upsert,
     UsernamePassword,
     keys_match,
 )
-from tabhyper_update._http import RetryPolicy
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.uploads import multipart_framing
 

@@ -9,15 +9,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tabhyper_update import (
+    ConfigurationError,
     Delete,
     Insert,
     JobFailedError,
     PersonalAccessToken,
+    RetryPolicy,
     TableauClient,
     build_payload,
     target,
 )
-from tabhyper_update._http import RetryPolicy
 from tabhyper_update.state import StateStore
 from tabhyper_update.testing import FakeTableauServer
 
@@ -253,3 +254,48 @@ def test_a_batch_that_does_not_fit_the_payload_sends_nothing(
         uploaded.apply([Insert(target_table="Extract", source_table="nope")])
     assert dict(server.counts) == before
     payload.cleanup()
+
+
+def test_a_reference_carries_its_client_and_refuses_another(
+    spark: SparkSession,
+    server: FakeTableauServer,
+    client: TableauClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TABLEAU_SERVER_URL", raising=False)
+    df = spark.createDataFrame([(8, "h", 80)], "id long, name string, qty int")
+    ref = client.datasource("Orders")
+    assert repr(ref).startswith("DataSourceRef(id=")
+    assert "client" not in repr(ref)
+    insert = [Insert(target_table="Extract", source_table="Extract")]
+    result = build_payload(df).upload(ref, progress=False, state_dir=tmp_path).apply(insert)
+    assert orders(server)[-1] == (8, "h", 80)  # through the ref's client: no environment
+    assert "_finish" not in repr(result)
+    assert "part 1: job " in str(result)
+    assert "(applied)" in str(result)
+    (line,) = result.summary()
+    assert line["succeeded"] is True
+    assert set(line["seconds"]) == {"upload", "submit", "wait"}
+    with (
+        TableauClient(server.url, "", PersonalAccessToken("ci", "pat-secret")) as other,
+        pytest.raises(ConfigurationError, match="use one client for both"),
+    ):
+        build_payload(df).upload(ref, client=other, state_dir=tmp_path)
+    with pytest.raises(ConfigurationError, match=r"pass client=TableauClient\(\.\.\.\)"):
+        build_payload(df).upload("Orders", state_dir=tmp_path)
+
+
+def test_update_datasource_is_the_verb_behind_the_chain(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    payload = build_payload(changes(spark, CHANGES), key="id", op_column="op", order_by="seq")
+    result = client.update_datasource("Orders", payload, progress=False, state_dir=tmp_path)
+    assert result.done
+    assert orders(server) == EXPECTED
+    client.update_datasource(
+        "Orders",
+        actions=[Delete(target_table="Extract", condition=target("qty") > 30)],
+        state_dir=tmp_path,
+    )
+    assert orders(server) == [(1, "a", 10), (2, "b3", 22)]

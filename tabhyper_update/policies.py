@@ -1,0 +1,83 @@
+"""How long to retry and how to wait: the client's two policies, as settings.
+
+``RetryPolicy`` says when a request that is safe to repeat is tried again; ``PollPolicy``
+says how a job is followed to its end. Both are plain frozen values passed to
+:class:`~tabhyper_update.TableauClient` (``retry=``, ``poll=``); tests inject ``sleep`` and
+``clock`` into the client instead of waiting.
+
+>>> TableauClient(url, site, auth, retry=RetryPolicy(max_attempts=3),  # doctest: +SKIP
+...               poll=PollPolicy(initial=0.2, timeout=600))
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .errors import (
+    ApiError,
+    ConnectionFailedError,
+    InvalidArgumentError,
+    RequestTimeoutError,
+    TlsVerificationError,
+)
+
+__all__ = ["PollPolicy", "RetryPolicy"]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how long to retry a request that is safe to repeat.
+
+    Waits grow exponentially from ``initial_wait`` (with jitter) up to ``max_wait``; a
+    ``Retry-After`` header is honoured instead. Retrying stops after ``max_attempts`` or
+    when the next wait would pass ``max_total_seconds`` since the first attempt.
+    """
+
+    max_attempts: int = 5
+    max_total_seconds: float = 120.0
+    initial_wait: float = 0.5
+    max_wait: float = 30.0
+    jitter: float = 0.25
+    statuses: frozenset[int] = field(default_factory=lambda: frozenset({429, 500, 502, 503, 504}))
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise InvalidArgumentError("max_attempts must be at least 1")
+        if self.max_total_seconds < 0 or self.initial_wait < 0 or self.max_wait < 0:
+            raise InvalidArgumentError("retry times must not be negative")
+
+    def backoff(self, attempt: int) -> float:
+        base = min(self.max_wait, self.initial_wait * (2 ** (attempt - 1)))
+        jitter = 1.0 + self.jitter * random.random()  # noqa: S311 - not cryptographic
+        return float(base * jitter)
+
+    def is_retryable(self, error: BaseException) -> bool:
+        if isinstance(error, TlsVerificationError):
+            return False
+        if isinstance(error, (ConnectionFailedError, RequestTimeoutError)):
+            return True
+        return isinstance(error, ApiError) and error.status in self.statuses
+
+
+@dataclass(frozen=True)
+class PollPolicy:
+    """How to wait for a job: first poll at once, then ``initial`` growing by ``factor``
+    after each poll up to ``maximum``; give up after ``timeout`` seconds."""
+
+    initial: float = 0.5
+    factor: float = 1.4
+    maximum: float = 30.0
+    timeout: float = 3600.0
+
+    def waits(self) -> Callable[[], float]:
+        current = self.initial
+
+        def next_wait() -> float:
+            nonlocal current
+            value = current
+            current = min(self.maximum, current * self.factor)
+            return value
+
+        return next_wait
