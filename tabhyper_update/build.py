@@ -11,8 +11,12 @@ How a payload is built (chosen by measurement, see ``benchmarks/payload_build.py
    an error, never an empty change set.
 3. Parts are planned from those statistics alone: consecutive bucket ranges whose estimated
    size stays under ``max_payload_mb``. Buckets are a hash of the key (change sets) or of the
-   whole row (plain tables), so the same change set always splits into the same parts,
-   whatever Spark's partitioning or Hyper's byte-level file sizes.
+   whole row (plain tables), so the plan does not depend on Spark's partitioning. The
+   estimate is an upper bound (Hyper compresses), so when it asks for several parts the
+   payload is first written whole, and kept as one part if the file fits under the cap.
+   Only for a payload within a few blocks of the cap can two builds of the same rows choose
+   differently (one part, or the planned split); an interrupted run's record catches that
+   on the re-run (``UpdateStateError``) instead of applying anything twice.
 4. Hyper writes each part (``INSERT … SELECT … FROM external(…) WHERE bucket BETWEEN …``)
    under a temporary name and renames it when complete. Files are ``0600`` in a ``0700``
    directory.
@@ -84,6 +88,8 @@ BUCKET_COLUMN = "__tabhyper_bucket"
 #: value with its NULL flag (so NULLs in different columns never collide), and for a change
 #: set also the op and the ordering values: the position of the change in its source.
 ROWHASH_COLUMN = "__tabhyper_rowhash"
+#: An upper estimate of each row's bytes in a Hyper file, staged for the split plan.
+SIZE_COLUMN = "__tabhyper_size"
 _MB = 1024 * 1024
 #: Parts are planned a little under the cap, for the estimate's sake.
 _SPLIT_HEADROOM = 0.9
@@ -350,6 +356,7 @@ def _stage(
             frame = df.select(
                 *columns,
                 row_hash.alias(ROWHASH_COLUMN),
+                _size_column(plans, values).alias(SIZE_COLUMN),
                 F.pmod(row_hash, F.lit(BUCKETS)).cast("smallint").alias(BUCKET_COLUMN),
             ).observe(observed, F.count(F.lit(1)).alias("rows"))
             _write_staged(frame, target)
@@ -369,6 +376,7 @@ def _stage(
         frame = latest.select(
             *columns,
             _row_hash(values, position).alias(ROWHASH_COLUMN),
+            _size_column(plans, values).alias(SIZE_COLUMN),
             bucket.cast("smallint").alias(BUCKET_COLUMN),
             kind,
             F.col(OP_TEXT_COLUMN),
@@ -461,11 +469,14 @@ def _external(files: Sequence[Path]) -> str:
     )
 
 
-def _size_expression(plans: Sequence[ColumnPlan], staged_names: Sequence[str]) -> str:
-    """SQL for an upper estimate of the bytes one row takes in a Hyper file."""
+def _size_column(plans: Sequence[ColumnPlan], values: Sequence[Column]) -> Column:
+    """An upper estimate of the bytes one row takes in a Hyper file, computed by Spark (so
+    that Hyper's statistics read three small columns, not the text)."""
+    from pyspark.sql import functions as F
+
     fixed = 0
-    variable: list[str] = []
-    for plan, staged in zip(plans, staged_names, strict=True):
+    variable: list[Column] = []
+    for plan, value in zip(plans, values, strict=True):
         width = _FIXED_WIDTH.get(plan.hyper_type)
         if width is None and plan.hyper_type.startswith("NUMERIC"):
             width = 16
@@ -473,19 +484,22 @@ def _size_expression(plans: Sequence[ColumnPlan], staged_names: Sequence[str]) -
             fixed += width + 1
         else:
             fixed += _VARIABLE_OVERHEAD
-            variable.append(f"COALESCE(octet_length({quote_name(staged)}), 0)")
-    return " + ".join([str(fixed), *variable])
+            variable.append(F.coalesce(F.octet_length(value), F.lit(0)).cast("long"))
+    total = F.lit(fixed).cast("long")
+    for column in variable:
+        total = total + column
+    return total
 
 
 def _read_bucket_stats(staged: Sequence[_Staged], stage: Path) -> None:
     """Per-bucket row counts, size estimates and digests; checks Spark's count."""
     h, b = quote_name(ROWHASH_COLUMN), quote_name(BUCKET_COLUMN)
     sums = ", ".join(f"SUM({h} % {m})" for m in RowDigest.MODULI)
+    size = quote_name(SIZE_COLUMN)
     with connect() as conn:
         for t in staged:
             buckets: dict[int, tuple[int, int, RowDigest]] = {}
             if t.files:
-                size = _size_expression(t.plans, t.staged_names)
                 rows = conn.execute_list_query(
                     f"SELECT {b}, COUNT(*), SUM({size}), {sums} FROM {_external(t.files)} "
                     f"GROUP BY {b}"
@@ -626,6 +640,20 @@ def _write_parts(
 
     pending = [r for r in plan if rows_in(*r)]
     done: list[tuple[tuple[int, int], Path, dict[str, TableInfo]]] = []
+    if len(pending) > 1:
+        # The estimate is an upper bound, and Hyper compresses well: a payload estimated
+        # over the cap often fits in one file. Only a file really over the cap is split.
+        whole = (0, BUCKETS - 1)
+        path, tables = write(whole)
+        if path.stat().st_size <= cap_bytes:
+            pending, done = [], [(whole, path, tables)]
+        else:
+            path.unlink()
+            log.info(
+                "payload over %.1f MB: split into %d parts by the size estimate",
+                cap_bytes / _MB,
+                len(pending),
+            )
     try:
         while pending:
             lo, hi = pending.pop(0)
