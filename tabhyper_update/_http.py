@@ -28,10 +28,12 @@ import email.utils
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -176,24 +178,6 @@ def _show_origin(origin: tuple[str, str, int | None]) -> str:
     return f"{scheme}://{host}" + (f":{port}" if port else "")
 
 
-def _is_tls_failure(err: BaseException) -> bool:
-    seen: BaseException | None = err
-    for _ in range(10):
-        if seen is None:
-            return False
-        if isinstance(seen, requests.exceptions.SSLError):
-            return True
-        name = type(seen).__name__
-        if name in ("SSLError", "SSLCertVerificationError"):
-            return True
-        seen = (
-            seen.__cause__
-            or seen.__context__
-            or (seen.args[0] if seen.args and isinstance(seen.args[0], BaseException) else None)
-        )
-    return False
-
-
 def as_list(value: Any) -> list[Any]:
     """A JSON/XML child that may be absent, one object, or a list of objects."""
     if value is None:
@@ -280,6 +264,20 @@ def _redact_url(url: str) -> str:
     return url.split("#", 1)[0]
 
 
+@dataclass(frozen=True)
+class _Outgoing:
+    """One request as it goes out (and, after a redirect, where it goes next)."""
+
+    method: str
+    url: str
+    shown: str
+    data: Any
+    headers: Mapping[str, str]
+    params: Mapping[str, str] | None
+    limit: float  # each socket operation
+    deadline: float  # the whole exchange
+
+
 class Transport:
     """HTTP to one Tableau server: base URL, session, timeouts, retries, errors."""
 
@@ -342,16 +340,17 @@ class Transport:
         started = time.perf_counter()
         limit = timeout or self.timeout
         size = len(data) if isinstance(data, (bytes, str)) or hasattr(data, "__len__") else 0
-        deadline = limit + size / _BODY_BYTES_PER_SECOND
         response = self._send_following(
-            method,
-            url,
-            shown,
-            data=data,
-            headers=all_headers,
-            params=params,
-            limit=limit,
-            deadline=deadline,
+            _Outgoing(
+                method,
+                url,
+                shown,
+                data,
+                all_headers,
+                params,
+                limit=limit,
+                deadline=limit + size / _BODY_BYTES_PER_SECOND,
+            )
         )
         log.debug(
             "%s %s -> %s in %.3f s",
@@ -375,86 +374,60 @@ class Transport:
             raise self._error(response, method, shown, body)
         return response, body
 
-    def _send_following(
-        self,
-        method: str,
-        url: str,
-        shown: str,
-        *,
-        data: Any,
-        headers: Mapping[str, str],
-        params: Mapping[str, str] | None,
-        limit: float,
-        deadline: float,
-    ) -> requests.Response:
+    def _send_following(self, out: _Outgoing) -> requests.Response:
         """Send, following same-origin redirects only; the answer read in full, capped."""
+        method = out.method
         for _ in range(MAX_REDIRECTS + 1):
-            response = self._send_read(
-                method,
-                url,
-                shown,
-                data=data,
-                headers=headers,
-                params=params,
-                limit=limit,
-                deadline=deadline,
-            )
+            response = self._send_read(out)
             if response.status_code not in _REDIRECTS or "Location" not in response.headers:
                 return response
-            location = urljoin(response.url or url, response.headers["Location"])
-            where = _show_origin(_origin(location))
+            location = urljoin(response.url or out.url, response.headers["Location"])
             if _origin(location) != self.origin:
                 raise TransportError(
-                    f"{method} {shown}: the server redirected (HTTP {response.status_code}) to "
-                    f"another origin, {where}; not followed, so that credentials never leave "
-                    f"{_show_origin(self.origin)}. Point the client at the server's real URL",
+                    f"{method} {out.shown}: the server redirected (HTTP {response.status_code}) "
+                    f"to another origin, {_show_origin(_origin(location))}; not followed, so "
+                    f"that credentials never leave {_show_origin(self.origin)}. Point the "
+                    "client at the server's real URL",
                     method=method,
-                    url=shown,
+                    url=out.shown,
                 )
             if response.status_code in (301, 302, 303) and method not in ("GET", "HEAD"):
                 raise TransportError(
-                    f"{method} {shown}: the server answered HTTP {response.status_code} (a "
+                    f"{method} {out.shown}: the server answered HTTP {response.status_code} (a "
                     f"redirect to {_redact_url(location)} that would turn the request into a "
                     "GET); not followed",
                     method=method,
-                    url=shown,
+                    url=out.shown,
                 )
+            data = out.data
             if data is not None and not isinstance(data, (bytes, str)):
                 if not hasattr(data, "seek"):
                     raise TransportError(
-                        f"{method} {shown}: redirected, and the body cannot be sent again",
+                        f"{method} {out.shown}: redirected, and the body cannot be sent again",
                         method=method,
-                        url=shown,
+                        url=out.shown,
                     )
                 data.seek(0)
-            log.info("%s %s redirected to %s", method, shown, _redact_url(location))
-            url, shown, params = location, _redact_url(location), None
+            log.info("%s %s redirected to %s", method, out.shown, _redact_url(location))
+            out = replace(out, url=location, shown=_redact_url(location), params=None)
         raise TransportError(
-            f"{method} {shown}: more than {MAX_REDIRECTS} redirects", method=method, url=shown
+            f"{method} {out.shown}: more than {MAX_REDIRECTS} redirects",
+            method=method,
+            url=out.shown,
         )
 
-    def _send_read(
-        self,
-        method: str,
-        url: str,
-        shown: str,
-        *,
-        data: Any,
-        headers: Mapping[str, str],
-        params: Mapping[str, str] | None,
-        limit: float,
-        deadline: float,
-    ) -> requests.Response:
+    def _send_read(self, out: _Outgoing) -> requests.Response:
         """One HTTP exchange under a watchdog; the answer read in full, capped."""
-        with _Watchdog(deadline) as watchdog:
+        method, shown = out.method, out.shown
+        with _Watchdog(out.deadline) as watchdog:
             try:
                 response = self.session.request(
                     method,
-                    url,
-                    data=data,
-                    headers=dict(headers),
-                    params=params,
-                    timeout=limit,
+                    out.url,
+                    data=out.data,
+                    headers=dict(out.headers),
+                    params=out.params,
+                    timeout=out.limit,
                     verify=self.verify,
                     allow_redirects=False,
                     stream=True,
@@ -474,47 +447,36 @@ class Transport:
                         chunks.append(chunk)
                 finally:
                     response.close()
-            except requests.RequestException as err:
-                if watchdog.fired:
-                    raise RequestTimeoutError(
-                        f"{method} {shown}: no complete answer within {deadline:g} s",
-                        method=method,
-                        url=shown,
-                    ) from err
-                if isinstance(err, requests.Timeout):
-                    raise RequestTimeoutError(
-                        f"{method} {shown}: no answer within {limit:g} s",
-                        method=method,
-                        url=shown,
-                    ) from err
-                if _is_tls_failure(err):
-                    raise TlsVerificationError(
-                        f"{method} {shown}: TLS verification failed ({_tls_reason(err)}); "
-                        "if the server uses a private certificate authority, pass "
-                        "verify='/path/to/ca-bundle.pem' (or set TABLEAU_VERIFY_TLS to that "
-                        "path)",
-                        method=method,
-                        url=shown,
-                    ) from err
-                raise ConnectionFailedError(
-                    f"{method} {shown}: connection failed ({type(err).__name__})",
-                    method=method,
-                    url=shown,
-                ) from err
-            except OSError as err:
-                if watchdog.fired:
-                    raise RequestTimeoutError(
-                        f"{method} {shown}: no complete answer within {deadline:g} s",
-                        method=method,
-                        url=shown,
-                    ) from err
-                raise ConnectionFailedError(
-                    f"{method} {shown}: connection failed ({type(err).__name__}: {err})",
-                    method=method,
-                    url=shown,
-                ) from err
+            except (requests.RequestException, OSError) as err:
+                raise self._failure(out, err, watchdog.fired) from err
         response._content = b"".join(chunks)
         return response
+
+    @staticmethod
+    def _failure(out: _Outgoing, err: BaseException, cut_off: bool) -> TransportError:
+        """Our error for a request that got no (complete) answer."""
+        where = f"{out.method} {out.shown}"
+        if cut_off:
+            message = f"{where}: no complete answer within {out.deadline:g} s"
+            return RequestTimeoutError(message, method=out.method, url=out.shown)
+        if isinstance(err, requests.Timeout):
+            message = f"{where}: no answer within {out.limit:g} s"
+            return RequestTimeoutError(message, method=out.method, url=out.shown)
+        if isinstance(err, (requests.exceptions.SSLError, ssl.SSLError)):
+            return TlsVerificationError(
+                f"{where}: TLS verification failed ({_tls_reason(err)}); if the server uses a "
+                "private certificate authority, pass verify='/path/to/ca-bundle.pem' (or set "
+                "TABLEAU_VERIFY_TLS to that path)",
+                method=out.method,
+                url=out.shown,
+            )
+        # requests' own messages repeat the URL with its query; a bare OSError says more.
+        detail = type(err).__name__
+        if not isinstance(err, requests.RequestException):
+            detail += f": {err}"
+        return ConnectionFailedError(
+            f"{where}: connection failed ({detail})", method=out.method, url=out.shown
+        )
 
     def _error(
         self, response: requests.Response, method: str, url: str, body: dict[str, Any] | None = None
