@@ -37,7 +37,6 @@ __all__ = [
     "new_record",
     "next_attempt",
     "part_request_id",
-    "record_key",
 ]
 
 #: Namespace of derived RequestIDs (a fixed, random UUID of this project).
@@ -56,37 +55,25 @@ def _batches_text(batches: Sequence[ActionBatch]) -> str:
     return "\x1e".join(b.canonical_json() for b in batches)
 
 
-def record_key(
+def _key_and_identity(
     kind: RecordKind,
     target: DataSourceRef,
     *,
     request_id: str | None,
     payload_digest: str,
     batches: Sequence[ActionBatch],
-) -> str:
-    """The name of an update's record: the same for a re-run of the same update."""
-    where = [target.id, target.connection_id or ""]
+) -> tuple[str, str]:
+    """The name of an update's record (the same for a re-run of the same update), and the
+    identity its part RequestIDs derive from (see the module docstring)."""
+    where = (target.id, target.connection_id or "")
     if request_id is not None:
-        return _sha256("request-id", *where, request_id)
-    return _sha256(kind, *where, payload_digest, _batches_text(batches))
-
-
-def base_identity(
-    kind: RecordKind,
-    target: DataSourceRef,
-    *,
-    request_id: str | None,
-    payload_digest: str,
-    batches: Sequence[ActionBatch],
-) -> str:
-    """The identity the part RequestIDs derive from (see the module docstring)."""
-    if request_id is not None:
-        return request_id
+        return _sha256("request-id", *where, request_id), request_id
+    content = (payload_digest, _batches_text(batches))
+    key = _sha256(kind, *where, *content)
     if kind == "position":
-        fields = ("change-set", target.id, target.connection_id or "", payload_digest)
-        name = "\x1f".join((*fields, _batches_text(batches)))
-        return str(uuid.uuid5(REQUEST_ID_NAMESPACE, name))
-    return str(uuid.uuid4())
+        name = "\x1f".join(("change-set", *where, *content))
+        return key, str(uuid.uuid5(REQUEST_ID_NAMESPACE, name))
+    return key, str(uuid.uuid4())
 
 
 def part_request_id(
@@ -121,38 +108,25 @@ def new_record(
     label: str,
 ) -> UpdateRecord:
     """A fresh record for an update whose parts are ``plan`` (buckets, digest)."""
-    identity = base_identity(
+    key, identity = _key_and_identity(
         kind, target, request_id=request_id, payload_digest=payload_digest, batches=batches
     )
-    parts = [
-        PartState(
-            index=i,
-            buckets=buckets,
-            digest=digest,
-            request_id=part_request_id(
-                identity,
-                explicit=request_id is not None,
-                index=i,
-                parts=len(plan),
-                buckets=buckets,
-                digest=digest,
-                attempt=0,
-            ),
-        )
-        for i, (buckets, digest) in enumerate(plan)
-    ]
-    return UpdateRecord(
-        key=record_key(
-            kind, target, request_id=request_id, payload_digest=payload_digest, batches=batches
-        ),
+    record = UpdateRecord(
+        key=key,
         kind=kind,
         identity=identity,
         label=label,
         datasource_id=target.id,
         connection_id=target.connection_id,
-        parts=parts,
+        parts=[
+            PartState(index=i, buckets=buckets, digest=digest, request_id="")
+            for i, (buckets, digest) in enumerate(plan)
+        ],
         explicit_id=request_id is not None,
     )
+    for part in record.parts:
+        part.request_id = _part_request_id(record, part)
+    return record
 
 
 def next_attempt(record: UpdateRecord, part: PartState) -> None:
@@ -162,7 +136,11 @@ def next_attempt(record: UpdateRecord, part: PartState) -> None:
     part.job_id = None
     part.upload_session_id = None
     part.sent_at = None
-    part.request_id = part_request_id(
+    part.request_id = _part_request_id(record, part)
+
+
+def _part_request_id(record: UpdateRecord, part: PartState) -> str:
+    return part_request_id(
         record.identity,
         explicit=record.explicit_id,
         index=part.index,

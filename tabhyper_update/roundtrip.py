@@ -280,8 +280,10 @@ class UploadedPayload:
         record = self._record(units, request_id)
         updates: list[PartUpdate] = []
         result = UpdateResult(updates, _finish=lambda r, t: self._finish(record, r, t))
-        for index, (part, batch) in enumerate(units):
-            state = record.parts[index]
+        for index, state in enumerate(record.parts):
+            # A finished record may hold another split than this payload (same content, or
+            # the same request id): it is reported as recorded, part by part.
+            part, batch = units[min(index, len(units) - 1)]
             update = PartUpdate(index, state.request_id, batch, attempt=state.attempt)
             updates.append(update)
             if state.status == "applied":
@@ -291,7 +293,7 @@ class UploadedPayload:
                     "part %d/%d of %s was applied before (job %s, RequestID %s): skipped, "
                     "nothing sent",
                     index + 1,
-                    len(units),
+                    len(record.parts),
                     record.label,
                     state.job_id,
                     state.request_id,
@@ -360,19 +362,7 @@ class UploadedPayload:
                 label,
                 len(record.parts),
             )
-            return UpdateRecord(
-                record.key,
-                record.kind,
-                record.identity,
-                record.label,
-                record.datasource_id,
-                record.connection_id,
-                [
-                    PartState(i, b, d, record.parts[-1].request_id, status="applied")
-                    for i, (b, d) in enumerate(plan)
-                ],
-                record.explicit_id,
-            )
+            return record
         raise UpdateStateError(
             f"{label} was interrupted after part(s) of it reached the server, and this payload "
             f"splits differently ({len(plan)} part(s) now, {len(record.parts)} then): resuming "

@@ -1,5 +1,5 @@
 """Update records: what a run submitted, so that a re-run resumes it instead of submitting
-again, and a replayed change set is recognised without asking the server.
+again, and a replayed change set is recognised without uploading or submitting it again.
 
 One JSON file per update (all of its parts), written before the first request goes out, in
 a ``records`` folder the SDK creates and owns inside the state directory:
@@ -41,7 +41,7 @@ log = logging.getLogger("tabhyper_update")
 #: Finished records of change sets and explicit request ids are kept this long, so that a
 #: replayed slice is recognised locally (the server's own memory is said to be 24 hours).
 RECORD_RETENTION_SECONDS = 7 * 24 * 3600
-_RECORD_NAME = re.compile(r"^[0-9a-f]{64}\.json$")
+_KEY = re.compile(r"[0-9a-f]{64}")
 _FORMAT = 2
 
 PartStatus = Literal["pending", "sending", "submitted", "applied"]
@@ -75,7 +75,8 @@ class PartState:
 
 @dataclass
 class UpdateRecord:
-    """One update (all its parts), keyed by :func:`tabhyper_update.identity.record_key`."""
+    """One update (all its parts), named by a SHA-256 of what identifies it (see
+    :mod:`tabhyper_update.identity`)."""
 
     key: str
     #: "position": the identity is a position in the source (a change set, or the caller's
@@ -155,7 +156,7 @@ class StateStore:
         return self.directory / self.RECORDS
 
     def _path(self, key: str) -> Path:
-        if not re.fullmatch(r"[0-9a-f]{64}", key):
+        if not _KEY.fullmatch(key):
             raise ValueError(f"a record key is a SHA-256 hex digest, got {key!r}")
         return self.records_dir / f"{key}.json"
 
@@ -229,7 +230,9 @@ class StateStore:
     def _files(self) -> list[Path]:
         if not self.records_dir.is_dir():
             return []
-        return sorted(p for p in self.records_dir.iterdir() if _RECORD_NAME.match(p.name))
+        return sorted(
+            p for p in self.records_dir.iterdir() if p.suffix == ".json" and _KEY.fullmatch(p.stem)
+        )
 
     def records(self) -> list[UpdateRecord]:
         """Every readable record (reads only: nothing is changed or removed)."""

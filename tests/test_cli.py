@@ -70,41 +70,16 @@ def test_validate_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_validate_checks_the_wire_format_exactly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    action = {
+        "action": "delete",
+        "target_table": "T",
+        "condition": {"op": "eq", "target_col": "a", "const": {"type": "integer", "v": 1}},
+    }
     lenient = tmp_path / "snake.json"
-    lenient.write_text(
-        json.dumps(
-            [
-                {
-                    "action": "delete",
-                    "target_table": "T",
-                    "condition": {
-                        "op": "eq",
-                        "target_col": "a",
-                        "const": {"type": "integer", "v": 1},
-                    },
-                }
-            ]
-        )
-    )
+    lenient.write_text(json.dumps([action]))
     assert main(["validate", str(lenient)]) == 1
     assert "not a bare list" in capsys.readouterr().out
-    lenient.write_text(
-        json.dumps(
-            {
-                "actions": [
-                    {
-                        "action": "delete",
-                        "target_table": "T",
-                        "condition": {
-                            "op": "eq",
-                            "target_col": "a",
-                            "const": {"type": "integer", "v": 1},
-                        },
-                    }
-                ]
-            }
-        )
-    )
+    lenient.write_text(json.dumps({"actions": [action]}))
     assert main(["validate", str(lenient)]) == 1
     assert capsys.readouterr().out.splitlines() == [
         "$.actions[0].condition.target_col: 'target_col' is not a wire name: write 'target-col'",

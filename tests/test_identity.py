@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from tabhyper_update.roundtrip import UpdateResult
 from tabhyper_update.state import StateStore
 from tabhyper_update.testing import FakeTableauServer
 
-from ._util import read_rows
+from ._util import read_rows, use_environment
 from .test_local import make_db
 
 if TYPE_CHECKING:
@@ -493,6 +492,19 @@ def test_distinct_request_ids_never_share_a_record(
     )
     assert again.deduplicated
     assert len(rows(server)) == 3
+    # ...even with other rows (a position already applied); the result reports what was.
+    first_job = next(r for r in records if r.identity == "nightly:1").parts[0].job_id
+    other = spark.createDataFrame([(13, "late", None)], "id long, a string, b string")
+    before = {k: server.counts[k] for k in ("initiate", "append", "update")}
+    replay = (
+        build_payload(other)
+        .upload("Orders", client=client, progress=False, state_dir=tmp_path)
+        .apply(insert, request_id="nightly:1")
+    )
+    assert replay.deduplicated
+    assert [(p.request_id, p.job_id) for p in replay.parts] == [("nightly:1", first_job)]
+    assert {k: server.counts[k] for k in before} == before  # no upload, no update
+    assert len(rows(server)) == 3
 
 
 # -- 7. the one-liner knows whether it worked ----------------------------------------------
@@ -501,14 +513,7 @@ def test_distinct_request_ids_never_share_a_record(
 def test_the_one_liner_raises_when_the_job_fails(
     spark: SparkSession, server: FakeTableauServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for key, value in {
-        "TABLEAU_SERVER_URL": server.url,
-        "TABLEAU_PAT_NAME": "ci",
-        "TABLEAU_PAT_SECRET": "pat-secret",
-        "TABLEAU_DATASOURCE": "Orders",
-        "XDG_STATE_HOME": str(tmp_path),
-    }.items():
-        monkeypatch.setenv(key, value)
+    use_environment(monkeypatch, server, tmp_path, "Orders")
     df = spark.createDataFrame([(3, "c", None)], "id long, a string, b string")
     with pytest.raises(JobFailedError, match="Missing"):
         build_payload(df).upload(progress=False).apply(
@@ -519,4 +524,3 @@ def test_the_one_liner_raises_when_the_job_fails(
         [Insert(target_table="Extract", source_table="Extract")]
     )
     assert rows(server)[-1] == (3, "c", None)
-    assert os.environ["TABLEAU_DATASOURCE"] == "Orders"

@@ -22,7 +22,7 @@ from tabhyper_update import (
 from tabhyper_update.state import StateStore
 from tabhyper_update.testing import FakeTableauServer
 
-from ._util import read_rows
+from ._util import read_rows, use_environment
 from .test_local import make_db
 
 if TYPE_CHECKING:
@@ -96,15 +96,7 @@ def test_cdc_round_trip_with_derived_actions(
 def test_the_literal_one_line_with_the_environment(
     spark: SparkSession, server: FakeTableauServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for key, value in {
-        "TABLEAU_SERVER_URL": server.url,
-        "TABLEAU_SITE": "",
-        "TABLEAU_PAT_NAME": "ci",
-        "TABLEAU_PAT_SECRET": "pat-secret",
-        "TABLEAU_DATASOURCE": "Orders",
-        "XDG_STATE_HOME": str(tmp_path),
-    }.items():
-        monkeypatch.setenv(key, value)
+    use_environment(monkeypatch, server, tmp_path, "Orders")
     df = spark.createDataFrame([(7, "g", 70)], "id long, name string, qty int")
     actions = [Insert(target_table="Extract", source_table="Extract")]
     build_payload(df).upload().apply(actions).wait()
