@@ -4,7 +4,8 @@ The slices hold flips back to earlier values, deletes, re-inserts, NULLs that mo
 columns and several changes of one key; some runs replay an earlier slice (with its record,
 or from another machine without it). After each run the published table must equal the
 source's state, and the server must have run each distinct slice exactly once.
-``TABHYPER_PROPERTY_EXAMPLES`` raises the number of sequences (default 6).
+``TABHYPER_PROPERTY_EXAMPLES`` raises the number of sequences (default 6);
+``TABHYPER_PROPERTY_COUNT=FILE`` appends each sequence's number of runs to FILE.
 """
 
 from __future__ import annotations
@@ -104,3 +105,6 @@ def test_cdc_runs_equal_the_source_after_every_run(
                 got = read_rows(server.datasource_path(luid), "Extract")
                 assert got == sorted((k, *v) for k, v in model.items()), (n, runs)
         assert server.jobs_run[luid] == len(applied)  # each distinct slice exactly once
+    if os.environ.get("TABHYPER_PROPERTY_COUNT"):
+        with open(os.environ["TABHYPER_PROPERTY_COUNT"], "a") as tally:
+            tally.write(f"{len(runs)}\n")
