@@ -99,7 +99,7 @@ def main() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    from tabhyper_update import build_payload
+    from tabhyper_update import ChangeSet, build_payload
     from tabhyper_update._hyper import connect
 
     spark = (
@@ -115,6 +115,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     df = synthetic(spark, args.rows)
     options: dict[str, Any] = {"table": "orders"}
+    changes: ChangeSet | None = None
     lower_df = df
     if args.cdc:
         df = df.selectExpr(
@@ -122,26 +123,25 @@ def main() -> None:
             "CASE order_id % 10 WHEN 0 THEN 'D' WHEN 1 THEN 'I' ELSE 'U' END AS op",
             "order_id * 3 AS seq",
         )
-        options = {"key": "order_id", "op_column": "op", "order_by": "seq"}
+        options = {}
+        changes = ChangeSet("order_id", op_column="op", order_by="seq")
         from tabhyper_update.cdc import CdcSpec
 
-        spec = CdcSpec.create(
-            df.columns, key="order_id", op_column="op", order_by="seq", op_map=None
-        )
+        spec = CdcSpec.create(df.columns, changes)
         lower_df = spec.latest_changes(df)
     work = Path(tempfile.mkdtemp(prefix="tabhyper-bench-"))
     print(f"rows: {args.rows:,}  (Spark local[2], pyspark {spark.version})", flush=True)
     try:
         # Warm the JVM (JIT) and Hyper at full size so that no figure pays start-up costs;
         # then every figure is the median of --repeat runs.
-        build_payload(df, **options).cleanup()
+        build_payload(df, changes, **options).cleanup()
         lower_df.write.format("noop").mode("overwrite").save()
 
         rss_before = rss_now_mb()
         sizes: list[tuple[int, int]] = []
 
         def run_build() -> None:
-            payload = build_payload(df, **options)
+            payload = build_payload(df, changes, **options)
             sizes.append((payload.size_bytes, len(payload.parts)))
             payload.cleanup()
 

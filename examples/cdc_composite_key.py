@@ -6,7 +6,7 @@ from typing import Any
 
 from _common import local_spark, target
 
-from tabhyper_update import build_payload
+from tabhyper_update import ChangeSet, build_payload
 
 
 def main() -> list[tuple[Any, ...]] | None:
@@ -33,7 +33,8 @@ def main() -> list[tuple[Any, ...]] | None:
         )
         # Actions are derived: delete then upsert, keyed on (region, order_id).
         build_payload(
-            feed, key=["region", "order_id"], op_column="_change_type", order_by="_commit_version"
+            feed,
+            ChangeSet(["region", "order_id"], op_column="_change_type", order_by="_commit_version"),
         ).upload(t.datasource, client=t.client, state_dir=t.state_dir).apply()
         return t.read("Extract") if t.read else None
 

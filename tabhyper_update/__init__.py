@@ -9,6 +9,7 @@ from ._version import __version__
 from .actions import Action, ActionBatch, Delete, Insert, Replace, Update, Upsert
 from .auth import ConnectedAppJWT, PersonalAccessToken, UsernamePassword
 from .build import build_payload
+from .cdc import ChangeSet
 from .client import DataSourceRef, TableauClient
 from .conditions import (
     And,
@@ -56,6 +57,7 @@ __all__ = [
     "ApplyError",
     "ArgumentTypeError",
     "AuthenticationError",
+    "ChangeSet",
     "ColumnInfo",
     "Comparison",
     "Condition",

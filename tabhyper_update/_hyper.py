@@ -75,11 +75,14 @@ def connect(
     create: bool = False,
     database_version: int = DEFAULT_DATABASE_VERSION,
 ) -> Iterator[Connection]:
-    """A connection to ``database`` (created, replacing any file, when ``create``)."""
+    """A connection to ``database`` (created, replacing any file, when ``create``).
+
+    Paths are made absolute here: the shared Hyper process keeps the working directory it
+    started in, so a relative path would name another file."""
     process = hyper_process(database_version)
     kwargs: dict[str, Any] = {}
     if database is not None:
-        kwargs["database"] = str(database)
+        kwargs["database"] = os.path.abspath(database)
         kwargs["create_mode"] = CreateMode.CREATE_AND_REPLACE if create else CreateMode.NONE
     with Connection(process.endpoint, **kwargs) as connection:
         yield connection

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._hyper import connect, quote_literal, quote_name, table_ref
-from .actions import DEFAULT_SCHEMA, ActionBatch
+from .actions import DEFAULT_SCHEMA
 from .cdc import (
     KIND_COLUMN,
     KIND_DELETE,
@@ -56,9 +56,9 @@ from .cdc import (
     ORDER_TEXT_COLUMN,
     RESERVED_PREFIX,
     CdcSpec,
-    derived_actions,
+    ChangeSet,
 )
-from .errors import PayloadError, TabHyperError
+from .errors import ArgumentTypeError, PayloadError, TabHyperError
 from .hyper_types import (
     DEFAULT_DATABASE_VERSION,
     SUPPORTED_DATABASE_VERSIONS,
@@ -128,18 +128,10 @@ class _Staged:
 
 def build_payload(
     source: DataFrame | Mapping[str, DataFrame],
+    changes: ChangeSet | None = None,
     *,
     table: str = "Extract",
     schema: str = DEFAULT_SCHEMA,
-    key: Sequence[str] | str | None = None,
-    op_column: str | None = None,
-    order_by: Sequence[str] | str | None = None,
-    op_map: Mapping[str, str] | None = None,
-    keep_columns: Sequence[str] = (),
-    target_table: str = "Extract",
-    target_schema: str = DEFAULT_SCHEMA,
-    upsert_table: str = "upserts",
-    delete_table: str = "deletes",
     database_version: int = DEFAULT_DATABASE_VERSION,
     complex_as_json: bool = False,
     staging_dir: str | os.PathLike[str] | None = None,
@@ -149,14 +141,22 @@ def build_payload(
 ) -> Payload:
     """Build a ``.hyper`` payload from one DataFrame or a mapping of table name → DataFrame.
 
-    Plain mode writes each DataFrame as a table (``table`` names the single one). CDC mode
-    (``key=`` given) reads a change set and writes an ``upserts`` table (every data column)
-    and a ``deletes`` table (key columns only), with derived actions delete-then-upsert on
-    ``target_schema.target_table``::
+    Without ``changes`` each DataFrame is written as a table (``table`` names the single
+    one) and the update's actions are yours to give. With a :class:`ChangeSet` the one
+    DataFrame is read as a change set: the payload holds an ``upserts`` table (every data
+    column, the last change per key) and a ``deletes`` table (key columns only), and the
+    update derives its actions, delete then upsert by key::
 
-        payload = build_payload(changes, key=["region", "id"], op_column="_change_type",
-                                order_by="_commit_version")
+        payload = build_payload(changes, ChangeSet(key=["region", "id"],
+                                                   op_column="_change_type",
+                                                   order_by="_commit_version"))
+        payload.upload().apply(target_table="Orders")
     """
+    if changes is not None and not isinstance(changes, ChangeSet):
+        raise ArgumentTypeError(
+            f"build_payload's second argument is a ChangeSet(key=..., op_column=..., "
+            f"order_by=...), got {type(changes).__name__}"
+        )
     if not isinstance(max_payload_mb, (int, float)) or not max_payload_mb > 0:
         raise PayloadError(f"max_payload_mb must be positive, got {max_payload_mb!r}")
     if database_version not in SUPPORTED_DATABASE_VERSIONS:
@@ -164,14 +164,10 @@ def build_payload(
             f"database_version must be one of {SUPPORTED_DATABASE_VERSIONS}, got "
             f"{database_version!r}"
         )
-    for value, what in (
-        (schema, "schema"),
-        (table, "table"),
-        (target_table, "target_table"),
-        (target_schema, "target_schema"),
-        (upsert_table, "upsert_table"),
-        (delete_table, "delete_table"),
-    ):
+    names: list[tuple[str, str]] = [(schema, "schema"), (table, "table")]
+    if changes is not None:
+        names += [(changes.upsert_table, "upsert_table"), (changes.delete_table, "delete_table")]
+    for value, what in names:
         _check_names(value, what)
     if isinstance(source, Mapping):
         frames = dict(source)
@@ -186,27 +182,17 @@ def build_payload(
             raise PayloadError(
                 f"table {name!r}: expected a Spark DataFrame, got {type(df).__name__}"
             )
-    cdc = key is not None or op_column is not None
-    if cdc and len(frames) != 1:
-        raise PayloadError("a change set (key=/op_column=) is one DataFrame, not a mapping")
-    if cdc and key is None:
-        raise PayloadError("a change set needs key= (the column(s) that identify a row)")
-    if cdc and upsert_table == delete_table:
-        raise PayloadError("upsert_table and delete_table must differ")
+    if changes is not None and len(frames) != 1:
+        raise PayloadError("a change set is one DataFrame, not a mapping")
+    upsert_table = changes.upsert_table if changes is not None else ""
+    delete_table = changes.delete_table if changes is not None else ""
 
     # Plan every column before any Spark job or file write: bad types fail here.
     spark_frames: list[tuple[str, DataFrame, list[ColumnPlan]]] = []
     spec: CdcSpec | None = None
-    if cdc:
+    if changes is not None:
         ((_, df),) = frames.items()
-        spec = CdcSpec.create(
-            df.columns,
-            key=key or (),
-            op_column=op_column,
-            order_by=order_by,
-            op_map=op_map,
-            keep_columns=keep_columns,
-        )
+        spec = CdcSpec.create(df.columns, changes)
         data_columns = spec.data_columns(df.columns)
         plans = _plans(
             df,
@@ -251,26 +237,6 @@ def build_payload(
             drop_empty=spec is not None,
         )
         log.debug("Hyper wrote %d part(s) in %.2f s", len(parts), time.perf_counter() - started)
-        if spec is not None:
-            parts = [
-                PayloadPart(
-                    p.path,
-                    p.size_bytes,
-                    p.tables,
-                    ActionBatch(
-                        actions=derived_actions(
-                            spec.key,
-                            target_schema=target_schema,
-                            target_table=target_table,
-                            source_schema=schema,
-                            delete_table=delete_table if delete_table in p.tables else None,
-                            upsert_table=upsert_table if upsert_table in p.tables else None,
-                        )
-                    ),
-                    p.buckets,
-                )
-                for p in parts
-            ]
     except TabHyperError:
         shutil.rmtree(owned, ignore_errors=True)
         raise
@@ -290,7 +256,7 @@ def build_payload(
         parts,
         schema=schema,
         keep_files=keep_files,
-        key=spec.key if spec is not None else None,
+        change_set=changes,
         _owned_dir=owned,
     )
     log.info(
@@ -695,7 +661,7 @@ def _write_parts(
             "payload.hyper" if total == 1 else f"payload-part-{index:03d}-of-{total:03d}.hyper"
         )
         os.replace(tmp, final)
-        parts.append(PayloadPart(final, final.stat().st_size, tables, None, buckets))
+        parts.append(PayloadPart(final, final.stat().st_size, tables, buckets))
     return parts
 
 
@@ -707,7 +673,8 @@ def _private_dir(parent: str | os.PathLike[str] | None, prefix: str) -> Path:
     if parent is not None:
         Path(parent).mkdir(parents=True, exist_ok=True)
     # The creating process's id is in the name: leftovers of a dead process can be told.
-    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
+    # Absolute: Spark's executors and the shared Hyper process have their own directories.
+    path = Path(os.path.abspath(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)))
     path.chmod(0o700)
     return path
 

@@ -22,13 +22,13 @@ and written aside, never collected, and reported from there.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .actions import Delete, Upsert, _Action
 from .conditions import keys_match
-from .errors import PayloadError
+from .errors import ArgumentTypeError, PayloadError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -40,6 +40,7 @@ __all__ = [
     "KIND_UPSERT",
     "METADATA_COLUMNS",
     "CdcSpec",
+    "ChangeSet",
     "derived_actions",
 ]
 
@@ -103,6 +104,112 @@ def _normalise_op_map(op_map: Mapping[str, str] | None) -> dict[str, OpMeaning]:
     return result
 
 
+def _names(value: Any, what: str, *, allow_none: bool = False) -> tuple[str, ...] | None:
+    """One column name or several, as a tuple; anything else is refused naming ``what``."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ArgumentTypeError(
+        f"ChangeSet {what}= takes a column name or a list of column names, got {value!r}"
+    )
+
+
+@dataclass(frozen=True, init=False)
+class ChangeSet:
+    """How to read a DataFrame as a change set: pass it to :func:`build_payload`.
+
+    ``key``: the column(s) that identify a row. ``op_column``: the operation column (found
+    by itself for ``_change_type``, ``op`` and ``__op``). ``order_by``: the column(s) that
+    order the changes of one key (``_commit_version`` by itself for a Delta change feed);
+    the greatest wins. ``op_map``: op value → ``"upsert"``, ``"delete"`` or ``"ignore"``
+    instead of the built-in conventions. ``keep_columns``: change-feed columns to keep in
+    the payload. ``upsert_table`` / ``delete_table``: the payload's two table names::
+
+        build_payload(changes, ChangeSet(key=["region", "id"], op_column="_change_type",
+                                         order_by="_commit_version"))
+
+    The target table of the derived actions is a choice of the update:
+    ``.apply(target_table=...)``.
+    """
+
+    key: tuple[str, ...]
+    op_column: str | None = None
+    order_by: tuple[str, ...] | None = None
+    op_map: Mapping[str, OpMeaning] | None = field(default=None, compare=False)
+    keep_columns: tuple[str, ...] = ()
+    upsert_table: str = "upserts"
+    delete_table: str = "deletes"
+
+    def __init__(
+        self,
+        key: Sequence[str] | str,
+        *,
+        op_column: str | None = None,
+        order_by: Sequence[str] | str | None = None,
+        op_map: Mapping[str, str] | None = None,
+        keep_columns: Sequence[str] | str = (),
+        upsert_table: str = "upserts",
+        delete_table: str = "deletes",
+    ) -> None:
+        keys = _names(key, "key")
+        assert keys is not None
+        if not keys:
+            raise PayloadError("ChangeSet key= must name at least one column")
+        orders = _names(order_by, "order_by", allow_none=True)
+        if orders is not None and not orders:
+            raise PayloadError("ChangeSet order_by= must name at least one column")
+        for value, what in (
+            (op_column, "op_column"),
+            (upsert_table, "upsert_table"),
+            (delete_table, "delete_table"),
+        ):
+            if value is not None and not isinstance(value, str):
+                raise ArgumentTypeError(f"ChangeSet {what}= takes a name, got {value!r}")
+        if upsert_table == delete_table:
+            raise PayloadError(
+                f"ChangeSet upsert_table and delete_table must differ (both {upsert_table!r})"
+            )
+        if op_map is not None and not isinstance(op_map, Mapping):
+            raise ArgumentTypeError(f"ChangeSet op_map= takes a mapping, got {op_map!r}")
+        kept = _names(keep_columns, "keep_columns")
+        object.__setattr__(self, "key", keys)
+        object.__setattr__(self, "op_column", op_column)
+        object.__setattr__(self, "order_by", orders)
+        object.__setattr__(
+            self, "op_map", _normalise_op_map(op_map) if op_map is not None else None
+        )
+        object.__setattr__(self, "keep_columns", kept or ())
+        object.__setattr__(self, "upsert_table", upsert_table)
+        object.__setattr__(self, "delete_table", delete_table)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description (what a payload manifest records)."""
+        return {
+            "key": list(self.key),
+            "op_column": self.op_column,
+            "order_by": list(self.order_by) if self.order_by is not None else None,
+            "op_map": dict(self.op_map) if self.op_map is not None else None,
+            "keep_columns": list(self.keep_columns),
+            "upsert_table": self.upsert_table,
+            "delete_table": self.delete_table,
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> ChangeSet:
+        return cls(
+            doc["key"],
+            op_column=doc.get("op_column"),
+            order_by=doc.get("order_by"),
+            op_map=doc.get("op_map"),
+            keep_columns=doc.get("keep_columns") or (),
+            upsert_table=doc.get("upsert_table") or "upserts",
+            delete_table=doc.get("delete_table") or "deletes",
+        )
+
+
 @dataclass(frozen=True)
 class CdcSpec:
     """A validated description of a change set: key, op column, ordering, op meanings."""
@@ -114,19 +221,11 @@ class CdcSpec:
     dropped_columns: tuple[str, ...]
 
     @classmethod
-    def create(
-        cls,
-        columns: Sequence[str],
-        *,
-        key: Sequence[str] | str,
-        op_column: str | None,
-        order_by: Sequence[str] | str | None,
-        op_map: Mapping[str, str] | None,
-        keep_columns: Sequence[str] = (),
-    ) -> CdcSpec:
-        keys = (key,) if isinstance(key, str) else tuple(key)
-        if not keys:
-            raise PayloadError("key must name at least one column")
+    def create(cls, columns: Sequence[str], change_set: ChangeSet) -> CdcSpec:
+        keys = change_set.key
+        op_column = change_set.op_column
+        order_by = change_set.order_by
+        keep_columns = change_set.keep_columns
         present = set(columns)
 
         def need(name: str, role: str) -> None:
@@ -155,9 +254,7 @@ class CdcSpec:
                     "version, a log sequence number or an event timestamp)"
                 )
             order_by = ("_commit_version",)
-        orders = (order_by,) if isinstance(order_by, str) else tuple(order_by)
-        if not orders:
-            raise PayloadError("order_by must name at least one column")
+        orders = tuple(order_by)
         for o in orders:
             need(o, "order_by")
         if op_column in keys or set(orders) & set(keys):
@@ -166,7 +263,8 @@ class CdcSpec:
             need(c, "keep_columns")
         metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in present)}
         dropped = tuple(c for c in columns if c in metadata and c not in keep_columns)
-        return cls(keys, op_column, orders, _normalise_op_map(op_map), dropped)
+        op_map = change_set.op_map if change_set.op_map is not None else DEFAULT_OP_MAP
+        return cls(keys, op_column, orders, dict(op_map), dropped)
 
     def data_columns(self, columns: Sequence[str]) -> list[str]:
         """The payload's columns (everything but the change-feed metadata)."""

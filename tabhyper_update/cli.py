@@ -20,6 +20,7 @@ from typing import Any
 from ._version import __version__
 from .actions import ActionBatch
 from .build import build_payload
+from .cdc import ChangeSet
 from .client import TableauClient
 from .errors import (
     ApiError,
@@ -198,12 +199,39 @@ def _spark_session() -> Any:
 def _cmd_build(args: argparse.Namespace) -> int:
     if bool(args.input) == bool(args.spark_table):
         raise _UsageError("give input files (--input) or a Spark table (--spark-table)")
+    args.change_set = _change_set(args)
     out = Path(args.output_dir)
     lock = _claim_output_dir(out)  # before any work: a busy or used folder is refused now
     try:
         return _build_into(args, out)
     finally:
         lock.unlink(missing_ok=True)
+
+
+def _change_set(args: argparse.Namespace) -> ChangeSet | None:
+    """The change set the options describe (``None`` without ``--key``)."""
+    if not args.key:
+        given = [
+            o
+            for o, v in (
+                ("--op-column", args.op_column),
+                ("--order-by", args.order_by),
+                ("--op-map", args.op_map),
+            )
+            if v
+        ]
+        if given:
+            raise _UsageError(f"{', '.join(given)} describe a change set: give --key too")
+        return None
+    op_map: dict[str, str] = {}
+    for item in args.op_map or ():
+        value, sep, meaning = item.partition("=")
+        if not sep:
+            raise _UsageError(f"--op-map takes VALUE=MEANING pairs, got {item!r}")
+        op_map[value] = meaning
+    return ChangeSet(
+        args.key, op_column=args.op_column, order_by=args.order_by, op_map=op_map or None
+    )
 
 
 def _build_into(args: argparse.Namespace, out: Path) -> int:
@@ -214,15 +242,10 @@ def _build_into(args: argparse.Namespace, out: Path) -> int:
         df = spark.read.option("header", True).option("inferSchema", True).csv(args.input)
     else:
         df = spark.read.parquet(*args.input)
-    op_map = dict(item.split("=", 1) for item in args.op_map) if args.op_map else None
     payload = build_payload(
         df,
+        args.change_set,
         table=args.name,
-        key=args.key or None,
-        op_column=args.op_column,
-        order_by=args.order_by or None,
-        op_map=op_map,
-        target_table=args.target_table,
         database_version=args.database_version,
         max_payload_mb=args.max_payload_mb,
         output_dir=out,
@@ -290,6 +313,11 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     actions = None
     if args.actions:
         actions = ActionBatch.from_wire(Path(args.actions).read_text(encoding="utf-8"))
+    if actions is not None and (args.target_table or args.target_schema):
+        raise _UsageError(
+            "--target-table and --target-schema choose the target of a change set's derived "
+            "actions; the --actions file names its own targets"
+        )
     if payload is None:
         if actions is None:
             raise _UsageError("give --payload, --actions or both")
@@ -299,14 +327,18 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     if not args.datasource and not os.environ.get("TABLEAU_DATASOURCE"):
         raise _UsageError("give --datasource NAME (or set TABLEAU_DATASOURCE)")
     with _client(args) as client:
-        uploaded = payload.upload(
-            args.datasource,
-            client=client,
+        # The verb checks the actions and the target before the first request.
+        result = client.update_datasource(
+            args.datasource or os.environ["TABLEAU_DATASOURCE"],
+            payload,
+            actions=actions,
+            target_table=args.target_table,
+            target_schema=args.target_schema,
             progress=False if args.json else None,  # bars only on a terminal
             state_dir=args.state_dir,
-        )
-        result = uploaded.apply(
-            actions, request_id=args.request_id, wait=args.wait, timeout=args.timeout
+            request_id=args.request_id,
+            wait=args.wait,
+            timeout=args.timeout,
         )
     jobs = [
         {
@@ -483,7 +515,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="VALUE=MEANING",
         help="op values and their meaning (upsert, delete, ignore)",
     )
-    p.add_argument("--target-table", default="Extract", help="target table of derived actions")
     p.add_argument(
         "--database-version",
         type=int,
@@ -507,6 +538,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("apply", help="upload a payload and apply actions to a data source")
     p.add_argument("--payload", help="a payload directory written by `build`")
     p.add_argument("--actions", help="an action batch JSON file (default: derived actions)")
+    p.add_argument(
+        "--target-table",
+        help="the table a change set's derived actions update (default: Extract)",
+    )
+    p.add_argument(
+        "--target-schema",
+        help="the schema of --target-table (default: Extract)",
+    )
     p.add_argument("--datasource", help="data source name or LUID (TABLEAU_DATASOURCE)")
     p.add_argument(
         "--request-id",

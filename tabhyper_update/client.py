@@ -586,6 +586,8 @@ class TableauClient:
         payload: Payload | None = None,
         *,
         actions: Any = None,
+        target_table: str | None = None,
+        target_schema: str | None = None,
         request_id: str | None = None,
         wait: bool = True,
         timeout: float | None = None,
@@ -593,7 +595,8 @@ class TableauClient:
         state_dir: str | os.PathLike[str] | None = None,
     ) -> UpdateResult:
         """Update a data source: upload ``payload`` part by part and apply ``actions`` (a
-        change set's own actions by default), waiting until applied unless ``wait=False``.
+        change set's own actions by default, on ``target_schema.target_table``), waiting
+        until applied unless ``wait=False``. Everything is checked before the first request.
 
         The verb behind ``payload.upload(target).apply(actions)``; with no payload, a batch
         that reads no table (e.g. a delete by constant)::
@@ -609,9 +612,16 @@ class TableauClient:
         if payload is None and actions is None:
             raise InvalidArgumentError("give a payload, actions, or both")
         uploaded = upload_payload(
-            chosen, target, client=self, progress=progress, state_dir=state_dir
+            chosen, target, client=self, progress=progress, state_dir=state_dir, upload_first=False
         )
-        return uploaded.apply(actions, request_id=request_id, wait=wait, timeout=timeout)
+        return uploaded.apply(
+            actions,
+            target_table=target_table,
+            target_schema=target_schema,
+            request_id=request_id,
+            wait=wait,
+            timeout=timeout,
+        )
 
     def job(self, job_id: str) -> Job:
         _, body = self.request("GET", f"jobs/{job_id}", retry=True)

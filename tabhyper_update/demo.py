@@ -125,6 +125,7 @@ def local_spark() -> Iterator[Any]:
 def run_demo(out: TextIO, *, progress: bool | None = None) -> bool:
     """Run the demo, printing to ``out``; returns whether the result matched."""
     from .build import build_payload
+    from .cdc import ChangeSet
     from .testing import FakeTableauServer
 
     timings: list[tuple[str, float]] = []
@@ -168,22 +169,21 @@ def run_demo(out: TextIO, *, progress: bool | None = None) -> bool:
                     "build_payload",
                     lambda: build_payload(
                         changes,
-                        key="order_id",
-                        op_column="op",
-                        order_by="seq",
+                        ChangeSet("order_id", op_column="op", order_by="seq"),
                         staging_dir=work / "stage",
                         output_dir=work / "payload",
                     ),
                 )
             with TableauClient(srv.url, "", PersonalAccessToken("demo", "demo-secret")) as client:
+                started = time.perf_counter()  # upload() signs in, looks up, uploads
                 uploaded = payload.upload(
                     "Orders", client=client, progress=progress, state_dir=work / "state"
                 )
                 print("\nActions sent:", file=out)
-                assert payload.actions is not None
-                print(json.dumps(payload.actions.to_dict(), indent=2), file=out)
-                started = time.perf_counter()
-                result = uploaded.apply(timeout=60)  # returns once applied, or raises
+                actions = payload.derived_actions(target_table="Extract")
+                print(json.dumps(actions.to_dict(), indent=2), file=out)
+                # Returns once applied, or raises.
+                result = uploaded.apply(target_table="Extract", timeout=60)
                 applied = time.perf_counter() - started
                 part = result.parts[0]
                 timings.append(("upload", part.seconds.get("upload", 0.0)))

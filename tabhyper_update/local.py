@@ -380,9 +380,10 @@ def apply(
     counts: list[int] = []
     try:
         with connect() as conn:
-            conn.catalog.attach_database(str(target_path), alias=Name(TARGET_DB))
+            # Absolute: the shared Hyper process resolves paths against its own directory.
+            conn.catalog.attach_database(os.path.abspath(target_path), alias=Name(TARGET_DB))
             if payload_path is not None:
-                conn.catalog.attach_database(str(payload_path), alias=Name(SOURCE_DB))
+                conn.catalog.attach_database(os.path.abspath(payload_path), alias=Name(SOURCE_DB))
             engine = _Engine(conn, payload_path is not None)
             conn.execute_command("BEGIN TRANSACTION")
             committed = False

@@ -28,8 +28,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .actions import DEFAULT_SCHEMA, ActionBatch, Delete, Insert, Replace, Upsert
+from .cdc import ChangeSet, derived_actions
 from .conditions import condition_columns
-from .errors import InvalidActionBatchError, PayloadError, Problem
+from .errors import InvalidActionBatchError, InvalidArgumentError, PayloadError, Problem
 
 if TYPE_CHECKING:
     from .client import DataSourceRef, TableauClient
@@ -112,8 +113,6 @@ class PayloadPart:
     path: Path
     size_bytes: int
     tables: Mapping[str, TableInfo]
-    #: The actions derived from a change set for this part (``None`` for plain payloads).
-    actions: ActionBatch | None = None
     #: The range of split buckets (inclusive) whose rows this part holds.
     buckets: tuple[int, int] = (0, BUCKETS - 1)
 
@@ -158,7 +157,8 @@ class Payload:
     parts: list[PayloadPart]
     schema: str = DEFAULT_SCHEMA
     keep_files: bool = False
-    key: tuple[str, ...] | None = None
+    #: How the rows were read as a change set (``None`` for a plain payload).
+    change_set: ChangeSet | None = None
     _owned_dir: Path | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -174,7 +174,12 @@ class Payload:
 
     @property
     def is_cdc(self) -> bool:
-        return self.key is not None
+        return self.change_set is not None
+
+    @property
+    def key(self) -> tuple[str, ...] | None:
+        """The change set's key columns (``None`` for a plain payload)."""
+        return self.change_set.key if self.change_set is not None else None
 
     @property
     def size_bytes(self) -> int:
@@ -216,12 +221,36 @@ class Payload:
         text = json.dumps(identity, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode()).hexdigest()
 
-    @property
-    def actions(self) -> ActionBatch | None:
-        """The derived actions of a single-part change set (see each part otherwise)."""
-        if len(self.parts) == 1:
-            return self.parts[0].actions
-        return None
+    def derived_actions(
+        self,
+        part: PayloadPart | None = None,
+        *,
+        target_table: str = DEFAULT_SCHEMA,
+        target_schema: str = DEFAULT_SCHEMA,
+    ) -> ActionBatch:
+        """A change set's actions on ``target_schema.target_table``: delete the keys of the
+        ``deletes`` table, then upsert the ``upserts`` table, each by key (only the tables
+        ``part`` holds; the first part by default)."""
+        if self.change_set is None:
+            raise InvalidArgumentError(
+                "no actions to apply: pass actions= (only a payload built with a ChangeSet "
+                "derives its own)"
+            )
+        if part is None:
+            if not self.parts:
+                raise PayloadError("an empty change set has no actions: nothing to apply")
+            part = self.parts[0]
+        cs = self.change_set
+        return ActionBatch(
+            actions=derived_actions(
+                cs.key,
+                target_schema=target_schema,
+                target_table=target_table,
+                source_schema=self.schema,
+                delete_table=cs.delete_table if cs.delete_table in part.tables else None,
+                upsert_table=cs.upsert_table if cs.upsert_table in part.tables else None,
+            )
+        )
 
     # -- checks ----------------------------------------------------------------------------
     def validate(self, batch: Any) -> ActionBatch:
@@ -330,7 +359,7 @@ class Payload:
         self.parts = moved
         doc = {
             "schema": self.schema,
-            "key": list(self.key) if self.key is not None else None,
+            "change_set": self.change_set.to_dict() if self.change_set is not None else None,
             "parts": [
                 {
                     "file": os.path.relpath(p.path, where),
@@ -347,7 +376,6 @@ class Payload:
                         }
                         for t in p.tables.values()
                     ],
-                    "actions": p.actions.to_dict() if p.actions is not None else None,
                 }
                 for p in self.parts
             ],
@@ -421,14 +449,13 @@ class Payload:
                 )
                 for t in item["tables"]
             }
-            actions = ActionBatch.from_dict(item["actions"]) if item.get("actions") else None
             lo, hi = item.get("buckets") or (0, BUCKETS - 1)
-            part = PayloadPart(file, int(item["size_bytes"]), tables, actions, (int(lo), int(hi)))
+            part = PayloadPart(file, int(item["size_bytes"]), tables, (int(lo), int(hi)))
             if part.sha256 != item["sha256"]:
                 raise PayloadError(f"payload part {str(file)!r} changed since it was built")
             parts.append(part)
-        key = tuple(str(k) for k in doc["key"]) if doc.get("key") else None
-        return cls(parts, schema=str(doc["schema"]), keep_files=keep_files, key=key)
+        change_set = ChangeSet.from_dict(doc["change_set"]) if doc.get("change_set") else None
+        return cls(parts, schema=str(doc["schema"]), keep_files=keep_files, change_set=change_set)
 
     # -- the round trip ----------------------------------------------------------------------
     def upload(
@@ -439,11 +466,15 @@ class Payload:
         progress: bool | None = None,
         state_dir: str | os.PathLike[str] | None = None,
     ) -> UploadedPayload:
-        """Bind this payload to its target data source and upload it (first part at once).
+        """Bind this payload to its target data source and upload it: the target is looked
+        up and the first part uploaded before this returns (the others are uploaded by
+        ``apply()``, each after the part before it was applied). Nothing is applied yet.
 
-        ``target`` is a :class:`DataSourceRef` or a name; by default ``TABLEAU_DATASOURCE``.
-        ``client`` defaults to :meth:`TableauClient.from_env`. Progress bars show on a
-        terminal unless ``progress=False``. Then ``.apply(actions).wait()``.
+        ``target`` is a :class:`DataSourceRef` (whose client is used) or a name; by default
+        ``TABLEAU_DATASOURCE``. ``client`` defaults to the reference's client, else
+        :meth:`TableauClient.from_env`. Progress bars show on a terminal unless
+        ``progress=False``. Then ``.apply(actions)`` (or ``.apply(target_table=...)`` for a
+        change set).
         """
         from .roundtrip import upload_payload
 

@@ -1,9 +1,11 @@
 """The one-line round trip: ``build_payload(df).upload().apply(actions)``.
 
 ``upload()`` binds the payload to its target (an argument, or ``TABLEAU_DATASOURCE`` with the
-client's environment); ``apply()`` submits each part's update and, by default, waits until it
-is applied, raising when it is not. A payload in several parts is uploaded and applied part
-by part, in order: each part waits for the one before it.
+client's environment), looks the target up and uploads the first part; ``apply()`` submits
+each part's update and, by default, waits until it is applied, raising when it is not. A
+payload in several parts is uploaded and applied part by part, in order: each part waits for
+the one before it. :meth:`TableauClient.update_datasource` does both in one call and checks
+everything (actions, target, the update's record) before its first request.
 
 Which RequestID each part carries, and when a repeat is the same update, is the identity rule
 of :mod:`tabhyper_update.identity`. Before the first request goes out the update's record is
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .actions import ActionBatch
+from .actions import DEFAULT_SCHEMA, ActionBatch
 from .client import DataSourceRef, TableauClient, check_request_id
 from .errors import (
     ConfigurationError,
@@ -128,6 +130,9 @@ class PartUpdate:
     skipped: bool = False
     attempt: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
+    #: Rows per payload table this part carries, and the size of its file.
+    rows: dict[str, int] = field(default_factory=dict)
+    size_bytes: int = 0
 
     @property
     def job_id(self) -> str | None:
@@ -156,11 +161,13 @@ class UpdateResult:
         return bool(self.parts) and all(p.deduplicated for p in self.parts)
 
     def summary(self) -> list[dict[str, Any]]:
-        """One plain dict per part, for a job's log: RequestID, job, how it came about,
-        seconds per step."""
+        """One plain dict per part, for a job's log: rows per table, bytes, RequestID, job,
+        how it came about, seconds per step."""
         return [
             {
                 "part": p.part + 1,
+                "rows": dict(p.rows),
+                "size_bytes": p.size_bytes,
                 "request_id": p.request_id,
                 "job_id": p.job_id,
                 "succeeded": p.job.succeeded if p.job is not None and p.job.is_done else None,
@@ -190,8 +197,10 @@ class UpdateResult:
                 else "submitted"
             )
             steps = ", ".join(f"{k} {v:.2f} s" for k, v in p["seconds"].items())
+            rows = ", ".join(f"{n} {c} rows" for n, c in p["rows"].items())
             lines.append(
                 f"part {p['part']}: job {p['job_id']} ({how}), RequestID {p['request_id']}"
+                + (f"; {rows}, {p['size_bytes']} bytes" if rows else "")
                 + (f"; {steps}" if steps else "")
             )
         return "\n".join(lines)
@@ -205,11 +214,16 @@ class UpdateResult:
         return self
 
 
-class UploadedPayload:
-    """A payload bound to its target data source and client.
+#: Tableau's error code for an upload session it does not know (consumed or expired).
+UPLOAD_SESSION_UNKNOWN = "404003"
 
-    Nothing is sent until :meth:`apply` has checked the actions against the payload: then
-    the target is looked up and each part is uploaded and applied in turn.
+
+class UploadedPayload:
+    """A payload bound to its target data source and client, its first part uploaded.
+
+    ``Payload.upload()`` looks the target up and uploads the first part before it returns;
+    :meth:`apply` checks the actions against the payload, then submits that part's update
+    and uploads and applies the others in turn.
     """
 
     def __init__(
@@ -227,6 +241,23 @@ class UploadedPayload:
         self._target: DataSourceRef | None = target if isinstance(target, DataSourceRef) else None
         self.progress = _show_progress(progress)
         self.state = state or StateStore()
+        #: The first part's upload session, sent by ``upload()`` and not yet used, and the
+        #: seconds its upload took.
+        self._uploaded_first: tuple[str, float] | None = None
+
+    def upload_first_part(self) -> None:
+        """Look the target up and upload the first part (what ``upload()`` does before it
+        returns); :meth:`apply` uses that upload for the part's first submission."""
+        if not self.payload.parts or self._uploaded_first is not None:
+            return
+        _ = self.target
+        started = time.perf_counter()
+        session = _step(
+            "upload of part 1",
+            "this part was not submitted",
+            partial(self._upload_part, 0, self.payload.parts[0]),
+        )
+        self._uploaded_first = (session, time.perf_counter() - started)
 
     @property
     def target(self) -> DataSourceRef:
@@ -248,6 +279,8 @@ class UploadedPayload:
         self,
         actions: Any = None,
         *,
+        target_table: str | None = None,
+        target_schema: str | None = None,
         request_id: str | None = None,
         wait: bool = True,
         timeout: float | None = None,
@@ -255,20 +288,25 @@ class UploadedPayload:
         """Apply the payload: submit every part's update, in order, and wait until each is
         applied (raising :class:`JobFailedError` and friends when one is not).
 
-        ``actions`` default to the payload's derived actions (a change set). ``request_id``
+        ``actions`` default to the payload's derived actions (a change set), on the table
+        ``target_schema.target_table`` of the data source (``Extract.Extract`` unless
+        given). ``request_id``
         binds the update's identity to a position of the caller's own (see
         :mod:`tabhyper_update.identity`). With ``wait=False`` the call returns once the last
         part is submitted (earlier parts are still waited on, so that parts apply in order);
         then call ``.wait()`` on the result.
         """
         given = ActionBatch.coerce(actions) if actions is not None else None
+        target = derived_target(self.payload, given, target_table, target_schema)
         if given is not None:
             self.payload.validate(given)
         if request_id is not None:
             check_request_id(request_id)
         units: list[tuple[PayloadPart | None, ActionBatch]]
         if self.payload.parts:
-            units = [(p, self._batch_for(p, given)) for p in self.payload.parts]
+            units = [
+                (p, given or self.payload.derived_actions(p, **target)) for p in self.payload.parts
+            ]
         elif given is None or given.reads_source:
             log.info("empty payload: nothing to update")
             self._cleanup()
@@ -285,13 +323,16 @@ class UploadedPayload:
             # the same request id): it is reported as recorded, part by part.
             part, batch = units[min(index, len(units) - 1)]
             update = PartUpdate(index, state.request_id, batch, attempt=state.attempt)
+            if part is not None and index < len(self.payload.parts):
+                update.rows = {n: t.row_count for n, t in part.tables.items()}
+                update.size_bytes = part.size_bytes
             updates.append(update)
             if state.status == "applied":
                 update.deduplicated = update.skipped = True
                 update._recorded_job = state.job_id
                 log.warning(
                     "part %d/%d of %s was applied before (job %s, RequestID %s): skipped, "
-                    "nothing sent",
+                    "not submitted again",
                     index + 1,
                     len(record.parts),
                     record.label,
@@ -302,18 +343,15 @@ class UploadedPayload:
             self._submit(record, state, part, batch, update)
             if wait or index < len(units) - 1:
                 self._wait_part(record, state, update, timeout)
+        if self._uploaded_first is not None:
+            self._uploaded_first = None
+            log.info(
+                "the first part's upload made by upload() went unused: that part had been "
+                "applied or submitted before"
+            )
         if wait:
             result.wait(timeout)
         return result
-
-    def _batch_for(self, part: PayloadPart, actions: ActionBatch | None) -> ActionBatch:
-        if actions is not None:
-            return actions
-        if part.actions is not None:
-            return part.actions
-        raise InvalidArgumentError(
-            "no actions to apply: pass actions= (only a change set built with key= derives its own)"
-        )
 
     def _record(
         self, units: Sequence[tuple[PayloadPart | None, ActionBatch]], request_id: str | None
@@ -432,15 +470,13 @@ class UploadedPayload:
                 return
         for _ in range(MAX_ATTEMPTS_PER_RUN + 1):
             update.request_id, update.attempt = state.request_id, state.attempt
+            early = self._take_first_upload(index, part, batch)
             if part is not None and batch.reads_source:
-                started = time.perf_counter()
-                state.upload_session_id = _step(
-                    f"upload of part {index + 1}",
-                    "this part was not submitted",
-                    partial(self._upload_part, index, part),
-                )
+                if early is not None:
+                    state.upload_session_id, update.seconds["upload"] = early
+                else:
+                    self._upload_into(state, index, part, update)
                 update.upload_session_id = state.upload_session_id
-                update.seconds["upload"] = time.perf_counter() - started
             else:
                 state.upload_session_id = None
             if state.sent_at is None:
@@ -448,17 +484,24 @@ class UploadedPayload:
             state.status = "sending"
             self.state.save(record)
             started = time.perf_counter()
-            job = _step(
-                f"update request of part {index + 1}",
-                f"the update may or may not have been submitted (RequestID {state.request_id}); "
-                "running the same job again is safe: its record makes the re-run resume it",
-                lambda: self.client.update_data(
-                    self.target,
-                    batch,
-                    upload_session_id=state.upload_session_id,
-                    request_id=state.request_id,
-                ),
-            )
+            try:
+                job = self._send_update(state, batch)
+            except NotFoundError as err:
+                if early is None or err.code != UPLOAD_SESSION_UNKNOWN or part is None:
+                    raise
+                # The server let the upload made by upload() lapse before apply() came:
+                # nothing was submitted, so upload the part again and send the same request.
+                log.warning(
+                    "part %d/%d: the server no longer knows the upload made by upload() "
+                    "(session %s); uploading the part again",
+                    index + 1,
+                    total,
+                    state.upload_session_id,
+                )
+                self._upload_into(state, index, part, update)
+                self.state.save(record)
+                started = time.perf_counter()
+                job = self._send_update(state, batch)
             update.seconds["submit"] = time.perf_counter() - started
             earlier = job.id in state.jobs_seen or created_before(job.created_at, state.sent_at)
             if job.id not in state.jobs_seen:
@@ -505,6 +548,40 @@ class UploadedPayload:
         raise PayloadError(
             f"part {index + 1} of {record.label}: {MAX_ATTEMPTS_PER_RUN} new attempts in a row "
             "were answered with earlier failed jobs; giving up"
+        )
+
+    def _take_first_upload(
+        self, index: int, part: PayloadPart | None, batch: ActionBatch
+    ) -> tuple[str, float] | None:
+        """The upload ``upload()`` made, for the first part's first submission (once)."""
+        early, self._uploaded_first = self._uploaded_first, None
+        if early is not None and (index != 0 or part is None or not batch.reads_source):
+            log.info("the upload made by upload() is not needed: it goes unused")
+            return None
+        return early
+
+    def _upload_into(
+        self, state: PartState, index: int, part: PayloadPart, update: PartUpdate
+    ) -> None:
+        started = time.perf_counter()
+        state.upload_session_id = _step(
+            f"upload of part {index + 1}",
+            "this part was not submitted",
+            partial(self._upload_part, index, part),
+        )
+        update.seconds["upload"] = time.perf_counter() - started
+
+    def _send_update(self, state: PartState, batch: ActionBatch) -> Job:
+        return _step(
+            f"update request of part {state.index + 1}",
+            f"the update may or may not have been submitted (RequestID {state.request_id}); "
+            "running the same job again is safe: its record makes the re-run resume it",
+            lambda: self.client.update_data(
+                self.target,
+                batch,
+                upload_session_id=state.upload_session_id,
+                request_id=state.request_id,
+            ),
         )
 
     def _wait_part(
@@ -560,6 +637,35 @@ class UploadedPayload:
             self.payload.cleanup()
 
 
+def derived_target(
+    payload: Payload,
+    actions: ActionBatch | None,
+    target_table: str | None,
+    target_schema: str | None,
+) -> dict[str, str]:
+    """The target of a change set's derived actions, checked against what was asked: a
+    target only goes with derived actions, and actions are needed without a change set."""
+    named = [n for n, v in (("target_table", target_table), ("target_schema", target_schema)) if v]
+    if actions is not None and named:
+        raise InvalidArgumentError(
+            f"{' and '.join(named)}= choose the target of a change set's derived actions; the "
+            "actions passed name their own target tables"
+        )
+    if actions is None and not payload.is_cdc and (payload.parts or named):
+        raise InvalidArgumentError(
+            "no actions to apply: pass actions= (only a payload built with a ChangeSet "
+            "derives its own)"
+        )
+    target = {
+        "target_table": target_table or DEFAULT_SCHEMA,
+        "target_schema": target_schema or DEFAULT_SCHEMA,
+    }
+    for what, value in target.items():
+        if not isinstance(value, str) or not value or "\x00" in value:
+            raise InvalidArgumentError(f"{what}= must be a non-empty name, got {value!r}")
+    return target
+
+
 def _idempotent(batch: ActionBatch) -> bool:
     """Whether applying ``batch`` twice leaves what applying it once does (no insert)."""
     return all(action.action != "insert" for action in batch.actions)
@@ -572,8 +678,10 @@ def upload_payload(
     client: TableauClient | None = None,
     progress: bool | None = None,
     state_dir: str | os.PathLike[str] | None = None,
+    upload_first: bool = True,
 ) -> UploadedPayload:
-    """:meth:`Payload.upload`: bind the payload to its target (no request is sent yet)."""
+    """:meth:`Payload.upload`: bind the payload to its target, look the target up and upload
+    the first part (unless ``upload_first=False``: then nothing is sent before ``apply()``)."""
     if payload.parts and any(not p.path.exists() for p in payload.parts):
         raise PayloadError("the payload's files were already removed (cleanup() ran)")
     bound = target.client if isinstance(target, DataSourceRef) else None
@@ -600,4 +708,7 @@ def upload_payload(
         )
     store = StateStore(state_dir)
     store.check()
-    return UploadedPayload(payload, client, target, progress=progress, state=store)
+    uploaded = UploadedPayload(payload, client, target, progress=progress, state=store)
+    if upload_first:
+        uploaded.upload_first_part()
+    return uploaded

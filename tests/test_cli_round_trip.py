@@ -66,9 +66,12 @@ def test_build_then_apply_with_derived_actions(
         "id long, v string, op string, seq long",
     ).write.parquet(str(changes))
     start = make_db(
-        tmp_path / "t.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')", "(2, 'b')"])}
+        tmp_path / "t.hyper", {"Orders": ("id BIGINT, v TEXT", ["(1, 'a')", "(2, 'b')"])}
     )
     out_dir = tmp_path / "payload"
+    # Change-set options without a key are a usage error, before Spark starts.
+    assert main(["build", "--input", str(changes), "--op-column", "op"]) == 2
+    assert "--op-column describe a change set: give --key too" in capsys.readouterr().err
     assert (
         main(
             [
@@ -93,12 +96,20 @@ def test_build_then_apply_with_derived_actions(
     with FakeTableauServer(pats={"ci": "pat-secret"}) as server:
         luid = server.add_datasource("Orders", start)
         monkeypatch.setenv("TABLEAU_SERVER_URL", server.url)
-        assert (
-            main(["apply", "--payload", str(out_dir), "--datasource", "Orders", "--wait", "--json"])
-            == 0
+        apply = ["apply", "--payload", str(out_dir), "--datasource", "Orders", "--json"]
+        # A target goes with derived actions only: refused before any request.
+        batch = tmp_path / "batch.json"
+        batch.write_text(
+            '{"actions": [{"action": "insert", "target-schema": "Extract", '
+            '"target-table": "Orders", "source-schema": "Extract", "source-table": "upserts"}]}'
         )
+        assert main([*apply, "--actions", str(batch), "--target-table", "Orders"]) == 2
+        error = json.loads(capsys.readouterr().out)["error"]
+        assert "the --actions file names its own targets" in error["message"]
+        assert server.counts["initiate"] == server.counts["update"] == 0
+        assert main([*apply, "--target-table", "Orders", "--wait"]) == 0
         jobs = json.loads(capsys.readouterr().out)["jobs"]
-        assert read_rows(server.datasource_path(luid), "Extract") == [(1, "A"), (3, "c")]
+        assert read_rows(server.datasource_path(luid), "Orders") == [(1, "A"), (3, "c")]
         assert main(["job", "status", jobs[0]["job_id"], "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["finishCode"] == 0
         assert main(["job", "wait", jobs[0]["job_id"]]) == 0

@@ -14,6 +14,7 @@ import pytest
 
 from tabhyper_update import (
     AuthenticationError,
+    ChangeSet,
     NotFoundError,
     PersonalAccessToken,
     RetryPolicy,
@@ -42,9 +43,7 @@ def test_two_processes_update_one_datasource_and_nothing_is_lost(
         )
         payload = build_payload(
             df,
-            key="id",
-            op_column="op",
-            order_by="seq",
+            ChangeSet("id", op_column="op", order_by="seq"),
             output_dir=tmp_path / f"out-{name}",
             keep_files=True,
         )

@@ -21,6 +21,7 @@ import pytest
 
 from tabhyper_update import (
     ApiError,
+    ChangeSet,
     PersonalAccessToken,
     PollPolicy,
     RetryPolicy,
@@ -61,9 +62,7 @@ def built(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iter
     df = spark.createDataFrame(CHANGES, "id long, name string, qty int, op string, seq long")
     payload = build_payload(
         df,
-        key="id",
-        op_column="op",
-        order_by="seq",
+        ChangeSet("id", op_column="op", order_by="seq"),
         output_dir=tmp_path_factory.mktemp("payload"),
         keep_files=True,
     )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tabhyper_update import (
+    ChangeSet,
     Insert,
     PersonalAccessToken,
     RetryPolicy,
@@ -67,10 +68,25 @@ def test_change_set_columns_with_dots_and_backticks(spark: SparkSession) -> None
         [(1, "a", "I", 1), (1, "b", "U", 2), (2, "c", "I", 1), (2, None, "D", 2)],
         "`order.id` long, `v``x` string, `op.code` string, `seq.no` long",
     )
-    with build_payload(df, key="order.id", op_column="op.code", order_by="seq.no") as payload:
+    with build_payload(
+        df, ChangeSet("order.id", op_column="op.code", order_by="seq.no")
+    ) as payload:
         assert {n: t.row_count for n, t in payload.tables.items()} == {"upserts": 1, "deletes": 1}
         assert read_rows(payload.parts[0].path, "upserts") == [(1, "b")]
         assert payload.tables["upserts"].column_names == ["order.id", "v`x"]
+
+
+def test_relative_staging_and_output_folders(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    df = spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string")
+    with build_payload(df, staging_dir="stage", output_dir="out") as payload:
+        (part,) = payload.parts
+        assert part.path.is_absolute()
+        assert part.path.parent.parent == tmp_path / "out"
+        assert read_rows(part.path, "Extract") == [(1, "a"), (2, "b")]
+    assert list((tmp_path / "stage").iterdir()) == []
 
 
 def test_a_data_source_whose_name_holds_a_comma_is_found(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tabhyper_update import (
+    ChangeSet,
     Delete,
     Insert,
     JobCancelledError,
@@ -77,13 +78,13 @@ def client(server: FakeTableauServer) -> Iterator[TableauClient]:
 
 
 def rows(server: FakeTableauServer) -> list[tuple[Any, ...]]:
-    (luid,) = server._sources
+    (luid,) = server.backend.sources
     return read_rows(server.datasource_path(luid), "Extract")
 
 
 def cdc(spark: SparkSession, changes: list[tuple[Any, ...]]) -> Payload:
     df = spark.createDataFrame(changes, CDC_SCHEMA)
-    return build_payload(df, key="id", op_column="op", order_by="seq")
+    return build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
 
 
 def run_cdc(
@@ -496,10 +497,13 @@ def test_distinct_request_ids_never_share_a_record(
     first_job = next(r for r in records if r.identity == "nightly:1").parts[0].job_id
     other = spark.createDataFrame([(13, "late", None)], "id long, a string, b string")
     before = {k: server.counts[k] for k in ("initiate", "append", "update")}
-    replay = (
-        build_payload(other)
-        .upload("Orders", client=client, progress=False, state_dir=tmp_path)
-        .apply(insert, request_id="nightly:1")
+    replay = client.update_datasource(
+        "Orders",
+        build_payload(other),
+        actions=insert,
+        request_id="nightly:1",
+        progress=False,
+        state_dir=tmp_path,
     )
     assert replay.deduplicated
     assert [(p.request_id, p.job_id) for p in replay.parts] == [("nightly:1", first_job)]

@@ -422,3 +422,22 @@ def test_const_json_values_are_not_sql(orders: Path) -> None:
     )
     apply(batch, target=orders)
     assert ids(orders) == [1, 2, 3, 4]
+
+
+def test_relative_paths_name_files_in_the_callers_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The shared Hyper process started elsewhere: relative paths must still mean the
+    # caller's working directory, as the README's troubleshooting recipe uses them.
+    read_rows(make_db(tmp_path / "warm.hyper", {"T": ("id INT", [])}), "T")
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    make_hyper("copy.hyper", {"T": ("id INT", ["(1)"])})
+    make_hyper("payload.hyper", {"new": ("id INT", ["(2)"])})
+    apply(
+        [Insert(target_table="T", source_table="new")],
+        target="copy.hyper",
+        payload="payload.hyper",
+    )
+    assert read_rows("copy.hyper", "T") == [(1,), (2,)]
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["copy.hyper", "payload.hyper"]

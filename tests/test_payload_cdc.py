@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from tabhyper_update import PayloadError, build_payload
+from tabhyper_update import ArgumentTypeError, ChangeSet, Payload, PayloadError, build_payload
 
 from ._util import read_columns, read_rows
 
@@ -46,7 +46,7 @@ def test_delta_change_data_feed(spark: SparkSession) -> None:
         "id long, v string, _change_type string, _commit_version long, _commit_timestamp timestamp",
     )
     with build_payload(
-        df, key="id", op_column="_change_type", order_by="_commit_version"
+        df, ChangeSet("id", op_column="_change_type", order_by="_commit_version")
     ) as payload:
         assert tables(payload) == {
             "upserts": [(2, "new"), (3, "after"), (4, "x")],
@@ -54,8 +54,7 @@ def test_delta_change_data_feed(spark: SparkSession) -> None:
         }
         # Change-feed metadata stays out of the payload.
         assert payload.tables["upserts"].column_names == ["id", "v"]
-        assert payload.actions is not None
-        assert json.loads(payload.actions.to_json()) == {
+        assert json.loads(payload.derived_actions().to_json()) == {
             "actions": [
                 {
                     "action": "delete",
@@ -75,7 +74,7 @@ def test_delta_change_data_feed(spark: SparkSession) -> None:
                 },
             ]
         }
-        payload.validate(payload.actions)
+        payload.validate(payload.derived_actions())
 
 
 def test_delta_defaults_order_by_to_commit_version(spark: SparkSession) -> None:
@@ -83,7 +82,7 @@ def test_delta_defaults_order_by_to_commit_version(spark: SparkSession) -> None:
         [(1, "a", "insert", 1), (1, "b", "update_postimage", 2)],
         "id int, v string, _change_type string, _commit_version long",
     )
-    with build_payload(df, key="id") as payload:
+    with build_payload(df, ChangeSet("id")) as payload:
         assert tables(payload) == {"upserts": [(1, "b")]}
 
 
@@ -97,7 +96,7 @@ def test_debezium_on_composite_key(spark: SparkSession) -> None:
     ]
     df = spark.createDataFrame(rows, "region string, id int, v string, op string, ts_ms long")
     with build_payload(
-        df, key=["region", "id"], op_column="op", order_by="ts_ms", target_table="Orders"
+        df, ChangeSet(["region", "id"], op_column="op", order_by="ts_ms")
     ) as payload:
         assert tables(payload) == {
             "upserts": [("eu", 1, "upd"), ("us", 1, "created")],
@@ -105,8 +104,7 @@ def test_debezium_on_composite_key(spark: SparkSession) -> None:
         }
         # The delete table holds the key columns only.
         assert [c[0] for c in read_columns(payload.parts[0].path, "deletes")] == ["region", "id"]
-        actions = payload.actions
-        assert actions is not None
+        actions = payload.derived_actions(target_table="Orders")
         assert actions.actions[0].to_dict()["condition"] == {
             "op": "and",
             "args": [
@@ -121,10 +119,9 @@ def test_plain_iud_with_only_upserts_derives_only_an_upsert(spark: SparkSession)
     df = spark.createDataFrame(
         [(1, "I", 1), (2, "U", 1), (1, "U", 2)], "id int, op string, seq int"
     )
-    with build_payload(df, key="id", op_column="op", order_by="seq") as payload:
+    with build_payload(df, ChangeSet("id", op_column="op", order_by="seq")) as payload:
         assert tables(payload) == {"upserts": [(1,), (2,)]}
-        assert payload.actions is not None
-        assert [a.action for a in payload.actions.actions] == ["upsert"]
+        assert [a.action for a in payload.derived_actions().actions] == ["upsert"]
 
 
 def test_user_op_map_and_kept_columns(spark: SparkSession) -> None:
@@ -133,11 +130,13 @@ def test_user_op_map_and_kept_columns(spark: SparkSession) -> None:
     )
     with build_payload(
         df,
-        key="id",
-        op_column="kind",
-        order_by="seq",
-        keep_columns=["seq"],
-        op_map={"NEW": "insert", "GONE": "delete", "NOISE": "ignore"},
+        ChangeSet(
+            "id",
+            op_column="kind",
+            order_by="seq",
+            keep_columns=["seq"],
+            op_map={"NEW": "insert", "GONE": "delete", "NOISE": "ignore"},
+        ),
     ) as p:
         assert tables(p) == {"upserts": [(1, 1)], "deletes": [(2,)]}
 
@@ -146,10 +145,11 @@ def test_empty_change_set_is_a_clear_no_op(spark: SparkSession, tmp_path: Path) 
     df = spark.createDataFrame(
         [(1, "update_preimage", 1)], "id int, _change_type string, _commit_version long"
     )
-    payload = build_payload(df, key="id", output_dir=tmp_path / "out")
+    payload = build_payload(df, ChangeSet("id"), output_dir=tmp_path / "out")
     assert payload.is_empty
     assert payload.parts == []
-    assert payload.actions is None
+    with pytest.raises(PayloadError, match="an empty change set has no actions"):
+        payload.derived_actions()
     assert list((tmp_path / "out").iterdir()) == []
 
 
@@ -179,9 +179,7 @@ def test_change_set_errors_name_the_column_and_a_key(
     with pytest.raises(PayloadError, match=words):
         build_payload(
             df,
-            key="id",
-            op_column="op",
-            order_by="seq",
+            ChangeSet("id", op_column="op", order_by="seq"),
             staging_dir=tmp_path / "stage",
             output_dir=tmp_path / "out",
         )
@@ -193,7 +191,7 @@ def test_change_set_errors_name_the_column_and_a_key(
 def test_unknown_op_hidden_behind_a_later_change_is_still_caught(spark: SparkSession) -> None:
     df = spark.createDataFrame([(1, "BOGUS", 1), (1, "U", 9)], "id int, op string, seq int")
     with pytest.raises(PayloadError, match="unknown value 'BOGUS'"):
-        build_payload(df, key="id", op_column="op", order_by="seq")
+        build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
 
 
 @pytest.mark.parametrize(
@@ -205,7 +203,6 @@ def test_unknown_op_hidden_behind_a_later_change_is_still_caught(spark: SparkSes
         ({"key": "id", "op_column": "op"}, "order_by= is required"),
         ({"key": [], "op_column": "op", "order_by": "seq"}, "at least one column"),
         ({"key": ["id", "id"], "op_column": "op", "order_by": "seq"}, "names a column twice"),
-        ({"op_column": "op", "order_by": "seq"}, "needs key="),
         (
             {"key": "id", "op_column": "op", "order_by": "seq", "op_map": {"I": "merge"}},
             r"op_map\['I'\] is 'merge'",
@@ -227,13 +224,56 @@ def test_bad_change_set_options_fail_before_any_spark_job(
 ) -> None:
     df = spark.createDataFrame([(1, "I", 1)], "id int, op string, seq int")
     with pytest.raises(PayloadError, match=words):
-        build_payload(df, staging_dir=tmp_path, **kwargs)
+        build_payload(df, ChangeSet(**kwargs), staging_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda df: build_payload(df, cast(Any, {"key": "id"})), "second argument is a ChangeSet"),
+        (
+            lambda df: ChangeSet(cast(Any, 3)),
+            "or a list of column names, got 3",
+        ),
+        (
+            lambda df: ChangeSet("id", order_by=cast(Any, [1])),
+            "order_by= takes a column name",
+        ),
+        (lambda df: ChangeSet("id", op_map=cast(Any, ["I"])), "op_map= takes a mapping"),
+    ],
+)
+def test_a_change_set_of_the_wrong_shape_is_named(
+    spark: SparkSession, call: Any, words: str
+) -> None:
+    df = spark.createDataFrame([(1, "I", 1)], "id int, op string, seq int")
+    with pytest.raises(ArgumentTypeError, match=words):
+        call(df)
+
+
+def test_a_change_set_describes_itself_and_round_trips(tmp_path: Path, spark: SparkSession) -> None:
+    spec = ChangeSet(
+        ["region", "id"], op_column="op", order_by="seq", op_map={"X": "delete", "I": "upsert"}
+    )
+    assert spec.key == ("region", "id")
+    assert spec.order_by == ("seq",)
+    assert ChangeSet.from_dict(spec.to_dict()) == spec
+    assert "region" in repr(spec)
+    # The manifest keeps it, so a payload applied later derives the same actions.
+    df = spark.createDataFrame(
+        [("eu", 1, "X", 1), ("eu", 2, "I", 1)], "region string, id int, op string, seq int"
+    )
+    payload = build_payload(df, spec, output_dir=tmp_path / "out", keep_files=True)
+    loaded = Payload.load(payload.save_manifest(tmp_path / "kept"))
+    assert loaded.change_set == spec
+    assert loaded.derived_actions(target_table="Orders") == payload.derived_actions(
+        target_table="Orders"
+    )
 
 
 def test_op_column_is_detected_for_debezium(spark: SparkSession) -> None:
     df = spark.createDataFrame([(1, "c", 1)], "id int, op string, ts_ms long")
-    with build_payload(df, key="id", order_by="ts_ms") as payload:
+    with build_payload(df, ChangeSet("id", order_by="ts_ms")) as payload:
         assert tables(payload) == {"upserts": [(1,)]}
 
 
@@ -241,7 +281,7 @@ def test_content_digest_is_stable_across_rebuilds_and_layouts(spark: SparkSessio
     df = spark.range(5000).selectExpr("id", "CAST(id AS STRING) AS v", "'U' AS op", "1 AS seq")
 
     def digest(frame: Any) -> str:
-        with build_payload(frame, key="id", op_column="op", order_by="seq") as payload:
+        with build_payload(frame, ChangeSet("id", op_column="op", order_by="seq")) as payload:
             return payload.parts[0].content_digest
 
     first = digest(df)

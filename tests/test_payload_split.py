@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tabhyper_update import (
+    ChangeSet,
     Delete,
     Insert,
     InvalidActionBatchError,
@@ -38,7 +39,7 @@ def change_set(spark: SparkSession, n: int) -> DataFrame:
 def test_cdc_payload_over_the_cap_is_split_by_key(spark: SparkSession) -> None:
     n = 30_000
     with build_payload(
-        change_set(spark, n), key="id", op_column="op", order_by="seq", max_payload_mb=CAP_MB
+        change_set(spark, n), ChangeSet("id", op_column="op", order_by="seq"), max_payload_mb=CAP_MB
     ) as payload:
         assert len(payload.parts) > 1
         upserts: list[int] = []
@@ -46,14 +47,15 @@ def test_cdc_payload_over_the_cap_is_split_by_key(spark: SparkSession) -> None:
         for part in payload.parts:
             assert part.size_bytes <= CAP_MB * 1024 * 1024
             assert part.path.stat().st_size == part.size_bytes
-            assert part.actions is not None
             part_tables = {}
             for name in part.tables:
                 part_tables[name] = [r[0] for r in read_rows(part.path, name)]
             upserts += part_tables.get("upserts", [])
             deletes += part_tables.get("deletes", [])
-            # Each part carries the actions for exactly the tables it holds.
-            assert {a.source_table for a in part.actions.actions} == set(part.tables)
+            # Each part's derived actions read exactly the tables it holds.
+            actions = payload.derived_actions(part, target_table="Orders")
+            assert {a.source_table for a in actions.actions} == set(part.tables)
+            assert {a.target_table for a in actions.actions} == {"Orders"}
         # The union is the whole change set: no row lost, none repeated.
         assert sorted(upserts) == [i for i in range(n) if i % 5]
         assert sorted(deletes) == [i for i in range(n) if i % 5 == 0]
@@ -80,9 +82,7 @@ def test_a_single_unsplittable_unit_over_the_cap_fails_clearly(
     with pytest.raises(PayloadError, match="cannot be split under max_payload_mb"):
         build_payload(
             df.selectExpr("id", "payload", "op", "seq"),
-            key="payload",
-            op_column="op",
-            order_by="seq",
+            ChangeSet("payload", op_column="op", order_by="seq"),
             max_payload_mb=0.0001,
             output_dir=tmp_path,
         )
@@ -119,7 +119,7 @@ def test_validate_checks_the_batch_against_the_payload(spark: SparkSession) -> N
     df = spark.createDataFrame(
         [(1, "a", "U", 1), (2, "b", "D", 1)], "id int, v string, op string, seq int"
     )
-    with build_payload(df, key="id", op_column="op", order_by="seq") as payload:
+    with build_payload(df, ChangeSet("id", op_column="op", order_by="seq")) as payload:
         text = validate_problems(payload, [Insert(target_table="T", source_table="nope")])
         assert "$.actions[0].source-table: the payload has no table 'nope'" in text
         assert "'upserts'" in text

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
 import tabhyper_update
+import tabhyper_update.testing
+from tabhyper_update import ChangeSet, Payload, TableauClient, UploadedPayload, build_payload
 
 EXPECTED = {
     "Action",
@@ -11,6 +19,7 @@ EXPECTED = {
     "ApiError",
     "ApplyError",
     "AuthenticationError",
+    "ChangeSet",
     "ColumnInfo",
     "Comparison",
     "Condition",
@@ -65,3 +74,43 @@ def test_public_surface_is_pinned() -> None:
     assert set(tabhyper_update.__all__) == EXPECTED
     for name in tabhyper_update.__all__:
         assert hasattr(tabhyper_update, name), name
+
+
+@pytest.mark.parametrize(
+    ("function", "parameters"),
+    [
+        (
+            build_payload,
+            "source, changes, *, table, schema, database_version, complex_as_json, "
+            "staging_dir, output_dir, max_payload_mb, keep_files",
+        ),
+        (
+            ChangeSet,
+            "key, *, op_column, order_by, op_map, keep_columns, upsert_table, delete_table",
+        ),
+        (Payload.upload, "self, target, *, client, progress, state_dir"),
+        (
+            UploadedPayload.apply,
+            "self, actions, *, target_table, target_schema, request_id, wait, timeout",
+        ),
+        (
+            TableauClient.update_datasource,
+            "self, target, payload, *, actions, target_table, target_schema, request_id, "
+            "wait, timeout, progress, state_dir",
+        ),
+        (Payload.derived_actions, "self, part, *, target_table, target_schema"),
+    ],
+)
+def test_the_round_trip_signatures_are_pinned(
+    function: Callable[..., Any], parameters: str
+) -> None:
+    shown = []
+    for p in inspect.signature(function).parameters.values():
+        if p.kind is p.KEYWORD_ONLY and "*" not in shown:
+            shown.append("*")
+        shown.append(p.name)
+    assert ", ".join(shown) == parameters
+
+
+def test_the_testing_package_exports_the_fake_and_its_faults() -> None:
+    assert set(tabhyper_update.testing.__all__) == {"FakeTableauServer", "Fault"}

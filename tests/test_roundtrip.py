@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -9,9 +10,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tabhyper_update import (
+    ChangeSet,
     ConfigurationError,
     Delete,
     Insert,
+    InvalidActionBatchError,
+    InvalidArgumentError,
     JobFailedError,
     PersonalAccessToken,
     RetryPolicy,
@@ -54,7 +58,7 @@ def client(server: FakeTableauServer) -> Iterator[TableauClient]:
 
 
 def orders(server: FakeTableauServer) -> list[tuple[Any, ...]]:
-    (luid,) = server._sources
+    (luid,) = server.backend.sources
     return read_rows(server.datasource_path(luid), "Extract")
 
 
@@ -78,7 +82,9 @@ EXPECTED = [(1, "a", 10), (2, "b3", 22), (4, "d2", 41)]
 def test_cdc_round_trip_with_derived_actions(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
 ) -> None:
-    payload = build_payload(changes(spark, CHANGES), key="id", op_column="op", order_by="seq")
+    payload = build_payload(
+        changes(spark, CHANGES), ChangeSet("id", op_column="op", order_by="seq")
+    )
     result = (
         payload.upload("Orders", client=client, progress=False, state_dir=tmp_path / "state")
         .apply()
@@ -110,7 +116,9 @@ def test_a_payload_in_parts_is_applied_part_by_part(
     df = spark.range(100, 100 + n).selectExpr(
         "id", "uuid() AS name", "CAST(id % 7 AS INT) AS qty", "'U' AS op", "1L AS seq"
     )
-    payload = build_payload(df, key="id", op_column="op", order_by="seq", max_payload_mb=0.25)
+    payload = build_payload(
+        df, ChangeSet("id", op_column="op", order_by="seq"), max_payload_mb=0.25
+    )
     assert len(payload.parts) > 1
     result = (
         payload.upload("Orders", client=client, progress=False, state_dir=tmp_path)
@@ -129,11 +137,11 @@ def test_a_rerun_after_a_crash_waits_on_the_submitted_job(
 ) -> None:
     df = changes(spark, CHANGES)
     # First run: submitted, then the process "dies" before waiting.
-    first = build_payload(df, key="id", op_column="op", order_by="seq")
+    first = build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
     first.upload("Orders", client=client, progress=False, state_dir=tmp_path).apply(wait=False)
     first.cleanup()
     # The re-run rebuilds the same change set: same content digest, same RequestID.
-    again = build_payload(df, key="id", op_column="op", order_by="seq")
+    again = build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
     result = (
         again.upload("Orders", client=client, progress=False, state_dir=tmp_path)
         .apply()
@@ -154,14 +162,14 @@ def test_without_the_record_the_request_id_still_deduplicates_and_says_so(
 ) -> None:
     df = changes(spark, CHANGES)
     first = (
-        build_payload(df, key="id", op_column="op", order_by="seq")
+        build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
         .upload("Orders", client=client, progress=False, state_dir=tmp_path / "a")
         .apply()
     )
     assert not first.deduplicated
     server.age_jobs(600)  # the replay comes ten minutes later, from another machine
     again = (
-        build_payload(df, key="id", op_column="op", order_by="seq")
+        build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
         .upload("Orders", client=client, progress=False, state_dir=tmp_path / "b")
         .apply()
     )
@@ -178,20 +186,98 @@ def test_a_replay_with_the_record_is_skipped_without_a_request(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
 ) -> None:
     df = changes(spark, CHANGES)
-    build_payload(df, key="id", op_column="op", order_by="seq").upload(
+    build_payload(df, ChangeSet("id", op_column="op", order_by="seq")).upload(
         "Orders", client=client, progress=False, state_dir=tmp_path
     ).apply()
     before = dict(server.counts)
-    again = (
-        build_payload(df, key="id", op_column="op", order_by="seq")
-        .upload("Orders", client=client, progress=False, state_dir=tmp_path)
-        .apply()
+    # The verb reads the record before anything is sent: no upload, no update.
+    again = client.update_datasource(
+        "Orders",
+        build_payload(df, ChangeSet("id", op_column="op", order_by="seq")),
+        progress=False,
+        state_dir=tmp_path,
     )
     assert again.deduplicated
     assert again.parts[0].skipped
     assert server.counts["update"] == before["update"]
     assert server.counts["initiate"] == before["initiate"]
+    # The chain's upload() uploads before the actions are known; apply() then submits nothing.
+    chained = (
+        build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
+        .upload("Orders", client=client, progress=False, state_dir=tmp_path)
+        .apply()
+    )
+    assert chained.deduplicated
+    assert chained.parts[0].skipped
+    assert server.counts["update"] == before["update"]
+    assert server.counts["initiate"] == before["initiate"] + 1
     assert orders(server) == EXPECTED
+
+
+def test_upload_uploads_the_first_part_before_it_returns(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    df = changes(spark, CHANGES)
+    uploaded = build_payload(df, ChangeSet("id", op_column="op", order_by="seq")).upload(
+        "Orders", client=client, progress=False, state_dir=tmp_path
+    )
+    # The server has the file; nothing is applied yet.
+    assert server.counts["initiate"] == 1
+    assert server.counts["update"] == 0
+    assert orders(server) == [(1, "a", 10), (2, "b", 20), (3, "c", 30)]
+    result = uploaded.apply(target_table="Extract")
+    assert server.counts["initiate"] == 1  # apply() used that upload
+    assert result.parts[0].upload_session_id is not None
+    assert orders(server) == EXPECTED
+
+
+def test_an_upload_the_server_let_lapse_is_made_again(
+    spark: SparkSession,
+    server: FakeTableauServer,
+    client: TableauClient,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    df = changes(spark, CHANGES)
+    uploaded = build_payload(df, ChangeSet("id", op_column="op", order_by="seq")).upload(
+        "Orders", client=client, progress=False, state_dir=tmp_path
+    )
+    server.forget_uploads()  # the session expired between upload() and apply()
+    with caplog.at_level(logging.WARNING, logger="tabhyper_update"):
+        result = uploaded.apply()
+    assert "no longer knows the upload" in caplog.text
+    assert server.counts["initiate"] == 2
+    assert server.counts["update"] == 2  # the refused request, then the one that ran
+    assert result.done
+    assert not result.deduplicated
+    assert orders(server) == EXPECTED
+
+
+def test_a_target_goes_with_derived_actions_only(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    plain = build_payload(spark.createDataFrame([(9, "z", 90)], "id long, name string, qty int"))
+    with pytest.raises(InvalidArgumentError, match="target_table= choose the target"):
+        client.update_datasource(
+            "Orders",
+            plain,
+            actions=[Insert(target_table="Extract", source_table="Extract")],
+            target_table="Orders",
+            state_dir=tmp_path,
+        )
+    with pytest.raises(InvalidArgumentError, match="no actions to apply"):
+        client.update_datasource("Orders", plain, target_table="Extract", state_dir=tmp_path)
+    assert server.counts["initiate"] == server.counts["update"] == 0  # checked first
+    df = changes(spark, CHANGES)
+    with pytest.raises(JobFailedError, match="Elsewhere"):
+        client.update_datasource(
+            "Orders",
+            build_payload(df, ChangeSet("id", op_column="op", order_by="seq")),
+            target_table="Elsewhere",
+            progress=False,
+            state_dir=tmp_path,
+        )
+    assert orders(server) == [(1, "a", 10), (2, "b", 20), (3, "c", 30)]
 
 
 def test_an_empty_change_set_sends_nothing(
@@ -199,7 +285,7 @@ def test_an_empty_change_set_sends_nothing(
 ) -> None:
     df = changes(spark, [(1, "x", 1, "update_preimage", 1)])
     payload = build_payload(
-        df, key="id", op_column="op", order_by="seq", op_map={"update_preimage": "ignore"}
+        df, ChangeSet("id", op_column="op", order_by="seq", op_map={"update_preimage": "ignore"})
     )
     result = (
         payload.upload("Orders", client=client, progress=False, state_dir=tmp_path).apply().wait()
@@ -269,6 +355,9 @@ def test_a_reference_carries_its_client_and_refuses_another(
     (line,) = result.summary()
     assert line["succeeded"] is True
     assert set(line["seconds"]) == {"upload", "submit", "wait"}
+    assert line["rows"] == {"Extract": 1}
+    assert line["size_bytes"] == result.parts[0].size_bytes > 0
+    assert "Extract 1 rows" in str(result)
     with (
         TableauClient(server.url, "", PersonalAccessToken("ci", "pat-secret")) as other,
         pytest.raises(ConfigurationError, match="use one client for both"),
@@ -281,7 +370,9 @@ def test_a_reference_carries_its_client_and_refuses_another(
 def test_update_datasource_is_the_verb_behind_the_chain(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
 ) -> None:
-    payload = build_payload(changes(spark, CHANGES), key="id", op_column="op", order_by="seq")
+    payload = build_payload(
+        changes(spark, CHANGES), ChangeSet("id", op_column="op", order_by="seq")
+    )
     result = client.update_datasource("Orders", payload, progress=False, state_dir=tmp_path)
     assert result.done
     assert orders(server) == EXPECTED
@@ -291,3 +382,16 @@ def test_update_datasource_is_the_verb_behind_the_chain(
         state_dir=tmp_path,
     )
     assert orders(server) == [(1, "a", 10), (2, "b3", 22)]
+
+
+def test_the_chain_refuses_bad_actions_before_any_update_and_keeps_its_upload(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    df = spark.createDataFrame([(9, "z", 90)], "id long, name string, qty int")
+    uploaded = build_payload(df).upload("Orders", client=client, progress=False, state_dir=tmp_path)
+    with pytest.raises(InvalidActionBatchError, match="'nope'"):
+        uploaded.apply([Insert(target_table="Extract", source_table="nope")])
+    assert server.counts["update"] == 0
+    uploaded.apply([Insert(target_table="Extract", source_table="Extract")])
+    assert server.counts["initiate"] == 1  # the upload made by upload() served the update
+    assert orders(server)[-1] == (9, "z", 90)

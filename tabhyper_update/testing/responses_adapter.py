@@ -15,8 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import requests
 
-from .fake_server import Request
-from .wire import encode
+from .wire import Request, encode
 
 if TYPE_CHECKING:
     import responses

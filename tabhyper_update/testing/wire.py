@@ -1,13 +1,89 @@
-"""Wire formats of the fake server: Tableau's XML and JSON shapes, strict multipart parsing."""
+"""The fake server's wire: requests and answers as data, Tableau's XML and JSON shapes,
+its error bodies, and strict multipart parsing."""
 
 from __future__ import annotations
 
 import json
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MultipartError", "encode", "parse_multipart", "parse_xml_request"]
+__all__ = [
+    "ApiFailure",
+    "MultipartError",
+    "Request",
+    "Response",
+    "encode",
+    "parse_multipart",
+    "parse_xml_request",
+]
+
+
+@dataclass
+class Request:
+    """One request as the fake sees it, whether it came over HTTP or through ``responses``."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+
+    @property
+    def wants_json(self) -> bool:
+        return "json" in self.headers.get("accept", "")
+
+
+@dataclass
+class Response:
+    """One answer: a status and a body in the JSON shape (encoded as the client asked)."""
+
+    status: int
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    #: Fault handling: "before" drops the connection without an answer, "after" once the
+    #: request was processed (the client cannot tell whether it was).
+    drop: str | None = None
+    delay: float = 0.0
+    #: Bytes sent as they are (a malformed answer), with ``headers["Content-Type"]``.
+    raw: bytes | None = None
+
+
+class ApiFailure(Exception):
+    """An error answer in Tableau's shape: HTTP status, error code, summary and detail."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        summary: str,
+        detail: str = "",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(summary)
+        self.status = status
+        self.code = code
+        self.summary = summary
+        self.detail = detail
+        self.headers = dict(headers or {})
+
+    def response(self) -> Response:
+        return Response(
+            self.status,
+            {"error": {"code": self.code, "summary": self.summary, "detail": self.detail}},
+            headers=self.headers,
+        )
+
+
+def not_found(code: str, detail: str) -> ApiFailure:
+    return ApiFailure(404, code, "Resource Not Found", detail)
+
+
+def bad_request(detail: str, code: str = "400000") -> ApiFailure:
+    return ApiFailure(400, code, "Bad Request", detail)
+
 
 NS = "http://tableau.com/api"
 #: Keys Tableau writes as child elements with text rather than as attributes.

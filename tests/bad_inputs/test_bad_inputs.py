@@ -19,6 +19,7 @@ from tabhyper_update import (
     ApiError,
     ArgumentTypeError,
     AuthenticationError,
+    ChangeSet,
     ConfigurationError,
     ConnectedAppJWT,
     Delete,
@@ -66,10 +67,18 @@ class Ctx:
     def send(
         self, payload: Payload, actions: Any, *, request_id: str | None = None, **kw: Any
     ) -> None:
+        # The verb checks everything before its first request (the chain's upload()
+        # uploads before apply() sees the actions).
         with self.client(**kw) as client:
-            payload.upload(
-                "Orders", client=client, progress=False, state_dir=self.tmp / "state"
-            ).apply(actions, request_id=request_id, timeout=30)
+            client.update_datasource(
+                "Orders",
+                payload,
+                actions=actions,
+                request_id=request_id,
+                timeout=30,
+                progress=False,
+                state_dir=self.tmp / "state",
+            )
 
     def changes(
         self, rows: list[tuple[Any, ...]], ddl: str = "id long, v string, op string, seq long"
@@ -77,10 +86,12 @@ class Ctx:
         return self.spark.createDataFrame(rows, ddl)
 
     def cdc(self, df: DataFrame, **kw: Any) -> None:
-        kw.setdefault("key", "id")
         kw.setdefault("op_column", "op")
         kw.setdefault("order_by", "seq")
-        payload = build_payload(df, staging_dir=self.tmp / "stage", **kw)
+        build = {k: kw.pop(k) for k in list(kw) if k == "max_payload_mb"}
+        payload = build_payload(
+            df, ChangeSet(kw.pop("key", "id"), **kw), staging_dir=self.tmp / "stage", **build
+        )
         self.send(payload, None)
 
 
@@ -353,7 +364,7 @@ CASES: list[Case] = [
         "key-empty",
         lambda c: c.cdc(c.changes([(1, "a", "I", 1)]), key=[]),
         PayloadError,
-        "key must name at least one column",
+        "key= must name at least one column",
     ),
     Case(
         "key-twice",

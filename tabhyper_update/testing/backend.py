@@ -1,0 +1,457 @@
+"""The fake server's state and behaviour, with no HTTP in it: who may sign in, the data
+sources and their ``.hyper`` files, upload sessions, and the jobs that apply updates with
+real Hyper (one worker per data source, in order, through :func:`tabhyper_update.local.apply`).
+
+Operations raise :class:`~.wire.ApiFailure` with the status and code the real server uses;
+:mod:`.handlers` turns requests into these calls and their results into answers.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import os
+import queue
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from ..actions import ActionBatch
+from ..errors import ApplyError
+from ..local import apply as apply_locally
+from .wire import ApiFailure, bad_request, not_found
+
+__all__ = ["MB", "DataSource", "FakeBackend", "Job", "Session"]
+
+log = logging.getLogger("tabhyper_update.testing")
+
+MB = 1024 * 1024
+
+
+@dataclass
+class DataSource:
+    id: str
+    name: str
+    project: str
+    project_id: str
+    path: Path
+    connections: list[str]
+    queue: queue.Queue[Job | None] = field(default_factory=queue.Queue, repr=False)
+    worker: threading.Thread | None = field(default=None, repr=False)
+
+
+@dataclass
+class Job:
+    id: str
+    datasource: DataSource
+    connection: str | None
+    batch: ActionBatch
+    upload: Path | None
+    created_at: str
+    started_at: str | None = None
+    completed_at: str | None = None
+    finish_code: int | None = None
+    notes: str | None = None
+    progress: int = 0
+    cancel_requested: bool = False
+
+
+@dataclass
+class Session:
+    token: str = field(repr=False)
+    user_id: str
+    credential: str  # PAT name, user name or connected-app subject
+    expires_at: float
+
+
+@dataclass
+class Upload:
+    path: Path
+    size: int = 0
+    consumed: bool = False
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _b64url_decode(part: str) -> bytes:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+class FakeBackend:
+    """Everything the fake server knows and does (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        pats: Mapping[str, str] | None = None,
+        users: Mapping[str, str] | None = None,
+        connected_app: Mapping[str, str] | None = None,
+        site: str = "",
+        api_version: str = "3.24",
+        product_version: str = "2024.2.0",
+        token_lifetime: float = 240 * 60,
+        job_delay: float = 0.0,
+        dedup_window: float = 24 * 3600,
+        max_upload_mb: float = 100,
+        directory: str | os.PathLike[str] | None = None,
+        store_uploads: bool = True,
+    ) -> None:
+        self.pats = dict(pats or {})
+        self.users = dict(users or {})
+        self.connected_app = dict(connected_app or {})
+        self.site = site
+        self.site_id = str(uuid.uuid4())
+        self.api_version = api_version
+        self.product_version = product_version
+        self.token_lifetime = token_lifetime
+        self.dedup_window = dedup_window
+        #: Seconds each job waits in the queue before it runs (a busy server).
+        self.job_delay = job_delay
+        self.max_upload_mb = max_upload_mb
+        self.owns_directory = directory is None
+        self.directory = Path(directory or tempfile.mkdtemp(prefix="tabhyper-fake-"))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / "uploads").mkdir(exist_ok=True)
+        #: False counts upload bytes without keeping them (for transfer benchmarks); an
+        #: update that reads such an upload is refused.
+        self.store_uploads = store_uploads
+        self.lock = threading.RLock()
+        self.sessions: dict[str, Session] = {}
+        self.sources: dict[str, DataSource] = {}
+        self.uploads: dict[str, Upload] = {}
+        self.jobs: dict[str, Job] = {}
+        self.request_ids: dict[str, tuple[float, str]] = {}
+        #: Every secret that crossed the wire (PAT secrets, passwords, JWTs, session tokens),
+        #: so that tests can check that none of them leaked into logs or messages.
+        self.secrets_seen: set[str] = set()
+        self.jobs_run: Counter[str] = Counter()
+
+    def shutdown(self) -> None:
+        """Stop the job workers and remove the files this backend made."""
+        for ds in self.sources.values():
+            if ds.worker is not None:
+                ds.queue.put(None)
+                ds.worker.join(timeout=30)
+                ds.worker = None
+        if self.owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        else:
+            shutil.rmtree(self.directory / "uploads", ignore_errors=True)
+
+    # -- sessions ----------------------------------------------------------------------------
+    def sign_in(self, credentials: Mapping[str, Any]) -> Session:
+        """A new session for valid credentials on this site (401001 otherwise)."""
+        creds = credentials
+        with self.lock:
+            for key in ("personalAccessTokenSecret", "password", "jwt"):
+                if creds.get(key):
+                    self.secrets_seen.add(str(creds[key]))
+        site = (creds.get("site") or {}).get("contentUrl", "")
+        who: str | None = None
+        if "personalAccessTokenName" in creds:
+            name = creds.get("personalAccessTokenName")
+            if self.pats.get(str(name)) == creds.get("personalAccessTokenSecret"):
+                who = f"pat:{name}"
+        elif "jwt" in creds:
+            who = f"jwt:{self._check_jwt(str(creds['jwt']))}"
+        elif "name" in creds and self.users.get(str(creds["name"])) == creds.get("password"):
+            who = f"user:{creds['name']}"
+        if who is None or site != self.site:
+            raise ApiFailure(
+                401,
+                "401001",
+                "Signin Error",
+                "Error signing in to Tableau Server (invalid credentials or site)",
+            )
+        token = uuid.uuid4().hex + uuid.uuid4().hex
+        user_id = str(uuid.uuid5(uuid.NAMESPACE_OID, who))
+        session = Session(token, user_id, who, time.time() + self.token_lifetime)
+        with self.lock:
+            self.secrets_seen.add(token)
+            if who.startswith("pat:"):
+                # One PAT holds one session: signing in again ends the earlier one.
+                for key in [k for k, s in self.sessions.items() if s.credential == who]:
+                    del self.sessions[key]
+            self.sessions[token] = session
+        return session
+
+    def sign_out(self, token: str) -> None:
+        with self.lock:
+            self.sessions.pop(token, None)
+
+    def authorise(self, token: str | None, site: str | None = None) -> Session:
+        """The live session of ``token``, allowed on ``site`` (a site LUID from the URL)."""
+        if not token:
+            raise ApiFailure(
+                401, "401000", "Authentication required", "the X-Tableau-Auth header is missing"
+            )
+        with self.lock:
+            session = self.sessions.get(token)
+            if session is None or session.expires_at < time.time():
+                raise ApiFailure(
+                    401,
+                    "401002",
+                    "Unauthorized Access",
+                    "Invalid authentication credentials were provided",
+                )
+        if site is not None and site != self.site_id:
+            raise ApiFailure(
+                403, "403000", "Forbidden", "the session's site is not the one in the URL"
+            )
+        return session
+
+    def expire_tokens(self) -> None:
+        """Make every live session token expire now (next use answers 401002)."""
+        with self.lock:
+            for session in self.sessions.values():
+                session.expires_at = 0
+
+    def _check_jwt(self, token: str) -> str:
+        app = self.connected_app
+        try:
+            head_b64, claims_b64, sig_b64 = token.split(".")
+            header = json.loads(_b64url_decode(head_b64))
+            claims = json.loads(_b64url_decode(claims_b64))
+        except (ValueError, TypeError):
+            raise ApiFailure(401, "401001", "Signin Error", "malformed JWT") from None
+        expected = hmac.new(
+            str(app.get("secret_value", "")).encode(),
+            f"{head_b64}.{claims_b64}".encode(),
+            hashlib.sha256,
+        ).digest()
+        ok = (
+            app
+            and header.get("alg") == "HS256"
+            and header.get("kid") == app.get("secret_id")
+            and claims.get("iss") == app.get("client_id")
+            and claims.get("aud") == "tableau"
+            and hmac.compare_digest(expected, _b64url_decode(sig_b64))
+            and 0 < float(claims.get("exp", 0)) - time.time() <= 600 + 5
+        )
+        if not ok:
+            raise ApiFailure(401, "401001", "Signin Error", "the JWT was not accepted")
+        return str(claims.get("sub"))
+
+    # -- data sources ------------------------------------------------------------------------
+    def add_datasource(
+        self,
+        name: str,
+        hyper_path: str | os.PathLike[str],
+        *,
+        project: str = "Default",
+        connections: int = 1,
+    ) -> str:
+        """Publish a copy of ``hyper_path`` as a live-to-Hyper data source; returns its LUID."""
+        luid = str(uuid.uuid4())
+        path = self.directory / f"{luid}.hyper"
+        shutil.copyfile(hyper_path, path)
+        path.chmod(0o600)
+        ds = DataSource(
+            luid,
+            name,
+            project,
+            str(uuid.uuid5(uuid.NAMESPACE_URL, project)),
+            path,
+            [str(uuid.uuid4()) for _ in range(connections)],
+        )
+        with self.lock:
+            self.sources[luid] = ds
+        return luid
+
+    def datasource(self, luid: str) -> DataSource:
+        ds = self.sources.get(luid)
+        if ds is None:
+            raise not_found("404011", f"Datasource '{luid}' could not be found.")
+        return ds
+
+    def find_datasources(self, filters: Mapping[str, str]) -> list[DataSource]:
+        """Data sources matching equality filters on ``name`` and ``projectName``."""
+        found = []
+        for ds in self.sources.values():
+            if "name" in filters and ds.name != filters["name"]:
+                continue
+            if "projectName" in filters and ds.project != filters["projectName"]:
+                continue
+            found.append(ds)
+        return found
+
+    # -- uploads -------------------------------------------------------------------------------
+    def initiate_upload(self) -> str:
+        session_id = f"{uuid.uuid4().int % 10000}:{uuid.uuid4().hex}-1:0"
+        path = self.directory / "uploads" / f"{uuid.uuid4().hex}.part"
+        path.touch(mode=0o600)
+        with self.lock:
+            self.uploads[session_id] = Upload(path)
+        return session_id
+
+    def open_upload(self, session_id: str) -> Upload:
+        with self.lock:
+            upload = self.uploads.get(session_id)
+        if upload is None or upload.consumed:
+            raise not_found("404003", f"upload session '{session_id}' could not be found")
+        return upload
+
+    def append_upload(self, session_id: str, chunk: memoryview | bytes) -> int:
+        """Append ``chunk`` to the upload; returns its size in bytes so far."""
+        upload = self.open_upload(session_id)
+        with self.lock:
+            if self.store_uploads:
+                with open(upload.path, "ab") as f:
+                    f.write(chunk)
+            upload.size += len(chunk)
+            return upload.size
+
+    def consume_upload(self, session_id: str) -> Path:
+        """The uploaded file, for one use (a session cannot be used twice)."""
+        upload = self.open_upload(session_id)
+        with self.lock:
+            if not self.store_uploads:
+                raise bad_request("this fake server does not keep uploads (store_uploads=False)")
+            if upload.size > self.max_upload_mb * MB:
+                raise ApiFailure(
+                    413,
+                    "413000",
+                    "Payload Too Large",
+                    f"the uploaded file is {upload.size / MB:.1f} MB; this server accepts at "
+                    f"most {self.max_upload_mb:g} MB",
+                )
+            upload.consumed = True
+            return upload.path
+
+    def forget_uploads(self) -> int:
+        """Forget every upload session not yet used, as the server does once they expire;
+        returns how many were forgotten."""
+        with self.lock:
+            gone = [k for k, u in self.uploads.items() if not u.consumed]
+            for key in gone:
+                with contextlib.suppress(FileNotFoundError):
+                    self.uploads.pop(key).path.unlink()
+            return len(gone)
+
+    # -- updates and jobs ----------------------------------------------------------------------
+    def job_for_request(self, request_id: str) -> Job | None:
+        """The job an earlier request with this RequestID created, within the window."""
+        with self.lock:
+            seen = self.request_ids.get(request_id)
+            if seen is not None and time.time() - seen[0] < self.dedup_window:
+                return self.jobs[seen[1]]
+        return None
+
+    def submit_update(
+        self,
+        source: DataSource,
+        connection: str | None,
+        request_id: str,
+        batch: ActionBatch,
+        upload: Path | None,
+    ) -> Job:
+        """Queue ``batch`` as a job on ``source``'s worker."""
+        job = Job(str(uuid.uuid4()), source, connection, batch, upload, now_iso())
+        with self.lock:
+            self.jobs[job.id] = job
+            self.request_ids[request_id] = (time.time(), job.id)
+            if source.worker is None:
+                source.worker = threading.Thread(
+                    target=self._work, args=(source,), name=f"fake-job-{source.name}", daemon=True
+                )
+                source.worker.start()
+        source.queue.put(job)
+        return job
+
+    def _work(self, source: DataSource) -> None:
+        while True:
+            job = source.queue.get()
+            if job is None:
+                return
+            if self.job_delay:
+                time.sleep(self.job_delay)
+            with self.lock:
+                if job.cancel_requested:
+                    job.finish_code, job.completed_at = 2, now_iso()
+                    continue
+                job.started_at = now_iso()
+            try:
+                apply_locally(job.batch, target=source.path, payload=job.upload)
+                code, notes = 0, None
+            except ApplyError as err:
+                code, notes = 1, str(err)
+            except Exception as err:  # a job must always finish
+                code, notes = 1, f"{type(err).__name__}: {err}"
+            finally:
+                if job.upload is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        job.upload.unlink()
+            with self.lock:
+                self.jobs_run[source.id] += 1
+                job.finish_code, job.notes = code, notes
+                job.progress, job.completed_at = 100, now_iso()
+
+    def job(self, job_id: str) -> Job:
+        found = self.jobs.get(job_id)
+        if found is None:
+            raise not_found("404002", f"Job '{job_id}' could not be found.")
+        return found
+
+    def cancel_job(self, job_id: str) -> Job:
+        with self.lock:
+            found = self.job(job_id)
+            if found.started_at is not None:
+                raise ApiFailure(
+                    409, "409000", "Conflict", "the job has started and cannot be cancelled"
+                )
+            found.cancel_requested = True
+            return found
+
+    def age_jobs(self, seconds: float) -> None:
+        """Move every job's times, and the RequestIDs it remembers, ``seconds`` into the past
+        (as if that much time had passed since they were submitted)."""
+
+        def shift(value: str | None) -> str | None:
+            if value is None:
+                return None
+            when = datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+            return (when - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        with self.lock:
+            for job in self.jobs.values():
+                job.created_at = shift(job.created_at) or job.created_at
+                job.started_at = shift(job.started_at)
+                job.completed_at = shift(job.completed_at)
+            for rid, (when, job_id) in list(self.request_ids.items()):
+                self.request_ids[rid] = (when - seconds, job_id)
+
+    def forget_jobs(self) -> int:
+        """Forget every finished job and the RequestIDs that led to them, as a server does
+        once its retention has passed; returns how many jobs were forgotten."""
+        with self.lock:
+            gone = {j for j, job in self.jobs.items() if job.finish_code is not None}
+            for job_id in gone:
+                del self.jobs[job_id]
+            for rid, (_, job_id) in list(self.request_ids.items()):
+                if job_id in gone:
+                    del self.request_ids[rid]
+            return len(gone)
+
+    def wait_idle(self, timeout: float = 30) -> None:
+        """Wait until every queued job has finished."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if all(j.finish_code is not None for j in self.jobs.values()):
+                    return
+            time.sleep(0.01)
+        raise TimeoutError("jobs still running")

@@ -1,0 +1,225 @@
+"""The fake server's request handling: one method per route (:mod:`.routes`) that reads the
+request (auth header, query, XML or JSON body), calls the backend, and shapes the answer the
+way Tableau's REST API does."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..actions import ActionBatch
+from ..errors import InvalidActionBatchError
+from .backend import MB, DataSource, FakeBackend, Job
+from .wire import (
+    ApiFailure,
+    MultipartError,
+    Request,
+    Response,
+    bad_request,
+    not_found,
+    parse_multipart,
+    parse_xml_request,
+)
+
+__all__ = ["Handlers", "job_body"]
+
+#: The most one request may carry (Tableau's per-request cap, with room for the headers).
+MAX_REQUEST_BYTES = 64 * MB + 4096
+
+
+def datasource_body(ds: DataSource) -> dict[str, Any]:
+    return {
+        "id": ds.id,
+        "name": ds.name,
+        "type": "hyper",
+        "project": {"id": ds.project_id, "name": ds.project},
+    }
+
+
+def job_body(job: Job, brief: bool = False) -> dict[str, Any]:
+    """A job as ``GET jobs/{id}`` shows it (``brief``: as the update's answer does)."""
+    body: dict[str, Any] = {
+        "id": job.id,
+        "mode": "Asynchronous",
+        "type": "UpdateUploadedFile",
+        "createdAt": job.created_at,
+        "updateUploadedFileJob": {
+            "datasource": {"id": job.datasource.id, "name": job.datasource.name},
+            "connectionLuid": job.connection or job.datasource.connections[0],
+        },
+    }
+    if brief:
+        return body
+    body["progress"] = str(job.progress)
+    if job.started_at:
+        body["startedAt"] = job.started_at
+    if job.finish_code is not None:
+        body["completedAt"] = job.completed_at
+        body["finishCode"] = str(job.finish_code)
+    if job.notes:
+        body["updateUploadedFileJob"]["notes"] = job.notes
+    return body
+
+
+def _filters(request: Request) -> dict[str, str]:
+    filters: dict[str, str] = {}
+    for clause in filter(None, request.query.get("filter", "").split(",")):
+        parts = clause.split(":", 2)
+        if len(parts) != 3 or parts[1] != "eq":
+            raise bad_request(f"invalid filter {clause!r}", "400065")
+        filters[parts[0]] = parts[2]
+    return filters
+
+
+class Handlers:
+    """Route name → answer, over one :class:`FakeBackend`."""
+
+    def __init__(self, backend: FakeBackend) -> None:
+        self.backend = backend
+
+    def dispatch(self, route: str, request: Request, params: dict[str, str]) -> Response:
+        handler: Any = getattr(self, route)
+        try:
+            response: Response = handler(request, **params)
+        except ApiFailure as failure:
+            return failure.response()
+        return response
+
+    def _auth(self, request: Request, site: str | None = None) -> None:
+        self.backend.authorise(request.headers.get("x-tableau-auth"), site)
+
+    # -- server and sessions -----------------------------------------------------------------
+    def serverinfo(self, request: Request) -> Response:
+        b = self.backend
+        return Response(
+            200,
+            {
+                "serverInfo": {
+                    "productVersion": {"value": b.product_version, "build": "fake"},
+                    "restApiVersion": b.api_version,
+                }
+            },
+        )
+
+    def signin(self, request: Request) -> Response:
+        text = request.body.decode("utf-8", errors="replace")
+        try:
+            if text.lstrip().startswith("<"):
+                body = parse_xml_request(text)
+            else:
+                data = json.loads(text)
+                body = data if isinstance(data, dict) else {}
+        except (ValueError, SyntaxError):
+            raise bad_request("malformed sign-in body") from None
+        session = self.backend.sign_in(body.get("credentials") or {})
+        return Response(
+            200,
+            {
+                "credentials": {
+                    "token": session.token,
+                    "estimatedTimeToExpiration": "365:00:00",
+                    "site": {"id": self.backend.site_id, "contentUrl": self.backend.site},
+                    "user": {"id": session.user_id},
+                }
+            },
+        )
+
+    def signout(self, request: Request) -> Response:
+        self.backend.sign_out(request.headers.get("x-tableau-auth", ""))
+        return Response(204)
+
+    # -- data sources --------------------------------------------------------------------------
+    def datasources(self, request: Request, site: str) -> Response:
+        self._auth(request, site)
+        found = self.backend.find_datasources(_filters(request))
+        size = int(request.query.get("pageSize", "100"))
+        number = int(request.query.get("pageNumber", "1"))
+        page = found[(number - 1) * size : number * size]
+        return Response(
+            200,
+            {
+                "pagination": {
+                    "pageNumber": str(number),
+                    "pageSize": str(size),
+                    "totalAvailable": str(len(found)),
+                },
+                "datasources": {"datasource": [datasource_body(d) for d in page]},
+            },
+        )
+
+    def datasource(self, request: Request, site: str, ds: str) -> Response:
+        self._auth(request, site)
+        return Response(200, {"datasource": datasource_body(self.backend.datasource(ds))})
+
+    def connections(self, request: Request, site: str, ds: str) -> Response:
+        self._auth(request, site)
+        source = self.backend.datasource(ds)
+        return Response(
+            200,
+            {
+                "connections": {
+                    "connection": [
+                        {"id": c, "type": "hyper", "serverAddress": "", "userName": ""}
+                        for c in source.connections
+                    ]
+                }
+            },
+        )
+
+    # -- uploads -------------------------------------------------------------------------------
+    def initiate(self, request: Request, site: str) -> Response:
+        self._auth(request, site)
+        session_id = self.backend.initiate_upload()
+        return Response(201, {"fileUpload": {"uploadSessionId": session_id, "fileSize": "0"}})
+
+    def append(self, request: Request, site: str, upload: str) -> Response:
+        self._auth(request, site)
+        self.backend.open_upload(upload)
+        if len(request.body) > MAX_REQUEST_BYTES:
+            raise ApiFailure(
+                413, "413000", "Payload Too Large", "one request may carry at most 64 MB"
+            )
+        try:
+            chunk = parse_multipart(request.body, request.headers.get("content-type", ""))
+        except MultipartError as err:
+            raise bad_request(str(err)) from None
+        size = self.backend.append_upload(upload, chunk)
+        return Response(
+            200, {"fileUpload": {"uploadSessionId": upload, "fileSize": str(size // MB)}}
+        )
+
+    # -- updates and jobs ----------------------------------------------------------------------
+    def update(self, request: Request, site: str, ds: str, conn: str | None = None) -> Response:
+        self._auth(request, site)
+        source = self.backend.datasource(ds)
+        if conn is not None and conn not in source.connections:
+            raise not_found("404013", f"Connection '{conn}' could not be found.")
+        if conn is None and len(source.connections) > 1:
+            raise bad_request("the data source has several connections: update one of them")
+        request_id = request.headers.get("requestid")
+        if not request_id:
+            raise bad_request("the RequestID header is required")
+        earlier = self.backend.job_for_request(request_id)
+        if earlier is not None:
+            # A repeated RequestID is not run again: answer with the original job.
+            return Response(202, {"job": job_body(earlier, brief=True)})
+        try:
+            batch = ActionBatch.from_json(request.body.decode("utf-8"))
+        except (UnicodeDecodeError, InvalidActionBatchError) as err:
+            raise bad_request(str(err)) from None
+        upload_id = request.query.get("uploadSessionId")
+        if batch.reads_source and not upload_id:
+            raise bad_request("the actions read a source table but no uploadSessionId was given")
+        upload = self.backend.consume_upload(upload_id) if upload_id else None
+        job = self.backend.submit_update(source, conn, request_id, batch, upload)
+        return Response(202, {"job": job_body(job, brief=True)})
+
+    def job(self, request: Request, site: str, job: str) -> Response:
+        self._auth(request, site)
+        with self.backend.lock:
+            return Response(200, {"job": job_body(self.backend.job(job))})
+
+    def cancel(self, request: Request, site: str, job: str) -> Response:
+        self._auth(request, site)
+        with self.backend.lock:
+            return Response(200, {"job": job_body(self.backend.cancel_job(job))})
