@@ -38,6 +38,7 @@ from .errors import (
     NotFoundError,
     PayloadError,
     RequestTimeoutError,
+    SchemaDriftError,
     TabHyperError,
     TlsVerificationError,
     TransportError,
@@ -47,6 +48,7 @@ from .errors import (
 from .jobs import Job
 from .payload import ColumnInfo, Payload, PayloadPart, TableInfo
 from .policies import PollPolicy, RetryPolicy
+from .publish import BootstrapResult, Project
 from .roundtrip import PartUpdate, UpdateResult, UploadedPayload
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "ApplyError",
     "ArgumentTypeError",
     "AuthenticationError",
+    "BootstrapResult",
     "ChangeSet",
     "ColumnInfo",
     "Comparison",
@@ -82,9 +85,11 @@ __all__ = [
     "PayloadPart",
     "PersonalAccessToken",
     "PollPolicy",
+    "Project",
     "Replace",
     "RequestTimeoutError",
     "RetryPolicy",
+    "SchemaDriftError",
     "TabHyperError",
     "TableInfo",
     "TableauClient",

@@ -136,7 +136,7 @@ def build_payload(
     complex_as_json: bool = False,
     staging_dir: str | os.PathLike[str] | None = None,
     output_dir: str | os.PathLike[str] | None = None,
-    max_payload_mb: float = DEFAULT_MAX_PAYLOAD_MB,
+    max_payload_mb: float | None = DEFAULT_MAX_PAYLOAD_MB,
     keep_files: bool = False,
 ) -> Payload:
     """Build a ``.hyper`` payload from one DataFrame or a mapping of table name → DataFrame.
@@ -157,8 +157,12 @@ def build_payload(
             f"build_payload's second argument is a ChangeSet(key=..., op_column=..., "
             f"order_by=...), got {type(changes).__name__}"
         )
-    if not isinstance(max_payload_mb, (int, float)) or not max_payload_mb > 0:
-        raise PayloadError(f"max_payload_mb must be positive, got {max_payload_mb!r}")
+    if max_payload_mb is not None and (
+        not isinstance(max_payload_mb, (int, float)) or not max_payload_mb > 0
+    ):
+        raise PayloadError(
+            f"max_payload_mb must be positive (or None: one file), got {max_payload_mb!r}"
+        )
     if database_version not in SUPPORTED_DATABASE_VERSIONS:
         raise PayloadError(
             f"database_version must be one of {SUPPORTED_DATABASE_VERSIONS}, got "
@@ -225,7 +229,8 @@ def build_payload(
         log.debug("Spark staged the change set in %.2f s", time.perf_counter() - started)
         started = time.perf_counter()
         _read_bucket_stats(staged, stage)
-        cap = int(max_payload_mb * _MB)
+        # None: one file whatever its size (a snapshot to publish has no update cap).
+        cap = int(max_payload_mb * _MB) if max_payload_mb is not None else _NO_CAP
         plan = _plan_parts(staged, cap)
         parts = _write_parts(
             staged,
@@ -482,6 +487,9 @@ def _read_bucket_stats(staged: Sequence[_Staged], stage: Path) -> None:
                     "file(s)): on a cluster, staging_dir must be a shared path that the "
                     "executors write and the driver reads at the same place"
                 )
+
+
+_NO_CAP = 1 << 62
 
 
 def _plan_parts(staged: Sequence[_Staged], cap_bytes: int) -> list[tuple[int, int]]:

@@ -369,6 +369,30 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_publish(args: argparse.Namespace) -> int:
+    source = Path(args.source)
+    if source.is_dir() or source.name == Payload.MANIFEST:
+        what: Payload | Path = Payload.load(source, keep_files=True)
+    elif source.suffix == ".hyper" and source.is_file():
+        what = source
+    else:
+        raise _UsageError(
+            f"{str(source)!r} is neither a .hyper file nor a payload folder written by `build`"
+        )
+    with _client(args) as client:
+        ref = client.publish(
+            what,
+            args.name,
+            project=args.project,
+            mode=args.mode,
+            description=args.description,
+            timeout=args.timeout,
+        )
+    data = {"id": ref.id, "name": ref.name, "project": ref.project, "mode": args.mode}
+    _emit(args, data, f"published {ref.name!r} in project {ref.project!r} as data source {ref.id}")
+    return EXIT_OK
+
+
 def _cmd_job(args: argparse.Namespace) -> int:
     with _client(args) as client:
         job = client.job(args.job_id)
@@ -567,6 +591,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_connection_options(p)
     p.set_defaults(func=_cmd_apply)
+
+    p = sub.add_parser("publish", help="publish a .hyper file or a payload as a data source")
+    p.add_argument("source", metavar="FILE|DIR", help="a .hyper file, or a folder from `build`")
+    p.add_argument("--name", required=True, help="the data source's name")
+    p.add_argument(
+        "--project",
+        help="project name, path from the top (Sales/EMEA) or LUID (default: the default project)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["create", "overwrite", "append"],
+        default="create",
+        help="create (refused if the name exists), overwrite its data, or append rows",
+    )
+    p.add_argument("--description", help="the data source's description")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the publish")
+    _add_connection_options(p)
+    p.set_defaults(func=_cmd_publish)
 
     p = sub.add_parser("job", help="show, wait for or cancel a job")
     p.add_argument("action", choices=["status", "wait", "cancel"], help="what to do")

@@ -17,7 +17,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,7 @@ from .jobs import Job, PollPolicy
 
 if TYPE_CHECKING:
     from .payload import Payload
+    from .publish import BootstrapResult, PublishMode
     from .roundtrip import UpdateResult
 from .uploads import MAX_CHUNK_MB, MB, ProgressCallback, upload_file
 
@@ -69,6 +70,10 @@ class DataSourceRef:
     project: str | None = None
     connection_id: str | None = None
     client: TableauClient | None = field(default=None, repr=False, compare=False)
+    #: The columns of the data source's tables (table name → column names), when known: the
+    #: SDK published it, or the caller said. An update whose payload has other columns is
+    #: refused before anything is sent (:class:`SchemaDriftError`).
+    columns: Mapping[str, tuple[str, ...]] | None = field(default=None, repr=False, compare=False)
 
 
 def _version_tuple(text: str) -> tuple[int, int]:
@@ -404,11 +409,24 @@ class TableauClient:
 
     # -- data sources ----------------------------------------------------------------------------
     def datasource(
-        self, name_or_luid: str, *, project: str | None = None, connection: str | None = None
+        self,
+        name_or_luid: str,
+        *,
+        project: str | None = None,
+        connection: str | None = None,
+        columns: Mapping[str, Sequence[str]] | None = None,
     ) -> DataSourceRef:
-        """Find a published data source by LUID, or by name (optionally in ``project``)."""
+        """Find a published data source by LUID, or by name (optionally in ``project``).
+
+        ``columns`` (table name → column names) tells the SDK what the data source's tables
+        hold, so that an update with other columns is refused before anything is sent.
+        """
         if not name_or_luid:
             raise InvalidArgumentError("a data source name or LUID is required")
+        if columns is not None:
+            known = {str(t): tuple(str(c) for c in cs) for t, cs in columns.items()}
+            plain = self.datasource(name_or_luid, project=project, connection=connection)
+            return replace(plain, columns=known)
         if _LUID.match(name_or_luid) and project is None:
             try:
                 _, body = self.request("GET", f"datasources/{name_or_luid}", retry=True)
@@ -499,7 +517,7 @@ class TableauClient:
                 detail=f"data source {ref.name or ref.id!r} has no connection {connection!r} "
                 f"(its connections: {', '.join(map(str, ids)) or 'none'})",
             )
-        return DataSourceRef(ref.id, ref.name, ref.project, connection)
+        return replace(ref, connection_id=connection)
 
     # -- uploads ---------------------------------------------------------------------------------
     def initiate_upload(self) -> str:
@@ -621,6 +639,78 @@ class TableauClient:
             request_id=request_id,
             wait=wait,
             timeout=timeout,
+        )
+
+    def publish(
+        self,
+        payload: Payload | str | os.PathLike[str],
+        name: str,
+        *,
+        project: str | None = None,
+        mode: PublishMode = "create",
+        description: str | None = None,
+        as_job: bool | None = None,
+        timeout: float | None = None,
+    ) -> DataSourceRef:
+        """Publish a one-file payload (or a ``.hyper`` file) as the live-to-Hyper data source
+        ``name``, ready for updates.
+
+        ``project``: a name, a path from the top (``"Sales/EMEA"``), a LUID, or the default
+        project. ``mode``: ``"create"`` (refused when the name exists in the project),
+        ``"overwrite"`` (replace its data) or ``"append"`` (add the file's rows). Files from
+        64 MB on (or ``chunk_size_mb``) go as a chunked upload and a job, followed to its
+        end within ``timeout``. Returns a reference that knows its columns.
+        """
+        from .publish import publish
+
+        return publish(
+            self,
+            payload,
+            name,
+            project=project,
+            mode=mode,
+            description=description,
+            as_job=as_job,
+            timeout=timeout,
+        )
+
+    def bootstrap(
+        self,
+        name: str,
+        *,
+        snapshot: Callable[[], Payload],
+        changes: Callable[[], Payload],
+        project: str | None = None,
+        full_refresh: bool = False,
+        target_table: str | None = None,
+        target_schema: str | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+        progress: bool | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+    ) -> BootstrapResult:
+        """Publish when missing, else update: what a CDC job calls on every run.
+
+        When data source ``name`` does not exist in ``project`` (or ``full_refresh``), the
+        payload ``snapshot()`` builds is published (overwriting on a full refresh);
+        otherwise the change set ``changes()`` builds is applied. Only the one needed is
+        built.
+        """
+        from .publish import bootstrap
+
+        return bootstrap(
+            self,
+            name,
+            snapshot=snapshot,
+            changes=changes,
+            project=project,
+            full_refresh=full_refresh,
+            target_table=target_table,
+            target_schema=target_schema,
+            request_id=request_id,
+            timeout=timeout,
+            progress=progress,
+            state_dir=state_dir,
         )
 
     def job(self, job_id: str) -> Job:

@@ -10,6 +10,7 @@ URLs are stored without query strings that could hold one, and no header is ever
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "PayloadError",
     "Problem",
     "RequestTimeoutError",
+    "SchemaDriftError",
     "TabHyperError",
     "TlsVerificationError",
     "TransportError",
@@ -103,6 +105,24 @@ class ConfigurationError(TabHyperError, ValueError):
 
 class PayloadError(TabHyperError, ValueError):
     """A change set or payload that cannot be turned into a valid upload."""
+
+
+class SchemaDriftError(PayloadError):
+    """The payload has columns the published data source's tables lack (refused before
+    anything was sent). ``columns``: target table → the columns it lacks."""
+
+    def __init__(self, columns: dict[str, list[str]]) -> None:
+        self.columns = columns
+        listed = "; ".join(
+            f"table {table!r} lacks {', '.join(map(repr, names))}"
+            for table, names in columns.items()
+        )
+        super().__init__(
+            f"the payload does not fit the published data source: {listed}. Select only the "
+            "target's columns before building the change set, or republish the data source "
+            "with the new columns (client.publish(..., mode='overwrite')); a published "
+            "source takes new rows incrementally, not new columns"
+        )
 
 
 class ApplyError(TabHyperError):
@@ -217,7 +237,33 @@ class JobFailedError(TabHyperError):
         self.job_id = job_id
         self.notes = notes
         reason = notes if notes else "the server gave no notes"
-        super().__init__(f"job {job_id} failed: {reason}")
+        #: Columns the server says the target lacks (schema drift), when its notes tell.
+        self.missing_columns = _missing_in_notes(notes or "")
+        remedy = ""
+        if self.missing_columns:
+            remedy = (
+                f" [the payload has column(s) {', '.join(map(repr, self.missing_columns))} that "
+                "the published data source lacks: select only the target's columns before "
+                "building the payload, or republish the data source with the new columns "
+                "(client.publish(..., mode='overwrite'))]"
+            )
+        super().__init__(f"job {job_id} failed: {reason}{remedy}")
+
+
+_MISSING_COLUMN_NOTES = (
+    # This SDK's engine (and so the fake server).
+    re.compile(r"source column\(s\) (.+?) of .+? do not exist in target table"),
+    # Hyper's own wording.
+    re.compile(r'column "?([^"\s]+)"? (?:of relation \S+ )?does not exist', re.I),
+)
+
+
+def _missing_in_notes(notes: str) -> list[str]:
+    for pattern in _MISSING_COLUMN_NOTES:
+        match = pattern.search(notes)
+        if match:
+            return re.findall(r"'((?:[^'\\]|\\.)*)'", match.group(1)) or [match.group(1)]
+    return []
 
 
 class JobCancelledError(TabHyperError):

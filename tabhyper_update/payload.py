@@ -30,10 +30,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .actions import DEFAULT_SCHEMA, ActionBatch, Delete, Insert, Replace, Upsert
 from .cdc import ChangeSet, derived_actions
 from .conditions import condition_columns
-from .errors import InvalidActionBatchError, InvalidArgumentError, PayloadError, Problem
+from .errors import (
+    ConfigurationError,
+    InvalidActionBatchError,
+    InvalidArgumentError,
+    PayloadError,
+    Problem,
+)
 
 if TYPE_CHECKING:
     from .client import DataSourceRef, TableauClient
+    from .publish import PublishMode
     from .roundtrip import UploadedPayload
 
 __all__ = [
@@ -479,6 +486,35 @@ class Payload:
         from .roundtrip import upload_payload
 
         return upload_payload(self, target, client=client, progress=progress, state_dir=state_dir)
+
+    def publish(
+        self,
+        name: str,
+        *,
+        project: str | None = None,
+        mode: PublishMode = "create",
+        client: TableauClient | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+    ) -> DataSourceRef:
+        """Publish this payload (a snapshot in one file) as the live-to-Hyper data source
+        ``name``: :meth:`TableauClient.publish` with ``client`` (by default from the
+        environment). The files are removed once published (unless ``keep_files``)."""
+        from .client import TableauClient as _Client
+
+        if client is None:
+            try:
+                client = _Client.from_env()
+            except ConfigurationError as err:
+                raise ConfigurationError(
+                    f"no client to publish with: pass client=TableauClient(...) or configure "
+                    f"the environment ({err})"
+                ) from None
+        ref = client.publish(
+            self, name, project=project, mode=mode, description=description, timeout=timeout
+        )
+        self.cleanup()
+        return ref
 
     # -- files -----------------------------------------------------------------------------
     def cleanup(self) -> None:

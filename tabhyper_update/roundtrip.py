@@ -34,6 +34,7 @@ from .errors import (
     JobFailedError,
     NotFoundError,
     PayloadError,
+    SchemaDriftError,
     TabHyperError,
     UpdateStateError,
 )
@@ -315,6 +316,7 @@ class UploadedPayload:
             # An update that reads nothing from the payload (e.g. delete by constant).
             units = [(None, given)]
 
+        self._check_columns([batch for _, batch in units])
         record = self._record(units, request_id)
         updates: list[PartUpdate] = []
         result = UpdateResult(updates, _finish=lambda r, t: self._finish(record, r, t))
@@ -352,6 +354,29 @@ class UploadedPayload:
         if wait:
             result.wait(timeout)
         return result
+
+    def _check_columns(self, batches: Sequence[ActionBatch]) -> None:
+        """Refuse, before anything is sent, columns the target is known to lack."""
+        known = self._target.columns if self._target is not None else None
+        if not known:
+            return
+        tables = self.payload.tables
+        lacking: dict[str, list[str]] = {}
+        for batch in batches:
+            for action in batch.actions:
+                source = getattr(action, "source_table", None)
+                if action.action == "delete" or source not in tables:
+                    continue
+                target_columns = known.get(action.target_table)
+                if target_columns is None:
+                    continue
+                for column in tables[source].column_names:
+                    if column not in target_columns:
+                        names = lacking.setdefault(action.target_table, [])
+                        if column not in names:
+                            names.append(column)
+        if lacking:
+            raise SchemaDriftError(lacking)
 
     def _record(
         self, units: Sequence[tuple[PayloadPart | None, ActionBatch]], request_id: str | None

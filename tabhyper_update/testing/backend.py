@@ -28,12 +28,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from ..actions import ActionBatch
+from .._hyper import connect
+from ..actions import ActionBatch, Insert
 from ..errors import ApplyError
 from ..local import apply as apply_locally
 from .wire import ApiFailure, bad_request, not_found
 
-__all__ = ["MB", "DataSource", "FakeBackend", "Job", "Session"]
+__all__ = ["MB", "DataSource", "FakeBackend", "Job", "Project", "Session"]
+
 
 log = logging.getLogger("tabhyper_update.testing")
 
@@ -53,13 +55,22 @@ class DataSource:
 
 
 @dataclass
+class Project:
+    id: str
+    name: str
+    parent_id: str | None = None
+
+
+@dataclass
 class Job:
     id: str
     datasource: DataSource
     connection: str | None
-    batch: ActionBatch
+    batch: ActionBatch | None
     upload: Path | None
     created_at: str
+    #: "UpdateUploadedFile" or "PublishDatasource".
+    kind: str = "UpdateUploadedFile"
     started_at: str | None = None
     completed_at: str | None = None
     finish_code: int | None = None
@@ -81,6 +92,25 @@ class Upload:
     path: Path
     size: int = 0
     consumed: bool = False
+
+
+def _tables(file: Path) -> list[tuple[str, str]]:
+    """(schema, table) of every table in a ``.hyper`` file."""
+    with connect(file) as conn:
+        return [
+            (str(schema.name.unescaped), str(table.name.unescaped))
+            for schema in conn.catalog.get_schema_names()
+            for table in conn.catalog.get_table_names(schema)
+        ]
+
+
+def _check_hyper(file: Path) -> None:
+    try:
+        found = _tables(file)
+    except Exception as err:
+        raise bad_request(f"the uploaded file is not a Hyper database: {err}") from None
+    if not found:
+        raise bad_request("the uploaded Hyper database holds no table")
 
 
 def now_iso() -> str:
@@ -139,6 +169,8 @@ class FakeBackend:
         #: so that tests can check that none of them leaked into logs or messages.
         self.secrets_seen: set[str] = set()
         self.jobs_run: Counter[str] = Counter()
+        self.projects: dict[str, Project] = {}
+        self.default_project = self.add_project("Default")
 
     def shutdown(self) -> None:
         """Stop the job workers and remove the files this backend made."""
@@ -256,21 +288,93 @@ class FakeBackend:
         connections: int = 1,
     ) -> str:
         """Publish a copy of ``hyper_path`` as a live-to-Hyper data source; returns its LUID."""
+        found = [p for p in self.projects.values() if p.name == project and p.parent_id is None]
+        project_id = found[0].id if found else self.add_project(project)
+        return self._new_datasource(name, project_id, Path(hyper_path), connections).id
+
+    def _new_datasource(
+        self, name: str, project_id: str, file: Path, connections: int = 1
+    ) -> DataSource:
         luid = str(uuid.uuid4())
         path = self.directory / f"{luid}.hyper"
-        shutil.copyfile(hyper_path, path)
+        shutil.copyfile(file, path)
         path.chmod(0o600)
         ds = DataSource(
             luid,
             name,
-            project,
-            str(uuid.uuid5(uuid.NAMESPACE_URL, project)),
+            self.projects[project_id].name,
+            project_id,
             path,
             [str(uuid.uuid4()) for _ in range(connections)],
         )
         with self.lock:
             self.sources[luid] = ds
+        return ds
+
+    # -- projects and publishing ---------------------------------------------------------------
+    def add_project(self, name: str, parent: str | None = None) -> str:
+        """A new project (under the project LUID ``parent``); returns its LUID."""
+        if parent is not None and parent not in self.projects:
+            raise not_found("404005", f"Project '{parent}' could not be found.")
+        luid = str(uuid.uuid4())
+        with self.lock:
+            self.projects[luid] = Project(luid, name, parent)
         return luid
+
+    def publish(self, name: str, project_id: str | None, file: Path, mode: str) -> DataSource:
+        """Publish ``file`` as data source ``name``: ``create`` (409 when the name is taken in
+        the project), ``overwrite`` (replace its data, same LUID) or ``append`` (insert its
+        tables' rows into the existing tables; a missing data source is created)."""
+        project_id = project_id or self.default_project
+        if project_id not in self.projects:
+            raise not_found("404005", f"Project '{project_id}' could not be found.")
+        _check_hyper(file)
+        with self.lock:
+            existing = [
+                d for d in self.sources.values() if d.name == name and d.project_id == project_id
+            ]
+            if not existing:
+                return self._new_datasource(name, project_id, file)
+            (ds,) = existing
+            if mode == "create":
+                raise ApiFailure(
+                    409,
+                    "409004",
+                    "Resource Conflict",
+                    f"A data source named '{name}' already exists in project "
+                    f"'{self.projects[project_id].name}'; publish with overwrite=true or "
+                    "append=true",
+                )
+            if ds.worker is not None and not ds.queue.empty():
+                raise ApiFailure(409, "409000", "Conflict", "the data source is being updated")
+            if mode == "overwrite":
+                staged = ds.path.with_suffix(".publish")
+                shutil.copyfile(file, staged)
+                staged.chmod(0o600)
+                os.replace(staged, ds.path)
+                return ds
+        tables = _tables(file)
+        batch = ActionBatch(
+            actions=[
+                Insert(target_schema=s, target_table=t, source_schema=s, source_table=t)
+                for s, t in tables
+            ]
+        )
+        try:
+            apply_locally(batch, target=ds.path, payload=file)
+        except ApplyError as err:
+            raise bad_request(f"the file cannot be appended to '{name}': {err}") from None
+        return ds
+
+    def finished_job(self, kind: str, ds: DataSource) -> Job:
+        """A job record for work already done (a publish answered as a job)."""
+        now = now_iso()
+        job = Job(str(uuid.uuid4()), ds, None, None, None, now, kind=kind)
+        job.started_at = job.completed_at = now
+        job.finish_code, job.progress = 0, 100
+        with self.lock:
+            self.jobs[job.id] = job
+        return job
 
     def datasource(self, luid: str) -> DataSource:
         ds = self.sources.get(luid)
@@ -315,13 +419,14 @@ class FakeBackend:
             upload.size += len(chunk)
             return upload.size
 
-    def consume_upload(self, session_id: str) -> Path:
-        """The uploaded file, for one use (a session cannot be used twice)."""
+    def consume_upload(self, session_id: str, *, capped: bool = True) -> Path:
+        """The uploaded file, for one use (a session cannot be used twice); ``capped``: the
+        update's size cap applies (publishing has none)."""
         upload = self.open_upload(session_id)
         with self.lock:
             if not self.store_uploads:
                 raise bad_request("this fake server does not keep uploads (store_uploads=False)")
-            if upload.size > self.max_upload_mb * MB:
+            if capped and upload.size > self.max_upload_mb * MB:
                 raise ApiFailure(
                     413,
                     "413000",
@@ -385,6 +490,7 @@ class FakeBackend:
                     continue
                 job.started_at = now_iso()
             try:
+                assert job.batch is not None
                 apply_locally(job.batch, target=source.path, payload=job.upload)
                 code, notes = 0, None
             except ApplyError as err:

@@ -221,6 +221,11 @@ class FakeTableauServer:
             name, hyper_path, project=project, connections=connections
         )
 
+    def add_project(self, name: str, parent: str | None = None) -> str:
+        """A new project (under the project LUID ``parent``); returns its LUID. A project
+        named "Default" exists from the start."""
+        return self.backend.add_project(name, parent)
+
     def datasource_path(self, luid: str) -> Path:
         return self.backend.datasource(luid).path
 

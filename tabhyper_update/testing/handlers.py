@@ -5,6 +5,7 @@ way Tableau's REST API does."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from ..actions import ActionBatch
@@ -18,6 +19,7 @@ from .wire import (
     bad_request,
     not_found,
     parse_multipart,
+    parse_parts,
     parse_xml_request,
 )
 
@@ -41,13 +43,16 @@ def job_body(job: Job, brief: bool = False) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": job.id,
         "mode": "Asynchronous",
-        "type": "UpdateUploadedFile",
+        "type": job.kind,
         "createdAt": job.created_at,
-        "updateUploadedFileJob": {
+    }
+    if job.kind == "UpdateUploadedFile":
+        body["updateUploadedFileJob"] = {
             "datasource": {"id": job.datasource.id, "name": job.datasource.name},
             "connectionLuid": job.connection or job.datasource.connections[0],
-        },
-    }
+        }
+    else:
+        body["datasource"] = datasource_body(job.datasource)
     if brief:
         return body
     body["progress"] = str(job.progress)
@@ -165,6 +170,88 @@ class Handlers:
                 }
             },
         )
+
+    def projects(self, request: Request, site: str) -> Response:
+        self._auth(request, site)
+        filters = _filters(request)
+        found = [
+            p
+            for p in self.backend.projects.values()
+            if all(
+                {"name": p.name, "parentProjectId": p.parent_id or ""}.get(k) == v
+                for k, v in filters.items()
+            )
+        ]
+        size = int(request.query.get("pageSize", "100"))
+        number = int(request.query.get("pageNumber", "1"))
+        page = found[(number - 1) * size : number * size]
+        return Response(
+            200,
+            {
+                "pagination": {
+                    "pageNumber": str(number),
+                    "pageSize": str(size),
+                    "totalAvailable": str(len(found)),
+                },
+                "projects": {
+                    "project": [
+                        {"id": p.id, "name": p.name, "parentProjectId": p.parent_id} for p in page
+                    ]
+                },
+            },
+        )
+
+    def publish(self, request: Request, site: str) -> Response:
+        """Publish Data Source: a ``request_payload`` part (the ``tsRequest`` XML) and either
+        a ``tableau_datasource`` file part or ``uploadSessionId=`` of a chunked upload."""
+        self._auth(request, site)
+        query = request.query
+        kind = query.get("datasourceType", "")
+        if kind != "hyper":
+            raise bad_request(f"datasourceType must be hyper for this server, got {kind!r}")
+        flags = {k for k in ("overwrite", "append") if query.get(k, "").lower() == "true"}
+        if len(flags) > 1:
+            raise bad_request("overwrite and append cannot both be true")
+        mode = flags.pop() if flags else "create"
+        if len(request.body) > MAX_REQUEST_BYTES:
+            raise ApiFailure(
+                413, "413000", "Payload Too Large", "one request may carry at most 64 MB"
+            )
+        try:
+            parts = parse_parts(request.body, request.headers.get("content-type", ""))
+        except MultipartError as err:
+            raise bad_request(str(err)) from None
+        names = [p.name for p in parts]
+        upload_id = query.get("uploadSessionId")
+        expected = ["request_payload"] if upload_id else ["request_payload", "tableau_datasource"]
+        if names != expected:
+            raise bad_request(f"the parts must be {expected}, got {names}")
+        try:
+            document = parse_xml_request(bytes(parts[0].data).decode("utf-8"))
+        except (ValueError, SyntaxError):
+            raise bad_request("request_payload is not a tsRequest XML document") from None
+        item = document.get("datasource") or {}
+        name = item.get("name")
+        if not name:
+            raise bad_request("the datasource element needs a name")
+        project_id = (item.get("project") or {}).get("id")
+        if upload_id:
+            file = self.backend.consume_upload(upload_id, capped=False)
+        else:
+            filename = parts[1].filename or ""
+            if not filename.endswith(".hyper"):
+                raise bad_request(f"the file part's filename must end in .hyper, got {filename!r}")
+            file = self.backend.directory / "uploads" / f"publish-{uuid.uuid4().hex}.hyper"
+            file.touch(mode=0o600)
+            file.write_bytes(parts[1].data)
+        try:
+            ds = self.backend.publish(name, project_id, file, mode)
+        finally:
+            file.unlink(missing_ok=True)
+        if query.get("asJob", "").lower() == "true":
+            job = self.backend.finished_job("PublishDatasource", ds)
+            return Response(202, {"job": job_body(job, brief=True)})
+        return Response(201, {"datasource": datasource_body(ds)})
 
     # -- uploads -------------------------------------------------------------------------------
     def initiate(self, request: Request, site: str) -> Response:

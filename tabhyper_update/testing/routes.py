@@ -17,10 +17,13 @@ _SITE = r"^/api/[\d.]+/sites/(?P<site>[^/]+)"
 ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
     (m, name, re.compile(p))
     for m, name, p in [
-        ("GET", "serverinfo", r"^/api/[\d.]+/serverinfo$"),
+        # Clients use both spellings (Tableau's own Python client asks for serverInfo).
+        ("GET", "serverinfo", r"^/api/[\d.]+/server[iI]nfo$"),
         ("POST", "signin", r"^/api/[\d.]+/auth/signin$"),
         ("POST", "signout", r"^/api/[\d.]+/auth/signout$"),
         ("GET", "datasources", _SITE + r"/datasources$"),
+        ("POST", "publish", _SITE + r"/datasources$"),
+        ("GET", "projects", _SITE + r"/projects$"),
         ("GET", "datasource", _SITE + r"/datasources/(?P<ds>[^/]+)$"),
         ("GET", "connections", _SITE + r"/datasources/(?P<ds>[^/]+)/connections$"),
         ("POST", "initiate", _SITE + r"/fileUploads/?$"),

@@ -13,10 +13,12 @@ from typing import Any
 __all__ = [
     "ApiFailure",
     "MultipartError",
+    "Part",
     "Request",
     "Response",
     "encode",
     "parse_multipart",
+    "parse_parts",
     "parse_xml_request",
 ]
 
@@ -149,9 +151,18 @@ class MultipartError(ValueError):
 _DISPOSITION = re.compile(r'^(?:form-data;\s*)?name="([^"]+)"(?:;\s*filename="([^"]*)")?$')
 
 
-def parse_multipart(body: bytes, content_type: str) -> memoryview:
-    """The file bytes of an append body (a view, not a copy), checked strictly against
-    Tableau's layout: exactly ``request_payload`` then ``tableau_file``."""
+@dataclass
+class Part:
+    """One part of a ``multipart/mixed`` body (its data is a view, not a copy)."""
+
+    name: str
+    filename: str | None
+    content_type: str
+    data: memoryview
+
+
+def parse_parts(body: bytes, content_type: str) -> list[Part]:
+    """The parts of a ``multipart/mixed`` body, parsed strictly."""
     match = re.match(r"^multipart/mixed;\s*boundary=(\S+)$", content_type.strip(), re.I)
     if match is None:
         raise MultipartError(
@@ -166,16 +177,18 @@ def parse_multipart(body: bytes, content_type: str) -> memoryview:
     end = body.rfind(closing)
     if end < 0 or body[end + len(closing) :] not in (b"", b"\r\n"):
         raise MultipartError("the body does not end with the closing boundary")
-    first = len(delimiter) + 2
-    middle = body.find(separator, first, end)
-    if middle < 0:
-        raise MultipartError("expected exactly 2 parts, found 1")
-    second = middle + len(separator)
-    if body.find(separator, second, end) >= 0:
-        raise MultipartError("expected exactly 2 parts, found more")
-    names: list[str] = []
-    starts: list[int] = []
-    for begin, stop in ((first, middle), (second, end)):
+    bounds: list[tuple[int, int]] = []
+    begin = len(delimiter) + 2
+    while True:
+        middle = body.find(separator, begin, end)
+        if middle < 0:
+            bounds.append((begin, end))
+            break
+        bounds.append((begin, middle))
+        begin = middle + len(separator)
+    parts: list[Part] = []
+    view = memoryview(body)
+    for begin, stop in bounds:
         head_end = body.find(b"\r\n\r\n", begin, stop)
         if head_end < 0:
             raise MultipartError("a part has no blank line after its headers")
@@ -188,8 +201,24 @@ def parse_multipart(body: bytes, content_type: str) -> memoryview:
         disposition = _DISPOSITION.match(headers.get("content-disposition", ""))
         if disposition is None:
             raise MultipartError("a part lacks a Content-Disposition with a name")
-        names.append(disposition.group(1))
-        starts.append(head_end + 4)
+        parts.append(
+            Part(
+                disposition.group(1),
+                disposition.group(2),
+                headers.get("content-type", ""),
+                view[head_end + 4 : stop],
+            )
+        )
+    return parts
+
+
+def parse_multipart(body: bytes, content_type: str) -> memoryview:
+    """The file bytes of an append body (a view, not a copy), checked strictly against
+    Tableau's layout: exactly ``request_payload`` then ``tableau_file``."""
+    parts = parse_parts(body, content_type)
+    names = [p.name for p in parts]
+    if len(parts) != 2:
+        raise MultipartError(f"expected exactly 2 parts, found {len(parts)}")
     if names != ["request_payload", "tableau_file"]:
         raise MultipartError(f"parts must be request_payload then tableau_file, got {names}")
-    return memoryview(body)[starts[1] : end]
+    return parts[1].data

@@ -1,0 +1,321 @@
+"""Publishing (the first load) and bootstrapping (publish when missing, else update).
+
+``client.publish(payload, "Orders", project="Sales")`` publishes a ``.hyper`` payload as a
+live-to-Hyper data source over the REST "Publish Data Source" method: one request carrying
+the file when it fits in one chunk, a chunked upload otherwise, answered as a job for large
+files and followed to its end. ``client.bootstrap(...)`` is what a CDC job calls every run:
+the snapshot is published when the data source does not exist (or a full refresh is asked
+for), and the change set is applied otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from ._http import as_list
+from .errors import (
+    ApiError,
+    InvalidArgumentError,
+    NotFoundError,
+    PayloadError,
+    TransportError,
+)
+from .jobs import Job
+
+if TYPE_CHECKING:
+    from .client import DataSourceRef, TableauClient
+    from .payload import Payload
+    from .roundtrip import UpdateResult
+
+__all__ = ["BootstrapResult", "Project", "PublishMode", "bootstrap", "find_project", "publish"]
+
+log = logging.getLogger("tabhyper_update")
+
+PublishMode = Literal["create", "overwrite", "append"]
+MODES: tuple[str, ...] = ("create", "overwrite", "append")
+_LUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+PAGE_SIZE = 100
+MAX_PAGES = 50
+#: Files from this size on are published from a chunked upload, answered as a job.
+SINGLE_REQUEST_LIMIT = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Project:
+    """A project: its LUID, name, parent's LUID and path from the top (``Sales/EMEA``)."""
+
+    id: str
+    name: str
+    parent_id: str | None
+    path: str
+
+
+def _projects(client: TableauClient) -> list[Project]:
+    raw: list[dict[str, Any]] = []
+    for page in range(1, MAX_PAGES + 1):
+        params = {"pageSize": str(PAGE_SIZE), "pageNumber": str(page)}
+        _, body = client.request("GET", "projects", retry=True, params=params)
+        items = [i for i in as_list(((body or {}).get("projects") or {}).get("project")) if i]
+        raw += [i for i in items if isinstance(i, dict) and i.get("id")]
+        try:
+            total = int(((body or {}).get("pagination") or {}).get("totalAvailable") or 0)
+        except (TypeError, ValueError):
+            raise TransportError("the project listing answered an unreadable total") from None
+        if not items or page * PAGE_SIZE >= total:
+            break
+    else:
+        raise TransportError(
+            f"the server lists more than {MAX_PAGES * PAGE_SIZE:,} projects; pass a project LUID"
+        )
+    by_id = {str(i["id"]): i for i in raw}
+
+    def path_of(item: Mapping[str, Any], depth: int = 0) -> str:
+        parent = by_id.get(str(item.get("parentProjectId") or ""))
+        if parent is None or depth > 100:
+            return str(item.get("name", ""))
+        return f"{path_of(parent, depth + 1)}/{item.get('name', '')}"
+
+    return [
+        Project(
+            str(i["id"]),
+            str(i.get("name", "")),
+            str(i["parentProjectId"]) if i.get("parentProjectId") else None,
+            path_of(i),
+        )
+        for i in raw
+    ]
+
+
+def find_project(client: TableauClient, project: str | None) -> Project:
+    """A project by LUID, by name, or by path from the top (``"Sales/EMEA"``); ``None`` is
+    the site's default project (the top-level "Default")."""
+    if project is not None and (not isinstance(project, str) or not project.strip("/")):
+        raise InvalidArgumentError(f"project= takes a name, a path or a LUID, got {project!r}")
+    projects = _projects(client)
+    if project is None:
+        found = [p for p in projects if p.parent_id is None and p.name.lower() == "default"]
+        wanted = "the default project"
+    elif _LUID.match(project):
+        found = [p for p in projects if p.id.lower() == project.lower()]
+        wanted = f"project {project!r}"
+    elif "/" in project:
+        found = [p for p in projects if p.path == project.strip("/")]
+        wanted = f"project path {project!r}"
+    else:
+        found = [p for p in projects if p.name == project]
+        wanted = f"project {project!r}"
+    if not found:
+        known = ", ".join(sorted(repr(p.path) for p in projects)[:20])
+        raise NotFoundError(
+            status=404,
+            summary="Project not found",
+            detail=f"no {wanted} on site {client.site!r} (projects: {known or 'none'})",
+        )
+    if len(found) > 1:
+        raise ApiError(
+            status=409,
+            summary="Ambiguous project",
+            detail=f"{len(found)} projects match {wanted}: "
+            + ", ".join(sorted(repr(p.path) for p in found)),
+            hint="pass the project's path from the top (e.g. 'Sales/EMEA') or its LUID",
+        )
+    return found[0]
+
+
+def _request_xml(name: str, project_id: str, description: str | None) -> bytes:
+    root = ET.Element("tsRequest")
+    item = ET.SubElement(root, "datasource", {"name": name})
+    if description:
+        item.set("description", description)
+    ET.SubElement(item, "project", {"id": project_id})
+    return bytes(ET.tostring(root, encoding="utf-8"))
+
+
+def _multipart(xml: bytes, file: tuple[str, bytes] | None) -> tuple[bytes, str]:
+    boundary = uuid.uuid4().hex
+    chunks = [
+        f'--{boundary}\r\nContent-Disposition: name="request_payload"\r\n'
+        "Content-Type: text/xml\r\n\r\n".encode(),
+        xml,
+    ]
+    if file is not None:
+        filename, data = file
+        quoted = filename.replace('"', "_")
+        chunks += [
+            f'\r\n--{boundary}\r\nContent-Disposition: name="tableau_datasource"; '
+            f'filename="{quoted}"\r\nContent-Type: application/octet-stream\r\n\r\n'.encode(),
+            data,
+        ]
+    chunks.append(f"\r\n--{boundary}--\r\n".encode())
+    return b"".join(chunks), f"multipart/mixed; boundary={boundary}"
+
+
+def _file_of(payload: Payload | str | os.PathLike[str]) -> tuple[Path, dict[str, tuple[str, ...]]]:
+    from .payload import Payload
+
+    if isinstance(payload, Payload):
+        if payload.is_empty:
+            raise PayloadError("the payload is empty: there is nothing to publish")
+        if len(payload.parts) > 1:
+            raise PayloadError(
+                f"a payload in {len(payload.parts)} parts cannot be published as one data "
+                "source: it was split under max_payload_mb (the update cap, which publishing "
+                "does not have); build the snapshot with max_payload_mb=None"
+            )
+        if payload.is_cdc:
+            raise PayloadError(
+                "a change set (upserts and deletes) is not a snapshot: publish the full table "
+                "(build_payload without a ChangeSet), then apply change sets to it"
+            )
+        part = payload.parts[0]
+        if not part.path.is_file():
+            raise PayloadError("the payload's files were already removed (cleanup() ran)")
+        columns = {name: tuple(t.column_names) for name, t in part.tables.items()}
+        return part.path, columns
+    path = Path(payload)
+    if path.suffix != ".hyper" or not path.is_file():
+        raise PayloadError(f"{str(path)!r} is not a .hyper file to publish")
+    return path, {}
+
+
+def publish(
+    client: TableauClient,
+    payload: Payload | str | os.PathLike[str],
+    name: str,
+    *,
+    project: str | None = None,
+    mode: PublishMode = "create",
+    description: str | None = None,
+    as_job: bool | None = None,
+    timeout: float | None = None,
+) -> DataSourceRef:
+    """:meth:`TableauClient.publish`."""
+    if not isinstance(name, str) or not name.strip() or "\x00" in name:
+        raise InvalidArgumentError(f"a data source name is required, got {name!r}")
+    if mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    path, columns = _file_of(payload)
+    size = path.stat().st_size
+    target = find_project(client, project)
+    chunked = size >= min(SINGLE_REQUEST_LIMIT, client.chunk_size)
+    params = {"datasourceType": "hyper"}
+    if mode != "create":
+        params[mode] = "true"
+    if as_job if as_job is not None else chunked:
+        params["asJob"] = "true"
+    xml = _request_xml(name, target.id, description)
+    if chunked:
+        params["uploadSessionId"] = client.upload(path)
+        body, content_type = _multipart(xml, None)
+    else:
+        body, content_type = _multipart(xml, (f"{path.stem}.hyper", path.read_bytes()))
+    log.info(
+        "publishing %s (%d bytes) as %r in project %r (%s)",
+        path.name,
+        size,
+        name,
+        target.path,
+        mode,
+    )
+    # Only an overwrite is safe to send twice: a repeated create meets its own data source,
+    # a repeated append adds the rows again.
+    _, answer = client.request(
+        "POST",
+        "datasources",
+        retry=mode == "overwrite",
+        params=params,
+        data=body,
+        headers={"Content-Type": content_type},
+        expected=(200, 201, 202),
+    )
+    answer = answer or {}
+    if "job" in answer:
+        Job.from_response(answer, client).wait(timeout=timeout)
+        found = client.datasource(name, project=target.name)
+    else:
+        item = answer.get("datasource") or {}
+        if not item.get("id"):
+            raise TransportError("the publish answer holds neither a data source nor a job")
+        project_item = item["project"] if isinstance(item.get("project"), dict) else {}
+        from .client import DataSourceRef
+
+        found = DataSourceRef(
+            str(item["id"]), item.get("name") or name, project_item.get("name") or target.name
+        )
+    log.info("published %r as data source %s", name, found.id)
+    known = columns if mode != "append" else {}
+    return replace(found, client=client, columns=known or None)
+
+
+@dataclass
+class BootstrapResult:
+    """What :meth:`TableauClient.bootstrap` did: ``published`` the snapshot (the data source
+    was missing, or a full refresh was asked for), or applied the change set (``update``)."""
+
+    datasource: DataSourceRef
+    published: bool
+    update: UpdateResult | None = None
+
+
+def bootstrap(
+    client: TableauClient,
+    name: str,
+    *,
+    snapshot: Callable[[], Payload],
+    changes: Callable[[], Payload],
+    project: str | None = None,
+    full_refresh: bool = False,
+    target_table: str | None = None,
+    target_schema: str | None = None,
+    request_id: str | None = None,
+    timeout: float | None = None,
+    progress: bool | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+) -> BootstrapResult:
+    """:meth:`TableauClient.bootstrap`."""
+    for what, fn in (("snapshot", snapshot), ("changes", changes)):
+        if not callable(fn):
+            raise InvalidArgumentError(
+                f"{what}= takes a function that builds the payload (e.g. lambda: "
+                f"build_payload(...)), so that only the one needed is built; got {fn!r}"
+            )
+    existing: DataSourceRef | None = None
+    if not full_refresh:
+        target = find_project(client, project)
+        try:
+            existing = client.datasource(name, project=target.name)
+        except NotFoundError:
+            existing = None
+    if existing is None:
+        why = "a full refresh was asked for" if full_refresh else "it does not exist yet"
+        log.info("publishing the snapshot of %r: %s", name, why)
+        with snapshot() as payload:
+            ref = publish(
+                client,
+                payload,
+                name,
+                project=project,
+                mode="overwrite" if full_refresh else "create",
+                timeout=timeout,
+            )
+        return BootstrapResult(ref, published=True)
+    log.info("data source %r exists: applying the change set", name)
+    update = client.update_datasource(
+        existing,
+        changes(),
+        target_table=target_table,
+        target_schema=target_schema,
+        request_id=request_id,
+        timeout=timeout,
+        progress=progress,
+        state_dir=state_dir,
+    )
+    return BootstrapResult(existing, published=False, update=update)
