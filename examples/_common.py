@@ -38,7 +38,9 @@ class Target:
 
 
 @contextmanager
-def target(name: str, tables: Mapping[str, tuple[str, Sequence[str]]]) -> Iterator[Target]:
+def target(name: str, tables: Mapping[str, tuple[str, Sequence[str]]] | None) -> Iterator[Target]:
+    """A client and the data source ``name``; on the fake server it is published with
+    ``tables`` first, or left for the example to publish when ``tables`` is None."""
     work = Path(tempfile.mkdtemp(prefix="tabhyper-example-"))
     try:
         if os.environ.get("TABLEAU_SERVER_URL"):
@@ -50,15 +52,16 @@ def target(name: str, tables: Mapping[str, tuple[str, Sequence[str]]]) -> Iterat
         with FakeTableauServer(
             pats={"examples": "examples-secret"}, directory=work / "server"
         ) as server:
-            luid = server.add_datasource(name, make_hyper(work / "start.hyper", tables))
+            if tables is not None:
+                server.add_datasource(name, make_hyper(work / "start.hyper", tables))
+
+            def read(table: str) -> list[tuple[Any, ...]]:
+                (luid,) = [d.id for d in server.backend.sources.values() if d.name == name]
+                return read_table(server.datasource_path(luid), table)
+
             with TableauClient(
                 server.url, "", PersonalAccessToken("examples", "examples-secret")
             ) as client:
-                yield Target(
-                    client,
-                    name,
-                    work / "state",
-                    lambda table: read_table(server.datasource_path(luid), table),
-                )
+                yield Target(client, name, work / "state", read)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -74,3 +74,11 @@ def test_every_example_is_tested() -> None:
     scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.stem.startswith("_")}
     tested = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
     assert scripts <= tested, scripts - tested
+
+
+def test_bootstrap_then_cdc(example: Any) -> None:
+    assert example("bootstrap_then_cdc").main() == [
+        (1, "shipped", 10.0),
+        (3, "new", 30.0),
+        (4, "paid", 40.0),
+    ]

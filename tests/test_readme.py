@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+SNAPSHOT = "order_id long, amount double"
 FEED = (
     "order_id long, amount double, _change_type string, _commit_version long, "
     "_commit_timestamp timestamp"
@@ -58,13 +59,19 @@ class _DeltaReader:
 
 
 class _SparkWithDelta:
-    def __init__(self, spark: SparkSession, feeds: dict[str, DataFrame]) -> None:
+    def __init__(
+        self, spark: SparkSession, feeds: dict[str, DataFrame], tables: dict[str, DataFrame]
+    ) -> None:
         self._spark = spark
         self._feeds = feeds
+        self._tables = tables
 
     @property
     def read(self) -> _DeltaReader:
         return _DeltaReader(self._feeds)
+
+    def table(self, name: str) -> DataFrame:
+        return self._tables[name]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._spark, name)
@@ -98,7 +105,15 @@ def test_readme_python_blocks_run_as_written(
         )
 
     context: dict[str, Any] = {
-        "spark": _SparkWithDelta(spark, {"sales.orders": feed}),
+        "spark": _SparkWithDelta(
+            spark,
+            {"sales.orders": feed},
+            {
+                "sales.orders": spark.createDataFrame(
+                    [(2, 25.0), (4, 40.0)], "order_id long, amount double"
+                )
+            },
+        ),
         "last_version": 3,
         "new_rows": spark.createDataFrame([(5, 50.0)], "order_id long, amount double"),
         "cutoff": datetime(2026, 1, 1),
@@ -118,3 +133,6 @@ def test_readme_python_blocks_run_as_written(
             (4, 40.0),
             (5, 50.0),
         ]
+        # The bootstrap published the snapshot as a new data source.
+        (live,) = [d for d in server.backend.sources.values() if d.name == "Orders Live"]
+        assert read_table(live.path, "Extract") == [(2, 25.0), (4, 40.0)]
