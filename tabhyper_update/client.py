@@ -52,7 +52,7 @@ log = logging.getLogger("tabhyper_update")
 MIN_API_VERSION = (3, 12)
 #: serverinfo answers at every version; this one exists on every server.
 PROBE_VERSION = "2.4"
-_LUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+LUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 SESSION_EXPIRED = "401002"
 #: Listing pages: their size, and how many are read at most for one lookup.
 PAGE_SIZE = 100
@@ -427,7 +427,7 @@ class TableauClient:
             known = {str(t): tuple(str(c) for c in cs) for t, cs in columns.items()}
             plain = self.datasource(name_or_luid, project=project, connection=connection)
             return replace(plain, columns=known)
-        if _LUID.match(name_or_luid) and project is None:
+        if LUID.match(name_or_luid) and project is None:
             try:
                 _, body = self.request("GET", f"datasources/{name_or_luid}", retry=True)
                 item = (body or {}).get("datasource") or {}
@@ -472,35 +472,56 @@ class TableauClient:
         if project is not None and "," not in project and ":" not in project:
             filters.append(f"projectName:eq:{project}")
         found: list[DataSourceRef] = []
+        listing = self.list_items(
+            "datasources",
+            "datasource",
+            filters=filters,
+            what=f"data sources (looking up {name!r})",
+            remedy="pass the data source's LUID instead of its name",
+        )
+        for item in listing:
+            ref = self._ref(item)
+            # Filters are matched by the server; check again in case it ignored one.
+            if (
+                ref is not None
+                and item.get("name") == name
+                and (project is None or ref.project == project)
+            ):
+                found.append(ref)
+        return found
+
+    def list_items(
+        self,
+        rest: str,
+        item: str,
+        *,
+        filters: Sequence[str] = (),
+        what: str,
+        remedy: str,
+    ) -> list[dict[str, Any]]:
+        """Every item of a paged listing (``GET rest``, items under ``{rest}.{item}``),
+        at most ``MAX_PAGES`` pages; more is an error that says ``remedy``."""
+        items: list[dict[str, Any]] = []
         for page in range(1, MAX_PAGES + 1):
             params = {"pageSize": str(PAGE_SIZE), "pageNumber": str(page)}
             if filters:
                 params["filter"] = ",".join(filters)
-            _, body = self.request("GET", "datasources", retry=True, params=params)
-            items = as_list(((body or {}).get("datasources") or {}).get("datasource"))
-            for item in items:
-                ref = self._ref(item) if isinstance(item, dict) else None
-                # Filters are matched by the server; check again in case it ignored one.
-                if (
-                    ref is not None
-                    and item.get("name") == name
-                    and (project is None or ref.project == project)
-                ):
-                    found.append(ref)
+            _, body = self.request("GET", rest, retry=True, params=params)
+            listed = as_list(((body or {}).get(rest) or {}).get(item))
+            items += [i for i in listed if isinstance(i, dict)]
             pagination = (body or {}).get("pagination") or {}
             try:
                 total = int(pagination.get("totalAvailable") or 0)
             except (TypeError, ValueError):
                 raise TransportError(
-                    f"the data source listing answered an unreadable totalAvailable "
+                    f"the listing of {rest} answered an unreadable totalAvailable "
                     f"{pagination.get('totalAvailable')!r}"
                 ) from None
-            if not items or page * PAGE_SIZE >= total:
-                return found
+            if not listed or page * PAGE_SIZE >= total:
+                return items
         raise TransportError(
-            f"looking up data source {name!r}: the server lists more than "
-            f"{MAX_PAGES * PAGE_SIZE:,} candidates ({total:,} announced); stopped. Pass the "
-            "data source's LUID instead of its name"
+            f"listing {what}: the server lists more than {MAX_PAGES * PAGE_SIZE:,} candidates "
+            f"({total:,} announced); stopped. {remedy[0].upper()}{remedy[1:]}"
         )
 
     def _with_connection(self, ref: DataSourceRef, connection: str | None) -> DataSourceRef:

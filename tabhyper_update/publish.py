@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
@@ -20,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._http import as_list
+from .client import LUID, DataSourceRef
 from .errors import (
     ApiError,
     InvalidArgumentError,
@@ -31,7 +30,7 @@ from .errors import (
 from .jobs import Job
 
 if TYPE_CHECKING:
-    from .client import DataSourceRef, TableauClient
+    from .client import TableauClient
     from .payload import Payload
     from .roundtrip import UpdateResult
 
@@ -41,9 +40,6 @@ log = logging.getLogger("tabhyper_update")
 
 PublishMode = Literal["create", "overwrite", "append"]
 MODES: tuple[str, ...] = ("create", "overwrite", "append")
-_LUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
-PAGE_SIZE = 100
-MAX_PAGES = 50
 #: Files from this size on are published from a chunked upload, answered as a job.
 SINGLE_REQUEST_LIMIT = 64 * 1024 * 1024
 
@@ -59,22 +55,8 @@ class Project:
 
 
 def _projects(client: TableauClient) -> list[Project]:
-    raw: list[dict[str, Any]] = []
-    for page in range(1, MAX_PAGES + 1):
-        params = {"pageSize": str(PAGE_SIZE), "pageNumber": str(page)}
-        _, body = client.request("GET", "projects", retry=True, params=params)
-        items = [i for i in as_list(((body or {}).get("projects") or {}).get("project")) if i]
-        raw += [i for i in items if isinstance(i, dict) and i.get("id")]
-        try:
-            total = int(((body or {}).get("pagination") or {}).get("totalAvailable") or 0)
-        except (TypeError, ValueError):
-            raise TransportError("the project listing answered an unreadable total") from None
-        if not items or page * PAGE_SIZE >= total:
-            break
-    else:
-        raise TransportError(
-            f"the server lists more than {MAX_PAGES * PAGE_SIZE:,} projects; pass a project LUID"
-        )
+    listed = client.list_items("projects", "project", what="projects", remedy="pass a project LUID")
+    raw = [i for i in listed if i.get("id")]
     by_id = {str(i["id"]): i for i in raw}
 
     def path_of(item: Mapping[str, Any], depth: int = 0) -> str:
@@ -103,7 +85,7 @@ def find_project(client: TableauClient, project: str | None) -> Project:
     if project is None:
         found = [p for p in projects if p.parent_id is None and p.name.lower() == "default"]
         wanted = "the default project"
-    elif _LUID.match(project):
+    elif LUID.match(project):
         found = [p for p in projects if p.id.lower() == project.lower()]
         wanted = f"project {project!r}"
     elif "/" in project:
@@ -245,8 +227,6 @@ def publish(
         if not item.get("id"):
             raise TransportError("the publish answer holds neither a data source nor a job")
         project_item = item["project"] if isinstance(item.get("project"), dict) else {}
-        from .client import DataSourceRef
-
         found = DataSourceRef(
             str(item["id"]), item.get("name") or name, project_item.get("name") or target.name
         )

@@ -76,6 +76,23 @@ def _filters(request: Request) -> dict[str, str]:
     return filters
 
 
+def _page(request: Request, collection: str, item: str, items: list[dict[str, Any]]) -> Response:
+    """One page of a listing (``pageSize``, ``pageNumber``) with its pagination."""
+    size = int(request.query.get("pageSize", "100"))
+    number = int(request.query.get("pageNumber", "1"))
+    return Response(
+        200,
+        {
+            "pagination": {
+                "pageNumber": str(number),
+                "pageSize": str(size),
+                "totalAvailable": str(len(items)),
+            },
+            collection: {item: items[(number - 1) * size : number * size]},
+        },
+    )
+
+
 class Handlers:
     """Route name → answer, over one :class:`FakeBackend`."""
 
@@ -137,20 +154,7 @@ class Handlers:
     def datasources(self, request: Request, site: str) -> Response:
         self._auth(request, site)
         found = self.backend.find_datasources(_filters(request))
-        size = int(request.query.get("pageSize", "100"))
-        number = int(request.query.get("pageNumber", "1"))
-        page = found[(number - 1) * size : number * size]
-        return Response(
-            200,
-            {
-                "pagination": {
-                    "pageNumber": str(number),
-                    "pageSize": str(size),
-                    "totalAvailable": str(len(found)),
-                },
-                "datasources": {"datasource": [datasource_body(d) for d in page]},
-            },
-        )
+        return _page(request, "datasources", "datasource", [datasource_body(d) for d in found])
 
     def datasource(self, request: Request, site: str, ds: str) -> Response:
         self._auth(request, site)
@@ -182,24 +186,8 @@ class Handlers:
                 for k, v in filters.items()
             )
         ]
-        size = int(request.query.get("pageSize", "100"))
-        number = int(request.query.get("pageNumber", "1"))
-        page = found[(number - 1) * size : number * size]
-        return Response(
-            200,
-            {
-                "pagination": {
-                    "pageNumber": str(number),
-                    "pageSize": str(size),
-                    "totalAvailable": str(len(found)),
-                },
-                "projects": {
-                    "project": [
-                        {"id": p.id, "name": p.name, "parentProjectId": p.parent_id} for p in page
-                    ]
-                },
-            },
-        )
+        bodies = [{"id": p.id, "name": p.name, "parentProjectId": p.parent_id} for p in found]
+        return _page(request, "projects", "project", bodies)
 
     def publish(self, request: Request, site: str) -> Response:
         """Publish Data Source: a ``request_payload`` part (the ``tsRequest`` XML) and either
