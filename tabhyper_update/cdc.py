@@ -138,7 +138,7 @@ class ChangeSet:
     key: tuple[str, ...]
     op_column: str | None = None
     order_by: tuple[str, ...] | None = None
-    op_map: Mapping[str, OpMeaning] | None = field(default=None, compare=False)
+    op_map: Mapping[str, OpMeaning] | None = field(default=None, hash=False)
     keep_columns: tuple[str, ...] = ()
     upsert_table: str = "upserts"
     delete_table: str = "deletes"

@@ -258,6 +258,7 @@ def test_a_change_set_describes_itself_and_round_trips(tmp_path: Path, spark: Sp
     assert spec.key == ("region", "id")
     assert spec.order_by == ("seq",)
     assert ChangeSet.from_dict(spec.to_dict()) == spec
+    assert ChangeSet(["region", "id"], op_column="op", order_by="seq") != spec  # op_map counts
     assert "region" in repr(spec)
     # The manifest keeps it, so a payload applied later derives the same actions.
     df = spark.createDataFrame(
