@@ -32,6 +32,8 @@ from .test_local import make_db
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+#: The change sets of these tests: keyed on id, op in "op", ordered by "seq".
+BY_ID = ChangeSet("id", op_column="op", order_by="seq")
 INITIAL = ["(1, 'a', 10)", "(2, 'b', 20)", "(3, 'c', 30)"]
 
 
@@ -82,9 +84,7 @@ EXPECTED = [(1, "a", 10), (2, "b3", 22), (4, "d2", 41)]
 def test_cdc_round_trip_with_derived_actions(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
 ) -> None:
-    payload = build_payload(
-        changes(spark, CHANGES), ChangeSet("id", op_column="op", order_by="seq")
-    )
+    payload = build_payload(changes(spark, CHANGES), BY_ID)
     result = (
         payload.upload("Orders", client=client, progress=False, state_dir=tmp_path / "state")
         .apply()
@@ -116,9 +116,7 @@ def test_a_payload_in_parts_is_applied_part_by_part(
     df = spark.range(100, 100 + n).selectExpr(
         "id", "uuid() AS name", "CAST(id % 7 AS INT) AS qty", "'U' AS op", "1L AS seq"
     )
-    payload = build_payload(
-        df, ChangeSet("id", op_column="op", order_by="seq"), max_payload_mb=0.25
-    )
+    payload = build_payload(df, BY_ID, max_payload_mb=0.25)
     assert len(payload.parts) > 1
     result = (
         payload.upload("Orders", client=client, progress=False, state_dir=tmp_path)
@@ -137,11 +135,11 @@ def test_a_rerun_after_a_crash_waits_on_the_submitted_job(
 ) -> None:
     df = changes(spark, CHANGES)
     # First run: submitted, then the process "dies" before waiting.
-    first = build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
+    first = build_payload(df, BY_ID)
     first.upload("Orders", client=client, progress=False, state_dir=tmp_path).apply(wait=False)
     first.cleanup()
     # The re-run rebuilds the same change set: same content digest, same RequestID.
-    again = build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
+    again = build_payload(df, BY_ID)
     result = (
         again.upload("Orders", client=client, progress=False, state_dir=tmp_path)
         .apply()
@@ -162,14 +160,14 @@ def test_without_the_record_the_request_id_still_deduplicates_and_says_so(
 ) -> None:
     df = changes(spark, CHANGES)
     first = (
-        build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
+        build_payload(df, BY_ID)
         .upload("Orders", client=client, progress=False, state_dir=tmp_path / "a")
         .apply()
     )
     assert not first.deduplicated
     server.age_jobs(600)  # the replay comes ten minutes later, from another machine
     again = (
-        build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
+        build_payload(df, BY_ID)
         .upload("Orders", client=client, progress=False, state_dir=tmp_path / "b")
         .apply()
     )
@@ -186,14 +184,14 @@ def test_a_replay_with_the_record_is_skipped_without_a_request(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
 ) -> None:
     df = changes(spark, CHANGES)
-    build_payload(df, ChangeSet("id", op_column="op", order_by="seq")).upload(
+    build_payload(df, BY_ID).upload(
         "Orders", client=client, progress=False, state_dir=tmp_path
     ).apply()
     before = dict(server.counts)
     # The verb reads the record before anything is sent: no upload, no update.
     again = client.update_datasource(
         "Orders",
-        build_payload(df, ChangeSet("id", op_column="op", order_by="seq")),
+        build_payload(df, BY_ID),
         progress=False,
         state_dir=tmp_path,
     )
@@ -203,7 +201,7 @@ def test_a_replay_with_the_record_is_skipped_without_a_request(
     assert server.counts["initiate"] == before["initiate"]
     # The chain's upload() uploads before the actions are known; apply() then submits nothing.
     chained = (
-        build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
+        build_payload(df, BY_ID)
         .upload("Orders", client=client, progress=False, state_dir=tmp_path)
         .apply()
     )
@@ -218,7 +216,7 @@ def test_upload_uploads_the_first_part_before_it_returns(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
 ) -> None:
     df = changes(spark, CHANGES)
-    uploaded = build_payload(df, ChangeSet("id", op_column="op", order_by="seq")).upload(
+    uploaded = build_payload(df, BY_ID).upload(
         "Orders", client=client, progress=False, state_dir=tmp_path
     )
     # The server has the file; nothing is applied yet.
@@ -239,7 +237,7 @@ def test_an_upload_the_server_let_lapse_is_made_again(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     df = changes(spark, CHANGES)
-    uploaded = build_payload(df, ChangeSet("id", op_column="op", order_by="seq")).upload(
+    uploaded = build_payload(df, BY_ID).upload(
         "Orders", client=client, progress=False, state_dir=tmp_path
     )
     server.forget_uploads()  # the session expired between upload() and apply()
@@ -272,7 +270,7 @@ def test_a_target_goes_with_derived_actions_only(
     with pytest.raises(JobFailedError, match="Elsewhere"):
         client.update_datasource(
             "Orders",
-            build_payload(df, ChangeSet("id", op_column="op", order_by="seq")),
+            build_payload(df, BY_ID),
             target_table="Elsewhere",
             progress=False,
             state_dir=tmp_path,
@@ -370,9 +368,7 @@ def test_a_reference_carries_its_client_and_refuses_another(
 def test_update_datasource_is_the_verb_behind_the_chain(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
 ) -> None:
-    payload = build_payload(
-        changes(spark, CHANGES), ChangeSet("id", op_column="op", order_by="seq")
-    )
+    payload = build_payload(changes(spark, CHANGES), BY_ID)
     result = client.update_datasource("Orders", payload, progress=False, state_dir=tmp_path)
     assert result.done
     assert orders(server) == EXPECTED
