@@ -57,6 +57,7 @@ from .cdc import (
     RESERVED_PREFIX,
     CdcSpec,
     ChangeSet,
+    resolve_change_sets,
 )
 from .errors import ArgumentTypeError, PayloadError, TabHyperError
 from .hyper_types import (
@@ -113,6 +114,17 @@ _PARQUET_OPTIONS = {"compression": "snappy", "parquet.enable.dictionary": "false
 
 
 @dataclass
+class _Frame:
+    """A DataFrame to stage: a table, or a change set (``spec``) named by its upsert table."""
+
+    name: str
+    df: DataFrame
+    plans: list[ColumnPlan]
+    spec: CdcSpec | None = None
+    delete_table: str = ""
+
+
+@dataclass
 class _Staged:
     """A payload table whose rows sit in staged Parquet files."""
 
@@ -128,7 +140,7 @@ class _Staged:
 
 def build_payload(
     source: DataFrame | Mapping[str, DataFrame],
-    changes: ChangeSet | None = None,
+    changes: ChangeSet | Mapping[str, ChangeSet] | None = None,
     *,
     table: str = "Extract",
     schema: str = DEFAULT_SCHEMA,
@@ -152,10 +164,11 @@ def build_payload(
                                                    order_by="_commit_version"))
         payload.upload().apply(target_table="Orders")
     """
-    if changes is not None and not isinstance(changes, ChangeSet):
+    if changes is not None and not isinstance(changes, (ChangeSet, Mapping)):
         raise ArgumentTypeError(
             f"build_payload's second argument is a ChangeSet(key=..., op_column=..., "
-            f"order_by=...), got {type(changes).__name__}"
+            f"order_by=...) or a mapping of table name → ChangeSet, got "
+            f"{type(changes).__name__}"
         )
     if max_payload_mb is not None and (
         not isinstance(max_payload_mb, (int, float)) or not max_payload_mb > 0
@@ -168,10 +181,7 @@ def build_payload(
             f"database_version must be one of {SUPPORTED_DATABASE_VERSIONS}, got "
             f"{database_version!r}"
         )
-    names: list[tuple[str, str]] = [(schema, "schema"), (table, "table")]
-    if changes is not None:
-        names += [(changes.upsert_table, "upsert_table"), (changes.delete_table, "delete_table")]
-    for value, what in names:
+    for value, what in ((schema, "schema"), (table, "table")):
         _check_names(value, what)
     if isinstance(source, Mapping):
         frames = dict(source)
@@ -186,28 +196,13 @@ def build_payload(
             raise PayloadError(
                 f"table {name!r}: expected a Spark DataFrame, got {type(df).__name__}"
             )
-    if changes is not None and len(frames) != 1:
-        raise PayloadError("a change set is one DataFrame, not a mapping")
-    upsert_table = changes.upsert_table if changes is not None else ""
-    delete_table = changes.delete_table if changes is not None else ""
+    change_sets = resolve_change_sets(list(frames), changes)
 
     # Plan every column before any Spark job or file write: bad types fail here.
-    spark_frames: list[tuple[str, DataFrame, list[ColumnPlan]]] = []
-    spec: CdcSpec | None = None
-    if changes is not None:
-        ((_, df),) = frames.items()
-        spec = CdcSpec.create(df.columns, changes)
-        data_columns = spec.data_columns(df.columns)
-        plans = _plans(
-            df,
-            upsert_table,
-            data_columns,
-            database_version=database_version,
-            complex_as_json=complex_as_json,
-        )
-        spark_frames.append((upsert_table, df, plans))
-    else:
-        for name, df in frames.items():
+    spark_frames: list[_Frame] = []
+    for name, df in frames.items():
+        cs = change_sets.get(name) if change_sets is not None else None
+        if cs is None:
             plans = _plans(
                 df,
                 name,
@@ -215,7 +210,17 @@ def build_payload(
                 database_version=database_version,
                 complex_as_json=complex_as_json,
             )
-            spark_frames.append((name, df, plans))
+            spark_frames.append(_Frame(name, df, plans))
+            continue
+        spec = CdcSpec.create(df.columns, cs, table=name if len(frames) > 1 else None)
+        plans = _plans(
+            df,
+            cs.upsert_table,
+            spec.data_columns(df.columns),
+            database_version=database_version,
+            complex_as_json=complex_as_json,
+        )
+        spark_frames.append(_Frame(cs.upsert_table, df, plans, spec, cs.delete_table))
 
     sweep_leftovers(staging_dir)
     if output_dir is not None and Path(output_dir) != Path(staging_dir or tempfile.gettempdir()):
@@ -225,7 +230,7 @@ def build_payload(
     owned = _private_dir(out, "tabhyper-payload-")
     try:
         started = time.perf_counter()
-        staged = _stage(spark_frames, spec, stage, delete_table=delete_table)
+        staged = _stage(spark_frames, stage)
         log.debug("Spark staged the change set in %.2f s", time.perf_counter() - started)
         started = time.perf_counter()
         _read_bucket_stats(staged, stage)
@@ -239,7 +244,7 @@ def build_payload(
             schema=schema,
             database_version=database_version,
             cap_bytes=cap,
-            drop_empty=spec is not None,
+            drop_empty=change_sets is not None,
         )
         log.debug("Hyper wrote %d part(s) in %.2f s", len(parts), time.perf_counter() - started)
     except TabHyperError:
@@ -261,7 +266,8 @@ def build_payload(
         parts,
         schema=schema,
         keep_files=keep_files,
-        change_set=changes,
+        change_set=changes if isinstance(changes, ChangeSet) else None,
+        change_sets=change_sets if isinstance(changes, Mapping) else None,
         _owned_dir=owned,
     )
     log.info(
@@ -304,19 +310,14 @@ def _write_staged(df: DataFrame, target: Path, partition_by: str | None = None) 
     writer.parquet("file://" + str(target.resolve()))
 
 
-def _stage(
-    frames: Sequence[tuple[str, DataFrame, list[ColumnPlan]]],
-    spec: CdcSpec | None,
-    stage: Path,
-    *,
-    delete_table: str,
-) -> list[_Staged]:
-    """Write the change set (or tables) to Parquet with Spark; nothing is collected."""
+def _stage(frames: Sequence[_Frame], stage: Path) -> list[_Staged]:
+    """Write the change sets (or tables) to Parquet with Spark; nothing is collected."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     staged: list[_Staged] = []
-    for index, (name, df, plans) in enumerate(frames):
+    for index, frame in enumerate(frames):
+        name, df, plans, spec = frame.name, frame.df, frame.plans, frame.spec
         staged_names = [f"c{i}" for i in range(len(plans))]
         values = [p.spark_column(F.col(_quoted(p.name))) for p in plans]
         columns = [v.alias(s) for v, s in zip(values, staged_names, strict=True)]
@@ -324,13 +325,13 @@ def _stage(
         observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
         if spec is None:
             row_hash = _row_hash(values)
-            frame = df.select(
+            rows = df.select(
                 *columns,
                 row_hash.alias(ROWHASH_COLUMN),
                 _size_column(plans, values).alias(SIZE_COLUMN),
                 F.pmod(row_hash, F.lit(BUCKETS)).cast("smallint").alias(BUCKET_COLUMN),
             ).observe(observed, F.count(F.lit(1)).alias("rows"))
-            _write_staged(frame, target)
+            _write_staged(rows, target)
             staged.append(
                 _Staged(
                     name, plans, staged_names, _parquet_files(target), _metric(observed, "rows")
@@ -344,7 +345,7 @@ def _stage(
         position += [F.col(_quoted(o)) for o in spec.order_by]
         position += [F.isnull(F.col(_quoted(o))) for o in spec.order_by]
         kind = F.col(KIND_COLUMN)
-        frame = latest.select(
+        rows = latest.select(
             *columns,
             _row_hash(values, position).alias(ROWHASH_COLUMN),
             _size_column(plans, values).alias(SIZE_COLUMN),
@@ -357,7 +358,7 @@ def _stage(
             F.sum(F.when(kind == KIND_UPSERT, 1).otherwise(0)).alias("upserts"),
             F.sum(F.when(kind == KIND_DELETE, 1).otherwise(0)).alias("deletes"),
         )
-        _write_staged(frame, target, partition_by=KIND_COLUMN)
+        _write_staged(rows, target, partition_by=KIND_COLUMN)
         _raise_on_change_set_errors(spec, plans, staged_names, target)
         key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
         upserts = _parquet_files(target / f"{KIND_COLUMN}={KIND_UPSERT}")
@@ -365,7 +366,7 @@ def _stage(
         staged.append(_Staged(name, plans, staged_names, upserts, _metric(observed, "upserts")))
         staged.append(
             _Staged(
-                delete_table,
+                frame.delete_table,
                 [plans[i] for i in key_idx],
                 [staged_names[i] for i in key_idx],
                 deletes,
@@ -377,7 +378,7 @@ def _stage(
 
 def _build_failure(
     err: Exception,
-    frames: Sequence[tuple[str, DataFrame, list[ColumnPlan]]],
+    frames: Sequence[_Frame],
     stage: Path,
     owned: Path,
 ) -> PayloadError:
@@ -395,7 +396,8 @@ def _build_failure(
         )
     # Staged columns are named c0, c1, ...: say which column of which table that is.
     named = []
-    for table, _, plans in frames:
+    for frame in frames:
+        table, plans = frame.name, frame.plans
         for i, plan in enumerate(plans):
             if re.search(rf"\bc{i}\b", first):
                 named.append(f"c{i} is column {plan.name!r} of table {table!r}")

@@ -22,7 +22,7 @@ and written aside, never collected, and reported from there.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,6 +42,7 @@ __all__ = [
     "CdcSpec",
     "ChangeSet",
     "derived_actions",
+    "resolve_change_sets",
 ]
 
 OpMeaning = Literal["upsert", "delete", "ignore"]
@@ -210,6 +211,64 @@ class ChangeSet:
         )
 
 
+def resolve_change_sets(
+    tables: Sequence[str], changes: ChangeSet | Mapping[str, ChangeSet] | None
+) -> dict[str, ChangeSet] | None:
+    """Which change set reads which DataFrame (``tables`` are the DataFrames' names), with the
+    payload table names each one writes. One :class:`ChangeSet` reads one DataFrame; a mapping
+    gives each table of a multi-table change set its own, whose payload tables are then
+    ``<table>_upserts`` and ``<table>_deletes`` unless named otherwise."""
+    if changes is None:
+        return None
+    if isinstance(changes, ChangeSet):
+        if len(tables) != 1:
+            raise PayloadError(
+                f"one ChangeSet reads one DataFrame, and {len(tables)} were given "
+                f"({', '.join(map(repr, tables))}): give a mapping of the same table names to "
+                "their ChangeSets, e.g. {'Orders': ChangeSet('order_id'), 'Customers': "
+                "ChangeSet('customer_id')}"
+            )
+        resolved = {tables[0]: changes}
+    else:
+        if not changes:
+            raise PayloadError("the mapping of change sets is empty")
+        for name, cs in changes.items():
+            if not isinstance(cs, ChangeSet):
+                raise ArgumentTypeError(
+                    f"change set {name!r}: expected a ChangeSet, got {type(cs).__name__}"
+                )
+        missing = [t for t in tables if t not in changes]
+        extra = [str(t) for t in changes if t not in tables]
+        if missing or extra:
+            said = []
+            if missing:
+                said.append(f"no ChangeSet for table(s) {', '.join(map(repr, missing))}")
+            if extra:
+                said.append(f"no DataFrame for change set(s) {', '.join(map(repr, extra))}")
+            raise PayloadError(
+                f"{'; '.join(said)}: a multi-table change set maps the same table names to "
+                "DataFrames and to ChangeSets"
+            )
+        resolved = {}
+        for name in tables:
+            cs = changes[name]
+            upserts = cs.upsert_table if cs.upsert_table != "upserts" else f"{name}_upserts"
+            deletes = cs.delete_table if cs.delete_table != "deletes" else f"{name}_deletes"
+            resolved[name] = replace(cs, upsert_table=upserts, delete_table=deletes)
+    owner: dict[str, str] = {}
+    for name, cs in resolved.items():
+        for value, what in ((cs.upsert_table, "upsert_table"), (cs.delete_table, "delete_table")):
+            if not isinstance(value, str) or not value or "\x00" in value:
+                raise PayloadError(f"change set {name!r}: {what} must be a non-empty name")
+            if value in owner:
+                raise PayloadError(
+                    f"change sets {owner[value]!r} and {name!r} both write payload table "
+                    f"{value!r}: give them different upsert_table / delete_table names"
+                )
+            owner[value] = name
+    return resolved
+
+
 @dataclass(frozen=True)
 class CdcSpec:
     """A validated description of a change set: key, op column, ordering, op meanings."""
@@ -219,37 +278,46 @@ class CdcSpec:
     order_by: tuple[str, ...]
     op_map: Mapping[str, OpMeaning]
     dropped_columns: tuple[str, ...]
+    #: The table this change set feeds, named in errors (a multi-table change set).
+    table: str | None = None
 
     @classmethod
-    def create(cls, columns: Sequence[str], change_set: ChangeSet) -> CdcSpec:
+    def create(
+        cls, columns: Sequence[str], change_set: ChangeSet, *, table: str | None = None
+    ) -> CdcSpec:
         keys = change_set.key
         op_column = change_set.op_column
         order_by = change_set.order_by
         keep_columns = change_set.keep_columns
         present = set(columns)
 
+        where = f"table {table!r}: " if table is not None else ""
+
+        def fail(message: str) -> PayloadError:
+            return PayloadError(where + message)
+
         def need(name: str, role: str) -> None:
             if name not in present:
-                raise PayloadError(
+                raise fail(
                     f"{role} column {name!r} is not in the change set; its columns are "
                     f"{', '.join(repr(c) for c in columns)}"
                 )
 
         if len(set(keys)) != len(keys):
-            raise PayloadError(f"key names a column twice: {list(keys)}")
+            raise fail(f"key names a column twice: {list(keys)}")
         for k in keys:
             need(k, "key")
         if op_column is None:
             op_column = next((c for c in ("_change_type", "op", "__op") if c in present), None)
             if op_column is None:
-                raise PayloadError(
+                raise fail(
                     "a change set needs op_column= (no '_change_type', 'op' or '__op' column "
                     "was found)"
                 )
         need(op_column, "op")
         if order_by is None:
             if "_commit_version" not in present:
-                raise PayloadError(
+                raise fail(
                     "order_by= is required to pick the last change per key (e.g. a commit "
                     "version, a log sequence number or an event timestamp)"
                 )
@@ -258,13 +326,13 @@ class CdcSpec:
         for o in orders:
             need(o, "order_by")
         if op_column in keys or set(orders) & set(keys):
-            raise PayloadError("the op and order_by columns cannot be key columns")
+            raise fail("the op and order_by columns cannot be key columns")
         for c in keep_columns:
             need(c, "keep_columns")
         metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in present)}
         dropped = tuple(c for c in columns if c in metadata and c not in keep_columns)
         op_map = change_set.op_map if change_set.op_map is not None else DEFAULT_OP_MAP
-        return cls(keys, op_column, orders, dict(op_map), dropped)
+        return cls(keys, op_column, orders, dict(op_map), dropped, table)
 
     def data_columns(self, columns: Sequence[str]) -> list[str]:
         """The payload's columns (everything but the change-feed metadata)."""
@@ -288,15 +356,18 @@ class CdcSpec:
             by_meaning[meaning].append(value)
 
         def among(values: list[str]) -> Column:
-            return op.isin(values) if values else F.lit(False)
+            # NULL-safe: a NULL op is no known value.
+            return F.coalesce(op.isin(values), F.lit(False)) if values else F.lit(False)
 
         null_key = reduce(lambda a, b: a | b, [col(k).isNull() for k in self.key])
+        upsert, delete = among(by_meaning["upsert"]), among(by_meaning["delete"])
+        # Ignored changes go first (a Debezium truncate has no key), then unknown ops.
         kind = (
-            F.when(null_key, F.lit(KIND_NULL_KEY))
-            .when(among(by_meaning["upsert"]), F.lit(KIND_UPSERT))
-            .when(among(by_meaning["delete"]), F.lit(KIND_DELETE))
-            .when(among(by_meaning["ignore"]), F.lit(None))
-            .otherwise(F.lit(KIND_UNKNOWN_OP))
+            F.when(among(by_meaning["ignore"]), F.lit(None))
+            .when(~(upsert | delete), F.lit(KIND_UNKNOWN_OP))
+            .when(null_key, F.lit(KIND_NULL_KEY))
+            .when(upsert, F.lit(KIND_UPSERT))
+            .otherwise(F.lit(KIND_DELETE))
         )
         is_error = F.col(KIND_COLUMN).startswith("E_")
         tagged = df.withColumn(KIND_COLUMN, kind).filter(F.col(KIND_COLUMN).isNotNull())
@@ -327,6 +398,12 @@ class CdcSpec:
     def describe_error(
         self, kind: str, key_values: Sequence[object], op: object, order: object, count: int
     ) -> str:
+        where = f"table {self.table!r}: " if self.table is not None else ""
+        return where + self._describe_error(kind, key_values, op, order, count)
+
+    def _describe_error(
+        self, kind: str, key_values: Sequence[object], op: object, order: object, count: int
+    ) -> str:
         key_text = ", ".join(f"{k}={v!r}" for k, v in zip(self.key, key_values, strict=True))
         more = f" ({count} offending rows in the change set)" if count > 1 else ""
         if kind == KIND_NULL_KEY:
@@ -337,6 +414,13 @@ class CdcSpec:
             )
         if kind == KIND_UNKNOWN_OP:
             known = ", ".join(repr(v) for v in self.op_map)
+            if op == "t" and self.op_map.get("d") == "delete" and "c" in self.op_map:
+                return (
+                    f"the change set holds a Debezium truncate (op 't'){more}: a truncate has "
+                    "no key and no order against other partitions' events, so no update can "
+                    "place it. Clear or republish the target yourself, or drop truncates with "
+                    "Debezium(..., truncate='ignore') (op_map={'t': 'ignore'})"
+                )
             return (
                 f"op column {self.op_column!r} holds the unknown value {op!r}, e.g. for key "
                 f"({key_text}){more}; known values: {known} (pass op_map= to map others)"

@@ -166,6 +166,8 @@ class Payload:
     keep_files: bool = False
     #: How the rows were read as a change set (``None`` for a plain payload).
     change_set: ChangeSet | None = None
+    #: A multi-table change set: each target table's ChangeSet, naming its payload tables.
+    change_sets: Mapping[str, ChangeSet] | None = None
     _owned_dir: Path | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -181,7 +183,12 @@ class Payload:
 
     @property
     def is_cdc(self) -> bool:
-        return self.change_set is not None
+        return self.change_set is not None or bool(self.change_sets)
+
+    @property
+    def is_multi_table(self) -> bool:
+        """A change set of several tables, each with its own target (``change_sets``)."""
+        return bool(self.change_sets)
 
     @property
     def key(self) -> tuple[str, ...] | None:
@@ -217,7 +224,7 @@ class Payload:
         """The identity of the whole change set: every table's columns and rows and, for a
         change set, the op and ordering values of each change. The same for a rebuild of the
         same slice of a feed; different for a later slice with equal rows."""
-        identity = [
+        identity: list[Any] = [
             self.schema,
             list(self.key) if self.key is not None else None,
             [
@@ -225,6 +232,13 @@ class Payload:
                 for t in sorted(self.tables.values(), key=lambda t: t.name)
             ],
         ]
+        if self.change_sets:
+            identity.append(
+                [
+                    [name, list(cs.key), cs.upsert_table, cs.delete_table]
+                    for name, cs in self.change_sets.items()
+                ]
+            )
         text = json.dumps(identity, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -237,8 +251,10 @@ class Payload:
     ) -> ActionBatch:
         """A change set's actions on ``target_schema.target_table``: delete the keys of the
         ``deletes`` table, then upsert the ``upserts`` table, each by key (only the tables
-        ``part`` holds; the first part by default)."""
-        if self.change_set is None:
+        ``part`` holds; the first part by default). A multi-table change set does so for each
+        of its tables, in turn, on the table of the same name (``target_table`` is refused:
+        the mapping names the targets)."""
+        if not self.is_cdc:
             raise InvalidArgumentError(
                 "no actions to apply: pass actions= (only a payload built with a ChangeSet "
                 "derives its own)"
@@ -247,17 +263,28 @@ class Payload:
             if not self.parts:
                 raise PayloadError("an empty change set has no actions: nothing to apply")
             part = self.parts[0]
-        cs = self.change_set
-        return ActionBatch(
-            actions=derived_actions(
+        if self.change_sets:
+            if target_table != DEFAULT_SCHEMA:
+                raise InvalidArgumentError(
+                    f"target_table={target_table!r} does not apply to a multi-table change set: "
+                    f"each table's changes go to the table of its name "
+                    f"({', '.join(map(repr, self.change_sets))})"
+                )
+            targets = list(self.change_sets.items())
+        else:
+            assert self.change_set is not None
+            targets = [(target_table, self.change_set)]
+        actions = []
+        for table, cs in targets:
+            actions += derived_actions(
                 cs.key,
                 target_schema=target_schema,
-                target_table=target_table,
+                target_table=table,
                 source_schema=self.schema,
                 delete_table=cs.delete_table if cs.delete_table in part.tables else None,
                 upsert_table=cs.upsert_table if cs.upsert_table in part.tables else None,
             )
-        )
+        return ActionBatch(actions=actions)
 
     # -- checks ----------------------------------------------------------------------------
     def validate(self, batch: Any) -> ActionBatch:
@@ -367,6 +394,11 @@ class Payload:
         doc = {
             "schema": self.schema,
             "change_set": self.change_set.to_dict() if self.change_set is not None else None,
+            "change_sets": (
+                {name: cs.to_dict() for name, cs in self.change_sets.items()}
+                if self.change_sets
+                else None
+            ),
             "parts": [
                 {
                     "file": os.path.relpath(p.path, where),
@@ -462,7 +494,18 @@ class Payload:
                 raise PayloadError(f"payload part {str(file)!r} changed since it was built")
             parts.append(part)
         change_set = ChangeSet.from_dict(doc["change_set"]) if doc.get("change_set") else None
-        return cls(parts, schema=str(doc["schema"]), keep_files=keep_files, change_set=change_set)
+        change_sets = (
+            {str(name): ChangeSet.from_dict(cs) for name, cs in doc["change_sets"].items()}
+            if doc.get("change_sets")
+            else None
+        )
+        return cls(
+            parts,
+            schema=str(doc["schema"]),
+            keep_files=keep_files,
+            change_set=change_set,
+            change_sets=change_sets,
+        )
 
     # -- the round trip ----------------------------------------------------------------------
     def upload(

@@ -245,6 +245,9 @@ class UploadedPayload:
         #: The first part's upload session, sent by ``upload()`` and not yet used, and the
         #: seconds its upload took.
         self._uploaded_first: tuple[str, float] | None = None
+        #: Whether a finished update of the same request id but other content is an error
+        #: (the streaming sink: one batch id, one content) rather than a warning.
+        self.replay_must_match = False
 
     def upload_first_part(self) -> None:
         """Look the target up and upload the first part (what ``upload()`` does before it
@@ -418,6 +421,14 @@ class UploadedPayload:
         if not record.started:
             self.state.save(fresh)
             return fresh
+        if record.finished and self.replay_must_match:
+            raise UpdateStateError(
+                f"{label} was applied before with other content ({len(record.parts)} part(s), "
+                f"{len(plan)} now): the same position cannot hold two contents. If the "
+                "stream's checkpoint was reset or replaced, give the sink a new sink_id; "
+                "if the batch's content is not deterministic (e.g. it reads the clock), make "
+                "it so"
+            )
         if record.finished:
             log.warning(
                 "%s was applied before with other content (%d part(s)); nothing is sent: "

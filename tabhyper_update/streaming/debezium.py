@@ -1,0 +1,278 @@
+"""Debezium change events → a change set that :func:`build_payload` reads.
+
+A Debezium event's envelope holds ``before``, ``after``, ``op``, ``source`` and ``ts_ms``. With
+the JSON converter's schemas on, each Kafka value wraps it as ``{"schema": …, "payload": …}``.
+:class:`Debezium` turns a DataFrame of such events into one row per change:
+
+- ``c`` (create), ``r`` (snapshot read) and ``u`` (update) give the ``after`` row, ``d``
+  (delete) the ``before`` row, of which only the key columns are used (a delete's ``before``
+  holds only the key unless the table has full replica identity);
+- tombstones (a ``null`` value after each delete) and ``m`` (message) events are dropped;
+- ``t`` (truncate) is refused by default, naming it, or dropped with ``truncate="ignore"``:
+  a truncate carries no key and no order against other partitions' events, so no derived
+  update can place it;
+- a primary-key change arrives as a delete of the old key and a create of the new one, two
+  keys that the change set handles on their own;
+- changes are ordered by the source position (``source.lsn`` by default: PostgreSQL), then by
+  the event's ``ts_ms``; an event delivered twice (a connector restart) has the same position
+  and is counted once.
+
+The rows come out with three more columns in Debezium's own flattened naming: ``__op``, one
+``__<position>`` column per position field (``__source_lsn``), and ``__ts_ms``. Malformed JSON
+or a value that does not fit ``row_schema`` fails the build, naming Spark's parse error:
+nothing is dropped unseen.
+
+>>> orders = Debezium("id BIGINT, name STRING, amount DOUBLE", key="id")  # doctest: +SKIP
+>>> build_payload(orders.changes(kafka_df), orders.change_set)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+from ..cdc import ChangeSet
+from ..errors import ArgumentTypeError, InvalidArgumentError, PayloadError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType, StructType
+
+__all__ = ["SOURCE_FIELDS", "Debezium"]
+
+#: The ``source`` fields a position may name when events arrive as JSON, with their types
+#: (PostgreSQL ``lsn``; MySQL ``file``, ``pos``, ``row``; SQL Server ``change_lsn`` and
+#: ``commit_lsn``; Oracle ``scn``; and the connectors' common fields).
+SOURCE_FIELDS = {
+    "lsn": "bigint",
+    "txId": "bigint",
+    "ts_ms": "bigint",
+    "sequence": "string",
+    "file": "string",
+    "pos": "bigint",
+    "row": "int",
+    "gtid": "string",
+    "change_lsn": "string",
+    "commit_lsn": "string",
+    "event_serial_no": "bigint",
+    "scn": "string",
+    "commit_scn": "string",
+    "db": "string",
+    "schema": "string",
+    "table": "string",
+}
+
+OP_COLUMN = "__op"
+TS_COLUMN = "__ts_ms"
+_UPSERT_OPS = ("c", "r", "u")
+_IGNORED_OPS = ("m",)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+class Debezium:
+    """How to read Debezium change events for one table.
+
+    ``row_schema``: the table's columns (a Spark ``StructType`` or a DDL string such as
+    ``"id BIGINT, name STRING"``), typed as the JSON converter writes them. ``key``: the key
+    column(s). ``position``: what orders the changes of one key, as ``source.<field>`` paths
+    or columns of the event DataFrame (e.g. Kafka's ``offset``: Debezium keys its messages,
+    so one key's events share a partition); ``ts_ms`` breaks ties. ``table``: keep only
+    events whose ``source.table`` is this (a topic carrying several tables). ``truncate``:
+    ``"error"`` or ``"ignore"``.
+    """
+
+    def __init__(
+        self,
+        row_schema: StructType | str,
+        *,
+        key: Sequence[str] | str,
+        position: Sequence[str] | str = ("source.lsn",),
+        table: str | None = None,
+        truncate: Literal["error", "ignore"] = "error",
+    ) -> None:
+        if not isinstance(row_schema, str) and not hasattr(row_schema, "fields"):
+            raise ArgumentTypeError(
+                f"Debezium row_schema= takes a StructType or a DDL string such as "
+                f"'id BIGINT, name STRING', got {type(row_schema).__name__}"
+            )
+        if truncate not in ("error", "ignore"):
+            raise InvalidArgumentError(
+                f"Debezium truncate= is 'error' or 'ignore', got {truncate!r}"
+            )
+        if table is not None and (not isinstance(table, str) or not table):
+            raise ArgumentTypeError(f"Debezium table= takes a table name, got {table!r}")
+        positions = (position,) if isinstance(position, str) else tuple(position)
+        if not positions or not all(isinstance(p, str) and p for p in positions):
+            raise ArgumentTypeError(
+                f"Debezium position= takes one or more column paths, got {position!r}"
+            )
+        self.row_schema = row_schema
+        self.position = positions
+        self.table = table
+        self.truncate = truncate
+        self.order_columns = (*("__" + p.replace(".", "_") for p in positions), TS_COLUMN)
+        ops: dict[str, str] = dict.fromkeys(_UPSERT_OPS, "upsert")
+        ops["d"] = "delete"
+        ops.update(dict.fromkeys(_IGNORED_OPS, "ignore"))
+        if truncate == "ignore":
+            ops["t"] = "ignore"
+        # The ChangeSet checks ``key`` (and raises naming it) before the schema is parsed.
+        self.change_set = ChangeSet(
+            key, op_column=OP_COLUMN, order_by=self.order_columns, op_map=ops
+        )
+        self.key = self.change_set.key
+
+    def __repr__(self) -> str:
+        return (
+            f"Debezium(key={list(self.key)!r}, position={list(self.position)!r}, "
+            f"table={self.table!r}, truncate={self.truncate!r})"
+        )
+
+    # -- schema --------------------------------------------------------------------------
+    def _row_type(self) -> StructType:
+        from pyspark.sql.types import StructType
+
+        if isinstance(self.row_schema, StructType):
+            schema = self.row_schema
+        else:
+            try:
+                parsed = StructType.fromDDL(self.row_schema)
+                assert isinstance(parsed, StructType)
+                schema = parsed
+            except Exception as err:
+                raise PayloadError(
+                    f"Debezium row_schema {self.row_schema!r} is not a valid schema: "
+                    f"{str(err).splitlines()[0]}"
+                ) from None
+        names = [f.name for f in schema.fields]
+        for k in self.key:
+            if k not in names:
+                raise PayloadError(
+                    f"Debezium key column {k!r} is not in row_schema (its columns: "
+                    f"{', '.join(map(repr, names))})"
+                )
+        clash = [n for n in names if n in (OP_COLUMN, *self.order_columns)]
+        if clash:
+            raise PayloadError(
+                f"row_schema column(s) {', '.join(map(repr, clash))} clash with the change "
+                "columns Debezium events add; rename them"
+            )
+        return schema
+
+    def _source_type(self) -> StructType:
+        from pyspark.sql.types import StructType, _parse_datatype_string
+
+        fields = {"table"}
+        for p in self.position:
+            if p.startswith("source."):
+                name = p.removeprefix("source.")
+                if name not in SOURCE_FIELDS:
+                    raise PayloadError(
+                        f"Debezium position {p!r}: events parsed from JSON know the source "
+                        f"fields {', '.join(SOURCE_FIELDS)}; for another, parse the events "
+                        "yourself and pass the before/after/op/source columns"
+                    )
+                fields.add(name)
+        result = StructType()
+        for name in SOURCE_FIELDS:
+            if name in fields:
+                kind: DataType = _parse_datatype_string(SOURCE_FIELDS[name])
+                result = result.add(name, kind)
+        return result
+
+    def _envelope_type(self, row: StructType) -> StructType:
+        from pyspark.sql.types import LongType, StringType, StructType
+
+        return (
+            StructType()
+            .add("before", row)
+            .add("after", row)
+            .add("op", StringType())
+            .add("ts_ms", LongType())
+            .add("source", self._source_type())
+        )
+
+    # -- the change rows ---------------------------------------------------------------------
+    def changes(self, events: DataFrame) -> DataFrame:
+        """One row per change of ``events``: a Kafka-style DataFrame (a ``value`` column of
+        JSON text or bytes, with or without the schema wrapper) or already-parsed
+        ``before`` / ``after`` / ``op`` / ``source`` / ``ts_ms`` columns (or a ``payload``
+        struct holding them). Lazy: nothing runs until the payload is built."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import BinaryType
+
+        row = self._row_type()
+        columns = events.columns
+        extra: dict[str, Column] = {}
+        for p in self.position:
+            if not p.startswith("source."):
+                if p not in columns:
+                    raise PayloadError(
+                        f"Debezium position {p!r} is neither 'source.<field>' nor a column of "
+                        f"the events (their columns: {', '.join(map(repr, columns))})"
+                    )
+                extra[p] = F.col(_quoted(p))
+        if "value" in columns:
+            value = F.col("value")
+            if isinstance(events.schema["value"].dataType, BinaryType):
+                value = value.cast("string")
+            envelope = self._envelope_type(row)
+            wrapped = envelope.add("payload", envelope)
+            parsed = F.from_json(value, wrapped, {"mode": "FAILFAST"})
+            # The schema wrapper's envelope is in ``payload``; without it, at the top.
+            env: Column = F.when(parsed["payload"].isNotNull(), parsed["payload"]).otherwise(parsed)
+        elif "payload" in columns:
+            env = F.col("payload")
+        elif "op" in columns and ("after" in columns or "before" in columns):
+            if "source" not in columns and any(p.startswith("source.") for p in self.position):
+                raise PayloadError(
+                    f"Debezium position {list(self.position)!r} reads the 'source' column, "
+                    "which the events lack: pass position= naming one of their columns"
+                )
+            env = F.struct(
+                *[
+                    F.col(c) if c in columns else F.lit(None).alias(c)
+                    for c in ("before", "after", "op", "ts_ms", "source")
+                ]
+            )
+        else:
+            raise PayloadError(
+                "Debezium events need a 'value' column (JSON text or bytes), a 'payload' "
+                "struct, or 'op' with 'before' / 'after' columns; the DataFrame has "
+                f"{', '.join(map(repr, columns))}"
+            )
+        return self._rows(events, env, row, extra)
+
+    def _rows(
+        self, events: DataFrame, env: Column, row: StructType, extra: dict[str, Column]
+    ) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        staged = events.select(
+            env.alias("e"), *[c.alias(f"p{i}") for i, c in enumerate(extra.values())]
+        )
+        op = F.col("e.op")
+        # Tombstones (a null value, or an envelope without an op) carry no change.
+        kept = staged.filter(F.col("e").isNotNull() & op.isNotNull())
+        if self.table is not None:
+            kept = kept.filter(F.col("e.source.table") == F.lit(self.table))
+        is_delete = op == F.lit("d")
+        data = [
+            F.when(is_delete, F.col("e.before")[f.name])
+            .otherwise(F.col("e.after")[f.name])
+            .alias(f.name)
+            for f in row.fields
+        ]
+        order: list[Column] = []
+        extra_names = list(extra)
+        for p, name in zip(self.position, self.order_columns[:-1], strict=True):
+            if p.startswith("source."):
+                order.append(F.col("e.source")[p.removeprefix("source.")].alias(name))
+            else:
+                order.append(F.col(f"p{extra_names.index(p)}").alias(name))
+        out = kept.select(*data, op.alias(OP_COLUMN), *order, F.col("e.ts_ms").alias(TS_COLUMN))
+        # The same event delivered twice (a connector restart) has the same position.
+        return out.dropDuplicates([*self.key, OP_COLUMN, *self.order_columns])

@@ -1,0 +1,310 @@
+"""``TableauSink``: a Structured Streaming ``foreachBatch`` function that updates a data source.
+
+Spark delivers ``foreachBatch`` at least once: a query that dies after a batch was written
+but before the checkpoint's commit runs that batch id again on restart, with the same input.
+The sink makes that exactly once. Each batch's update carries a RequestID made of the sink's
+id (the query's id unless given) and the batch id, so:
+
+- a replayed batch whose update the sink's record shows applied is skipped without an update
+  request; one whose record was lost is sent with the same RequestID, which the server
+  deduplicates; one interrupted mid-update resumes where it stopped;
+- a later batch is a new update even when its rows equal an earlier batch's;
+- the same batch id with other content is an error (:class:`UpdateStateError`), never a
+  silent skip: it means the checkpoint was reset under a fixed ``sink_id``, or the batch is
+  not deterministic.
+
+Empty batches send nothing. A failed update raises, which fails the batch and stops the
+query; restarting it retries the batch. Each batch is built with :func:`build_payload`
+(Spark's executors stage the rows; the driver collects nothing) and sent with
+:meth:`TableauClient.update_datasource`, which checks everything before its first request.
+
+    query = (changes.writeStream
+             .foreachBatch(TableauSink("Orders", ChangeSet("id", op_column="op",
+                                                           order_by="seq"),
+                                       target_table="Orders"))
+             .option("checkpointLocation", "/checkpoints/orders")
+             .trigger(availableNow=True)
+             .start())
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..actions import ActionBatch, Insert, Upsert
+from ..build import build_payload
+from ..cdc import ChangeSet
+from ..client import DataSourceRef, TableauClient
+from ..errors import ArgumentTypeError, ConfigurationError, InvalidArgumentError
+from ..payload import DEFAULT_MAX_PAYLOAD_MB, Payload
+from ..roundtrip import UpdateResult, upload_payload
+from .debezium import Debezium
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from pyspark.sql import DataFrame
+
+    Changes: TypeAlias = ChangeSet | Debezium | Mapping[str, ChangeSet | Debezium]
+    Prepare: TypeAlias = Callable[[DataFrame], DataFrame | Mapping[str, DataFrame]]
+
+__all__ = ["TableauSink"]
+
+log = logging.getLogger(__name__)
+
+
+#: Spark sets this local property on the thread that runs a streaming query's batches.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+_SINK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+def batch_request_id(sink_id: str, batch_id: int) -> str:
+    """The RequestID of batch ``batch_id``'s update (parts add ``-part-N``)."""
+    return f"tabhyper-sink-{sink_id}-batch-{batch_id}"
+
+
+class TableauSink:
+    """A ``foreachBatch`` function: each micro-batch becomes one update of ``target``.
+
+    ``changes``: how a batch is read. A :class:`ChangeSet` (the batch is a change set: the
+    last change per key is upserted or deleted on ``target_schema.target_table``), a
+    :class:`Debezium` (the batch holds Debezium events), or a mapping of table name → either,
+    for a multi-table change set applied in one update, each table to the table of its name
+    (tables without changes in a batch are left out). ``None`` with ``actions``: a plain
+    stream whose rows the actions read (e.g. append-only facts, ``Insert(source_table=...)``);
+    insert and upsert actions whose table is empty in a batch are left out of its update.
+
+    ``prepare``: a function from the batch to the DataFrame (or mapping of table name →
+    DataFrame) to build from, e.g. to split one topic into tables; a Debezium's own
+    parsing runs after it. ``sink_id``: the identity of this sink across restarts (by
+    default the query's id, which lives in the checkpoint); give a new one whenever the
+    checkpoint is replaced. ``client`` defaults to :meth:`TableauClient.from_env`.
+    """
+
+    def __init__(
+        self,
+        target: DataSourceRef | str,
+        changes: Changes | None = None,
+        *,
+        client: TableauClient | None = None,
+        actions: Any = None,
+        prepare: Prepare | None = None,
+        target_table: str | None = None,
+        target_schema: str | None = None,
+        sink_id: str | None = None,
+        max_payload_mb: float | None = DEFAULT_MAX_PAYLOAD_MB,
+        staging_dir: str | os.PathLike[str] | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        if not isinstance(target, (DataSourceRef, str)) or not target:
+            raise ArgumentTypeError(
+                f"TableauSink's target is a data source name or a DataSourceRef, got {target!r}"
+            )
+        self._tables = _check_changes(changes)
+        if changes is None and actions is None:
+            raise InvalidArgumentError(
+                "TableauSink needs changes= (a ChangeSet, a Debezium, or a mapping of table "
+                "name → either) or actions= for a plain stream"
+            )
+        if changes is not None and actions is not None:
+            raise InvalidArgumentError(
+                "TableauSink takes changes= (whose actions are derived) or actions=, not both"
+            )
+        self.actions = ActionBatch.coerce(actions) if actions is not None else None
+        if self._tables is not None and len(self._tables) > 1 and target_table is not None:
+            raise InvalidArgumentError(
+                "target_table= does not apply to a multi-table change set: each table's "
+                "changes go to the table of its name"
+            )
+        for what, value in (("target_table", target_table), ("target_schema", target_schema)):
+            if value is None:
+                continue
+            if self.actions is not None:
+                raise InvalidArgumentError(
+                    f"{what}= chooses the target of a change set's derived actions; the "
+                    "actions passed name their own target tables"
+                )
+            if not isinstance(value, str) or not value or "\x00" in value:
+                raise InvalidArgumentError(f"{what}= must be a non-empty name, got {value!r}")
+        if prepare is not None and not callable(prepare):
+            raise ArgumentTypeError(f"prepare= takes a function, got {prepare!r}")
+        if sink_id is not None and (
+            not isinstance(sink_id, str) or not _SINK_ID.fullmatch(sink_id)
+        ):
+            raise InvalidArgumentError(
+                f"sink_id must be 1-128 letters, digits, '.', '_', ':' or '-' (starting with a "
+                f"letter or digit), got {sink_id!r}"
+            )
+        if client is None:
+            if isinstance(target, DataSourceRef) and target.client is not None:
+                client = target.client
+            else:
+                try:
+                    client = TableauClient.from_env()
+                except ConfigurationError as err:
+                    raise ConfigurationError(
+                        f"no client for the sink: pass client=TableauClient(...) or configure "
+                        f"the environment ({err})"
+                    ) from None
+        self.client = client
+        self.changes = changes
+        self.prepare = prepare
+        self.target_table = target_table
+        self.target_schema = target_schema
+        self.sink_id = sink_id
+        self.max_payload_mb = max_payload_mb
+        self.staging_dir = staging_dir
+        self.state_dir = state_dir
+        self.timeout = timeout
+        self._target = target
+        self._lock = threading.Lock()
+        #: The last batch's result (``None`` for an empty batch): for logs and tests.
+        self.last_result: UpdateResult | None = None
+
+    def __repr__(self) -> str:
+        shown = (
+            self._target.name or self._target.id
+            if isinstance(self._target, DataSourceRef)
+            else self._target
+        )
+        return f"TableauSink(target={shown!r}, changes={self.changes!r}, sink_id={self.sink_id!r})"
+
+    # -- one batch ----------------------------------------------------------------------------
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """Apply micro-batch ``batch_id`` (what ``foreachBatch`` calls)."""
+        with self._lock:
+            self.last_result = self._apply(batch, int(batch_id))
+
+    def _apply(self, batch: DataFrame, batch_id: int) -> UpdateResult | None:
+        sink_id = self.sink_id or _query_id(batch)
+        request_id = batch_request_id(sink_id, batch_id)
+        frames = self.prepare(batch) if self.prepare is not None else batch
+        source, change_sets = self._source(frames)
+        payload = build_payload(
+            source,
+            change_sets,
+            max_payload_mb=self.max_payload_mb,
+            staging_dir=self.staging_dir,
+        )
+        with payload:
+            actions = self.actions
+            if actions is not None:
+                actions = _without_empty_sources(actions, payload)
+                if actions is None:
+                    log.info("batch %d: no rows to send; nothing sent", batch_id)
+                    return None
+            if payload.is_empty and actions is None:
+                log.info("batch %d: no changes; nothing sent", batch_id)
+                return None
+            uploaded = upload_payload(
+                payload,
+                self._target,
+                client=self.client,
+                progress=False,
+                state_dir=self.state_dir,
+                upload_first=False,
+            )
+            uploaded.replay_must_match = True
+            result = uploaded.apply(
+                actions,
+                target_table=self.target_table,
+                target_schema=self.target_schema,
+                request_id=request_id,
+                timeout=self.timeout,
+            )
+            # Later batches need no lookup.
+            self._target = uploaded.target
+        how = "skipped (applied before)" if result.deduplicated else "applied"
+        log.info("batch %d of sink %s: %s (RequestID %s)", batch_id, sink_id, how, request_id)
+        return result
+
+    def _source(
+        self, frames: DataFrame | Mapping[str, DataFrame]
+    ) -> tuple[DataFrame | Mapping[str, DataFrame], ChangeSet | dict[str, ChangeSet] | None]:
+        """What to build from: the frames (Debezium events parsed) and their change sets."""
+        if self._tables is None:
+            return frames, None
+        if not isinstance(frames, Mapping):
+            if len(self._tables) != 1:
+                frames = dict.fromkeys(self._tables, frames)
+            else:
+                (name,) = self._tables
+                frames = {name: frames}
+        missing = [n for n in self._tables if n not in frames]
+        if missing:
+            raise InvalidArgumentError(
+                f"prepare() gave no DataFrame for table(s) {', '.join(map(repr, missing))} of "
+                "the sink's change sets"
+            )
+        parsed = {
+            name: (how.changes(frames[name]) if isinstance(how, Debezium) else frames[name])
+            for name, how in self._tables.items()
+        }
+        sets = {
+            name: (how.change_set if isinstance(how, Debezium) else how)
+            for name, how in self._tables.items()
+        }
+        if isinstance(self.changes, (ChangeSet, Debezium)):
+            ((_, df),) = parsed.items()
+            ((_, cs),) = sets.items()
+            return df, cs
+        return parsed, sets
+
+
+def _check_changes(changes: Changes | None) -> dict[str, ChangeSet | Debezium] | None:
+    if changes is None:
+        return None
+    if isinstance(changes, (ChangeSet, Debezium)):
+        return {"Extract": changes}
+    if isinstance(changes, Mapping) and changes:
+        for name, how in changes.items():
+            if not isinstance(name, str) or not name:
+                raise ArgumentTypeError(f"TableauSink changes: {name!r} is not a table name")
+            if not isinstance(how, (ChangeSet, Debezium)):
+                raise ArgumentTypeError(
+                    f"TableauSink changes[{name!r}]: expected a ChangeSet or a Debezium, got "
+                    f"{type(how).__name__}"
+                )
+        return dict(changes)
+    raise ArgumentTypeError(
+        "TableauSink changes= takes a ChangeSet, a Debezium, or a non-empty mapping of table "
+        f"name → either, got {changes!r}"
+    )
+
+
+def _query_id(batch: DataFrame) -> str:
+    context = batch.sparkSession.sparkContext
+    query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
+    if not query_id:
+        raise ConfigurationError(
+            "the streaming query's id is not known here (not called by foreachBatch, or a "
+            "Spark Connect session): pass TableauSink(..., sink_id=...) naming this sink"
+        )
+    return str(query_id)
+
+
+def _without_empty_sources(batch: ActionBatch, payload: Payload) -> ActionBatch | None:
+    """``batch`` less the inserts and upserts whose table holds no rows in this batch;
+    ``None`` when nothing is left to send."""
+    tables = payload.tables
+    kept = []
+    for action in batch.actions:
+        if isinstance(action, (Insert, Upsert)):
+            info = tables.get(action.source_table or "")
+            if info is not None and info.row_count == 0:
+                log.info(
+                    "table %r is empty in this batch: its %s is left out",
+                    info.name,
+                    action.action,
+                )
+                continue
+        kept.append(action)
+    if not kept or (payload.is_empty and all(a.reads_source for a in kept)):
+        return None
+    return ActionBatch(actions=kept)
