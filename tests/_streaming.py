@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
     from tabhyper_update.streaming import TableauSink
 
@@ -77,7 +77,7 @@ def run_query(
     *,
     schema: str = SCHEMA,
     text: bool = False,
-    timeout: float = 180,
+    timeout: int = 180,
 ) -> StreamingQuery:
     """Run the query over what ``source`` holds (one file per batch) and wait for its end."""
     reader = spark.readStream.option("maxFilesPerTrigger", 1)
@@ -89,7 +89,7 @@ def run_query(
         .start()
     )
     try:
-        finished = query.awaitTermination(timeout)
+        finished = query.awaitTermination(int(timeout))
     except BaseException:
         query.stop()
         raise

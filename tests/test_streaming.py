@@ -29,7 +29,16 @@ from tabhyper_update.streaming.sink import batch_request_id
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
 
-from ._streaming import PAT, START, TABLE_DDL, expected_state, run_query, start_rows, wait_for
+from ._streaming import (
+    PAT,
+    START,
+    TABLE_DDL,
+    Change,
+    expected_state,
+    run_query,
+    start_rows,
+    wait_for,
+)
 from ._streaming import write_batch as write
 
 if TYPE_CHECKING:
@@ -38,10 +47,17 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 CDC = ChangeSet("id", op_column="op", order_by="seq")
-B1 = [(1, "a1", 11, "U", 1), (4, "d", 40, "I", 2), (2, None, None, "D", 3)]
-B2 = [(1, "a", 10, "U", 4), (4, "d2", 41, "U", 5), (4, "d3", 42, "U", 6)]  # 1 flips back
+B1: list[Change] = [(1, "a1", 11, "U", 1), (4, "d", 40, "I", 2), (2, None, None, "D", 3)]
+B2: list[Change] = [
+    (1, "a", 10, "U", 4),
+    (4, "d2", 41, "U", 5),
+    (4, "d3", 42, "U", 6),
+]  # 1 flips back
 B3 = list(B1)  # the same rows as batch 1, positions included: still a new batch
-B4 = [(5, "e", 50, "I", 7), (5, None, None, "D", 8)]  # nets out to a delete of a missing key
+B4: list[Change] = [
+    (5, "e", 50, "I", 7),
+    (5, None, None, "D", 8),
+]  # nets out to a delete of a missing key
 
 
 @dataclass
