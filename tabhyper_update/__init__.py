@@ -50,6 +50,7 @@ from .payload import ColumnInfo, Payload, PayloadPart, TableInfo
 from .policies import PollPolicy, RetryPolicy
 from .publish import BootstrapResult, Project
 from .roundtrip import PartUpdate, UpdateResult, UploadedPayload
+from .streaming import Debezium, TableauSink
 
 __all__ = [
     "Action",
@@ -69,6 +70,7 @@ __all__ = [
     "ConnectionFailedError",
     "Const",
     "DataSourceRef",
+    "Debezium",
     "Delete",
     "Insert",
     "InvalidActionBatchError",
@@ -93,6 +95,7 @@ __all__ = [
     "TabHyperError",
     "TableInfo",
     "TableauClient",
+    "TableauSink",
     "TlsVerificationError",
     "TransportError",
     "UnsupportedServerError",

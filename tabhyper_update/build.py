@@ -384,7 +384,7 @@ def _build_failure(
 ) -> PayloadError:
     """Our error for a failure inside Spark or Hyper, naming what a user can act on."""
     text = str(err)
-    first = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
+    first = _first_cause(text) or type(err).__name__
     if len(first) > 400:
         first = first[:400] + "…"
     engine = "Hyper" if type(err).__module__.startswith("tableauhyperapi") else "Spark"
@@ -403,6 +403,24 @@ def _build_failure(
                 named.append(f"c{i} is column {plan.name!r} of table {table!r}")
     where = f" ({'; '.join(named)})" if named and engine == "Hyper" else ""
     return PayloadError(f"{engine} failed while building the payload: {first}{where}")
+
+
+#: Spark's error classes (``[MALFORMED_RECORD_IN_PARSING.WITHOUT_SUGGESTION]``).
+_ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*\]")
+
+
+def _first_cause(text: str) -> str:
+    """The line of an engine's error that says what went wrong: the first naming a Spark
+    error class, else the first that is not Py4J's "An error occurred while calling"."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        found = _ERROR_CLASS.search(line)
+        if found is not None and not line.startswith("at "):
+            return line[found.start() :]
+    for line in lines:
+        if not line.startswith(("An error occurred while calling", "at ", "Traceback")):
+            return line
+    return lines[0] if lines else ""
 
 
 def _metric(observed: Any, name: str) -> int:

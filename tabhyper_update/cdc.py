@@ -235,7 +235,9 @@ def resolve_change_sets(
         for name, cs in changes.items():
             if not isinstance(cs, ChangeSet):
                 raise ArgumentTypeError(
-                    f"change set {name!r}: expected a ChangeSet, got {type(cs).__name__}"
+                    f"change set {name!r}: expected a ChangeSet, got {type(cs).__name__} "
+                    "(build_payload's second argument is a ChangeSet(key=..., op_column=..., "
+                    "order_by=...) or a mapping of table name → ChangeSet)"
                 )
         missing = [t for t in tables if t not in changes]
         extra = [str(t) for t in changes if t not in tables]

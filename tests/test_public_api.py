@@ -10,7 +10,15 @@ import pytest
 
 import tabhyper_update
 import tabhyper_update.testing
-from tabhyper_update import ChangeSet, Payload, TableauClient, UploadedPayload, build_payload
+from tabhyper_update import (
+    ChangeSet,
+    Debezium,
+    Payload,
+    TableauClient,
+    TableauSink,
+    UploadedPayload,
+    build_payload,
+)
 
 EXPECTED = {
     "Action",
@@ -29,6 +37,7 @@ EXPECTED = {
     "ConnectionFailedError",
     "Const",
     "DataSourceRef",
+    "Debezium",
     "Delete",
     "Insert",
     "InvalidActionBatchError",
@@ -51,6 +60,7 @@ EXPECTED = {
     "TabHyperError",
     "TableInfo",
     "TableauClient",
+    "TableauSink",
     "TransportError",
     "UnsupportedServerError",
     "UpdateStateError",
@@ -102,6 +112,12 @@ def test_public_surface_is_pinned() -> None:
             "wait, timeout, progress, state_dir",
         ),
         (Payload.derived_actions, "self, part, *, target_table, target_schema"),
+        (
+            TableauSink,
+            "target, changes, *, client, actions, prepare, target_table, target_schema, "
+            "sink_id, max_payload_mb, staging_dir, state_dir, timeout",
+        ),
+        (Debezium, "row_schema, *, key, position, table, truncate"),
     ],
 )
 def test_the_round_trip_signatures_are_pinned(

@@ -66,6 +66,7 @@ OP_COLUMN = "__op"
 TS_COLUMN = "__ts_ms"
 _UPSERT_OPS = ("c", "r", "u")
 _IGNORED_OPS = ("m",)
+_ENVELOPE = ("before", "after", "op", "ts_ms", "source")
 
 
 def _quoted(name: str) -> str:
@@ -219,11 +220,14 @@ class Debezium:
             value = F.col("value")
             if isinstance(events.schema["value"].dataType, BinaryType):
                 value = value.cast("string")
-            envelope = self._envelope_type(row)
-            wrapped = envelope.add("payload", envelope)
+            # A tombstone: a null value (Kafka), or an empty or ``null`` line (a file).
+            value = F.when(~F.trim(value).isin("", "null"), value)
+            # StructType.add changes the struct in place: the wrapper is a struct of its own.
+            wrapped = self._envelope_type(row).add("payload", self._envelope_type(row))
             parsed = F.from_json(value, wrapped, {"mode": "FAILFAST"})
             # The schema wrapper's envelope is in ``payload``; without it, at the top.
-            env: Column = F.when(parsed["payload"].isNotNull(), parsed["payload"]).otherwise(parsed)
+            top = F.struct(*[parsed[f].alias(f) for f in _ENVELOPE])
+            env: Column = F.when(parsed["payload"].isNotNull(), parsed["payload"]).otherwise(top)
         elif "payload" in columns:
             env = F.col("payload")
         elif "op" in columns and ("after" in columns or "before" in columns):
@@ -232,12 +236,7 @@ class Debezium:
                     f"Debezium position {list(self.position)!r} reads the 'source' column, "
                     "which the events lack: pass position= naming one of their columns"
                 )
-            env = F.struct(
-                *[
-                    F.col(c) if c in columns else F.lit(None).alias(c)
-                    for c in ("before", "after", "op", "ts_ms", "source")
-                ]
-            )
+            env = F.struct(*[F.col(c) if c in columns else F.lit(None).alias(c) for c in _ENVELOPE])
         else:
             raise PayloadError(
                 "Debezium events need a 'value' column (JSON text or bytes), a 'payload' "
@@ -274,5 +273,12 @@ class Debezium:
             else:
                 order.append(F.col(f"p{extra_names.index(p)}").alias(name))
         out = kept.select(*data, op.alias(OP_COLUMN), *order, F.col("e.ts_ms").alias(TS_COLUMN))
-        # The same event delivered twice (a connector restart) has the same position.
-        return out.dropDuplicates([*self.key, OP_COLUMN, *self.order_columns])
+        # The same event delivered twice (a connector restart) counts once: same position,
+        # same op, same row. Two events at one position with other rows stay (a tie, refused).
+        names = [f.name for f in row.fields]
+        content = F.to_json(F.struct(*[F.col(_quoted(n)) for n in names]))
+        return (
+            out.withColumn("__event_row", content)
+            .dropDuplicates([*self.key, OP_COLUMN, *self.order_columns, "__event_row"])
+            .drop("__event_row")
+        )
