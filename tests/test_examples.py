@@ -82,3 +82,12 @@ def test_bootstrap_then_cdc(example: Any) -> None:
         (3, "new", 30.0),
         (4, "paid", 40.0),
     ]
+
+
+def test_streaming_cdc(example: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert example("streaming_cdc").main() == [(1, "shipped", 10.0), (3, "paid", 30.0)]
+    runs = [line for line in capsys.readouterr().out.splitlines() if line.startswith("run done")]
+    # Two batches applied by the first run; the second run found nothing new.
+    assert [r.split(";")[0] for r in runs] == [
+        "run done: batches {'applied': 2, 'replayed': 0, 'empty': 0}",
+    ] * 2

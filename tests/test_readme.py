@@ -58,17 +58,54 @@ class _DeltaReader:
         return self.feeds[name].where(f"_commit_version >= {start}")
 
 
+class _StreamReader:
+    """``spark.readStream`` for Delta's change feed and Kafka, over JSON files of the same
+    shape (neither Delta nor the Kafka connector is installed here)."""
+
+    def __init__(self, spark: SparkSession, folders: dict[str, Path]) -> None:
+        self.spark = spark
+        self.folders = folders
+        self.options: dict[str, str] = {}
+        self.kind = "delta"
+
+    def format(self, name: str) -> _StreamReader:
+        self.kind = name
+        return self
+
+    def option(self, key: str, value: Any) -> _StreamReader:
+        self.options[key] = str(value)
+        return self
+
+    def table(self, name: str) -> DataFrame:
+        assert self.kind == "delta"
+        assert self.options.get("readChangeFeed") == "true"
+        return self.spark.readStream.schema(FEED).json(str(self.folders[name]))
+
+    def load(self) -> DataFrame:
+        assert self.kind == "kafka"
+        return self.spark.readStream.text(str(self.folders[self.options["subscribe"]]))
+
+
 class _SparkWithDelta:
     def __init__(
-        self, spark: SparkSession, feeds: dict[str, DataFrame], tables: dict[str, DataFrame]
+        self,
+        spark: SparkSession,
+        feeds: dict[str, DataFrame],
+        tables: dict[str, DataFrame],
+        streams: dict[str, Path],
     ) -> None:
         self._spark = spark
         self._feeds = feeds
         self._tables = tables
+        self._streams = streams
 
     @property
     def read(self) -> _DeltaReader:
         return _DeltaReader(self._feeds)
+
+    @property
+    def readStream(self) -> _StreamReader:
+        return _StreamReader(self._spark, self._streams)
 
     def table(self, name: str) -> DataFrame:
         return self._tables[name]
@@ -104,6 +141,31 @@ def test_readme_python_blocks_run_as_written(
             "Orders", build_payload(change, ChangeSet("id", op_column="op", order_by="seq"))
         )
 
+    streams = {"sales.orders": tmp_path / "cdf", "shop.public.orders": tmp_path / "dbz"}
+    for folder in streams.values():
+        folder.mkdir()
+    (streams["sales.orders"] / "0.json").write_text(
+        '{"order_id": 6, "amount": 60.0, "_change_type": "insert", "_commit_version": 5, '
+        '"_commit_timestamp": "2026-01-05T12:00:00Z"}\n'
+    )
+    (streams["shop.public.orders"] / "0.json").write_text(
+        "\n".join(
+            [
+                '{"schema": {}, "payload": {"op": "c", "after": {"order_id": 7, "amount": 70.0},'
+                ' "source": {"lsn": 1}, "ts_ms": 1}}',
+                '{"op": "d", "before": {"order_id": 5}, "source": {"lsn": 2}, "ts_ms": 2}',
+                "null",
+            ]
+        )
+        + "\n"
+    )
+    shop = make_hyper(
+        tmp_path / "shop.hyper",
+        {
+            "Sales": ("sale_id BIGINT, customer_id BIGINT, amount INTEGER", ["(1, 10, 100)"]),
+            "Customers": ("customer_id BIGINT, name TEXT", ["(10, 'Ann')"]),
+        },
+    )
     context: dict[str, Any] = {
         "spark": _SparkWithDelta(
             spark,
@@ -113,6 +175,14 @@ def test_readme_python_blocks_run_as_written(
                     [(2, 25.0), (4, 40.0)], "order_id long, amount double"
                 )
             },
+            streams,
+        ),
+        "sales_changes": spark.createDataFrame(
+            [(1, None, None, "D", 1), (2, 10, 200, "I", 2)],
+            "sale_id long, customer_id long, amount int, op string, seq long",
+        ),
+        "customer_changes": spark.createDataFrame(
+            [(10, "Ann B.", "U", 1)], "customer_id long, name string, op string, seq long"
         ),
         "last_version": 3,
         "new_rows": spark.createDataFrame([(5, 50.0)], "order_id long, amount double"),
@@ -122,17 +192,30 @@ def test_readme_python_blocks_run_as_written(
     monkeypatch.chdir(tmp_path)
     with FakeTableauServer(pats={"ci": "pat-secret"}) as server:
         luid = server.add_datasource("Orders", start)
+        shop_id = server.add_datasource("Shop", shop)
         use_environment(monkeypatch, server, tmp_path / "state", "Orders")
-        for number, block in enumerate(blocks, 1):
-            code = compile(block, f"README.md python block {number}", "exec")
-            exec(code, context)
+        try:
+            for number, block in enumerate(blocks, 1):
+                code = compile(block, f"README.md python block {number}", "exec")
+                exec(code, context)
+            for query in spark.streams.active:  # the Debezium query runs until stopped
+                query.processAllAvailable()
+        finally:
+            for query in spark.streams.active:
+                query.stop()
         # The quickstart applied the feed from last_version on, once; the plain example
-        # appended its row.
+        # appended its row; the change-feed stream added order 6, the Debezium stream added
+        # order 7 and deleted order 5.
         assert read_table(server.datasource_path(luid), "Extract") == [
             (2, 25.0),
             (4, 40.0),
-            (5, 50.0),
+            (6, 60.0),
+            (7, 70.0),
         ]
+        # The multi-table change set applied to both tables in one update.
+        shop_path = server.datasource_path(shop_id)
+        assert read_table(shop_path, "Sales") == [(2, 10, 200)]
+        assert read_table(shop_path, "Customers") == [(10, "Ann B.")]
         # The bootstrap published the snapshot as a new data source.
         (live,) = [d for d in server.backend.sources.values() if d.name == "Orders Live"]
         assert read_table(live.path, "Extract") == [(2, 25.0), (4, 40.0)]

@@ -165,6 +165,7 @@ def test_a_replayed_batch_is_skipped_by_the_sinks_record(
     with caplog.at_level(logging.INFO, logger="tabhyper_update"):
         run_query(spark, env.source, env.checkpoint, sink)
     # Spark ran batch 1 again; the sink's record showed it applied: no upload, no update.
+    assert sink.counts == {"applied": 0, "replayed": 1, "empty": 0}
     assert sink.last_result is not None
     assert sink.last_result.deduplicated
     assert env.server.counts["update"] == updates
@@ -233,6 +234,7 @@ def test_empty_batches_send_nothing(spark: SparkSession, env: Env) -> None:
     write(env.source, 1, [(1, "a9", 19, "U", 3)])
     sink = env.sink(changes=ignored)
     run_query(spark, env.source, env.checkpoint, sink)
+    assert sink.counts == {"applied": 1, "replayed": 0, "empty": 1}
     assert env.server.counts["update"] == 1
     assert env.table()[0] == (1, "a9", 19)
 

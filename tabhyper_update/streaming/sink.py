@@ -164,8 +164,10 @@ class TableauSink:
         self.timeout = timeout
         self._target = target
         self._lock = threading.Lock()
-        #: The last batch's result (``None`` for an empty batch): for logs and tests.
+        #: The last batch's result (``None`` for an empty batch).
         self.last_result: UpdateResult | None = None
+        #: Batches this sink applied, found applied before (replays), and found empty.
+        self.counts = {"applied": 0, "replayed": 0, "empty": 0}
 
     def __repr__(self) -> str:
         shown = (
@@ -179,7 +181,10 @@ class TableauSink:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Apply micro-batch ``batch_id`` (what ``foreachBatch`` calls)."""
         with self._lock:
-            self.last_result = self._apply(batch, int(batch_id))
+            result = self._apply(batch, int(batch_id))
+            self.last_result = result
+            kind = "empty" if result is None else "replayed" if result.deduplicated else "applied"
+            self.counts[kind] += 1
 
     def _apply(self, batch: DataFrame, batch_id: int) -> UpdateResult | None:
         sink_id = self.sink_id or _query_id(batch)
