@@ -196,6 +196,11 @@ def test_readme_python_blocks_run_as_written(
         use_environment(monkeypatch, server, tmp_path / "state", "Orders")
         try:
             for number, block in enumerate(blocks, 1):
+                # Spark's JVM resolves paths from its own working directory: checkpoints go
+                # under this test's folder.
+                block = block.replace(
+                    'checkpoint_root = "/checkpoints"', f"checkpoint_root = {str(tmp_path)!r}"
+                )
                 code = compile(block, f"README.md python block {number}", "exec")
                 exec(code, context)
             for query in spark.streams.active:  # the Debezium query runs until stopped
