@@ -58,6 +58,7 @@ from .cdc import (
     CdcSpec,
     ChangeSet,
     resolve_change_sets,
+    sql_name,
 )
 from .errors import ArgumentTypeError, PayloadError, TabHyperError
 from .hyper_types import (
@@ -77,7 +78,7 @@ from .payload import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 __all__ = ["build_payload"]
 
@@ -283,21 +284,15 @@ def build_payload(
 # Spark: stage the rows
 
 
-def _quoted(name: str) -> str:
-    return f"`{name.replace('`', '``')}`"
-
-
-def _row_hash(values: Sequence[Column], extra: Sequence[Column] = ()) -> Column:
-    """A 64-bit hash of the values, their NULL flags and ``extra``.
+def _row_hash(values: Sequence[str], extra: Sequence[str] = ()) -> str:
+    """A 64-bit hash of the values, their NULL flags and ``extra`` (Spark SQL text).
 
     Spark's ``xxhash64`` chains each argument's hash into the next (so column boundaries
     count) but skips NULLs: the NULL flags make ``(5, 'x', NULL)`` and ``(5, NULL, 'x')``
     differ.
     """
-    from pyspark.sql import functions as F
-
-    flags = [F.isnull(v) for v in values]
-    return F.xxhash64(*values, *extra, *flags)
+    flags = [f"isnull({v})" for v in values]
+    return f"xxhash64({', '.join([*values, *extra, *flags])})"
 
 
 def _write_staged(df: DataFrame, target: Path, partition_by: str | None = None) -> None:
@@ -311,7 +306,10 @@ def _write_staged(df: DataFrame, target: Path, partition_by: str | None = None) 
 
 
 def _stage(frames: Sequence[_Frame], stage: Path) -> list[_Staged]:
-    """Write the change sets (or tables) to Parquet with Spark; nothing is collected."""
+    """Write the change sets (or tables) to Parquet with Spark; nothing is collected.
+
+    The projections are Spark SQL text (one call each): a plan built from column objects
+    costs a round trip to the JVM per function, which a small change set feels."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -319,18 +317,19 @@ def _stage(frames: Sequence[_Frame], stage: Path) -> list[_Staged]:
     for index, frame in enumerate(frames):
         name, df, plans, spec = frame.name, frame.df, frame.plans, frame.spec
         staged_names = [f"c{i}" for i in range(len(plans))]
-        values = [p.spark_column(F.col(_quoted(p.name))) for p in plans]
-        columns = [v.alias(s) for v, s in zip(values, staged_names, strict=True)]
+        values = [p.spark_sql(sql_name(p.name)) for p in plans]
+        columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]
+        size = f"{_size_sql(plans, values)} AS {sql_name(SIZE_COLUMN)}"
         target = stage / f"t{index}"
         observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
         if spec is None:
             row_hash = _row_hash(values)
-            rows = df.select(
+            rows = df.selectExpr(
                 *columns,
-                row_hash.alias(ROWHASH_COLUMN),
-                _size_column(plans, values).alias(SIZE_COLUMN),
-                F.pmod(row_hash, F.lit(BUCKETS)).cast("smallint").alias(BUCKET_COLUMN),
-            ).observe(observed, F.count(F.lit(1)).alias("rows"))
+                f"{row_hash} AS {sql_name(ROWHASH_COLUMN)}",
+                size,
+                f"CAST(pmod({row_hash}, {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
+            ).observe(observed, F.expr("count(1)").alias("rows"))
             _write_staged(rows, target)
             staged.append(
                 _Staged(
@@ -338,25 +337,35 @@ def _stage(frames: Sequence[_Frame], stage: Path) -> list[_Staged]:
                 )
             )
             continue
-        keys = [F.col(_quoted(k)) for k in spec.key]
-        bucket = F.pmod(F.xxhash64(*keys), F.lit(BUCKETS))
-        latest = spec.latest_changes(df)
-        position = [F.col(KIND_COLUMN), F.col(_quoted(spec.op_column)).cast("string")]
-        position += [F.col(_quoted(o)) for o in spec.order_by]
-        position += [F.isnull(F.col(_quoted(o))) for o in spec.order_by]
-        kind = F.col(KIND_COLUMN)
-        rows = latest.select(
-            *columns,
-            _row_hash(values, position).alias(ROWHASH_COLUMN),
-            _size_column(plans, values).alias(SIZE_COLUMN),
-            bucket.cast("smallint").alias(BUCKET_COLUMN),
+        keys = ", ".join(sql_name(k) for k in spec.key)
+        kind = sql_name(KIND_COLUMN)
+        orders = [sql_name(o) for o in spec.order_by]
+        position = [
             kind,
-            F.col(OP_TEXT_COLUMN),
-            F.col(ORDER_TEXT_COLUMN),
-        ).observe(
-            observed,
-            F.sum(F.when(kind == KIND_UPSERT, 1).otherwise(0)).alias("upserts"),
-            F.sum(F.when(kind == KIND_DELETE, 1).otherwise(0)).alias("deletes"),
+            f"CAST({sql_name(spec.op_column)} AS STRING)",
+            *orders,
+            *(f"isnull({o})" for o in orders),
+        ]
+        rows = (
+            spec.latest_changes(df)
+            .selectExpr(
+                *columns,
+                f"{_row_hash(values, position)} AS {sql_name(ROWHASH_COLUMN)}",
+                size,
+                f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
+                kind,
+                sql_name(OP_TEXT_COLUMN),
+                sql_name(ORDER_TEXT_COLUMN),
+            )
+            .observe(
+                observed,
+                F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)").alias(
+                    "upserts"
+                ),
+                F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)").alias(
+                    "deletes"
+                ),
+            )
         )
         _write_staged(rows, target, partition_by=KIND_COLUMN)
         _raise_on_change_set_errors(spec, plans, staged_names, target)
@@ -460,13 +469,11 @@ def _external(files: Sequence[Path]) -> str:
     )
 
 
-def _size_column(plans: Sequence[ColumnPlan], values: Sequence[Column]) -> Column:
+def _size_sql(plans: Sequence[ColumnPlan], values: Sequence[str]) -> str:
     """An upper estimate of the bytes one row takes in a Hyper file, computed by Spark (so
-    that Hyper's statistics read three small columns, not the text)."""
-    from pyspark.sql import functions as F
-
+    that Hyper's statistics read three small columns, not the text); Spark SQL text."""
     fixed = 0
-    variable: list[Column] = []
+    variable: list[str] = []
     for plan, value in zip(plans, values, strict=True):
         width = _FIXED_WIDTH.get(plan.hyper_type)
         if width is None and plan.hyper_type.startswith("NUMERIC"):
@@ -475,11 +482,8 @@ def _size_column(plans: Sequence[ColumnPlan], values: Sequence[Column]) -> Colum
             fixed += width + 1
         else:
             fixed += _VARIABLE_OVERHEAD
-            variable.append(F.coalesce(F.octet_length(value), F.lit(0)).cast("long"))
-    total = F.lit(fixed).cast("long")
-    for column in variable:
-        total = total + column
-    return total
+            variable.append(f"CAST(coalesce(octet_length({value}), 0) AS BIGINT)")
+    return " + ".join([f"CAST({fixed} AS BIGINT)", *variable])
 
 
 def _read_bucket_stats(staged: Sequence[_Staged], stage: Path) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import reduce
 from typing import TYPE_CHECKING, Any, Literal
 
 from .actions import Delete, Upsert, _Action
@@ -31,7 +30,7 @@ from .conditions import keys_match
 from .errors import ArgumentTypeError, PayloadError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 __all__ = [
     "DEFAULT_OP_MAP",
@@ -80,6 +79,17 @@ RESERVED_PREFIX = "__tabhyper_"
 KIND_COLUMN = "__tabhyper_kind"
 OP_TEXT_COLUMN = "__tabhyper_op"
 ORDER_TEXT_COLUMN = "__tabhyper_order"
+
+
+def sql_name(name: str) -> str:
+    """A column name quoted for Spark SQL (a dot or a backtick in it stays part of it)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def sql_text(value: str) -> str:
+    """A Spark SQL string literal of ``value`` that means the same whatever the parser's
+    escaping settings: the UTF-8 bytes in hexadecimal, decoded."""
+    return f"decode(unhex('{value.encode('utf-8').hex()}'), 'UTF-8')"
 
 
 def _normalise_op_map(op_map: Mapping[str, str] | None) -> dict[str, OpMeaning]:
@@ -343,58 +353,58 @@ class CdcSpec:
     def latest_changes(self, df: DataFrame) -> DataFrame:
         """Last change per key, tagged with its kind; error rows are kept and tagged.
 
-        One shuffle (two windows over the same key partitioning); nothing is collected.
+        One shuffle (two windows over the same key partitioning); nothing is collected. The
+        plan is given to Spark as SQL text, a few calls in all: building it from column
+        objects costs a round trip to the JVM per function, which a micro-batch feels.
         """
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
-        def col(name: str) -> Column:
-            # Quoted, so that a name with a dot or a backtick is one column, not a path.
-            return F.col("`" + name.replace("`", "``") + "`")
-
-        op = col(self.op_column).cast("string")
+        op = f"CAST({sql_name(self.op_column)} AS STRING)"
         by_meaning: dict[str, list[str]] = {"upsert": [], "delete": [], "ignore": []}
         for value, meaning in self.op_map.items():
             by_meaning[meaning].append(value)
 
-        def among(values: list[str]) -> Column:
+        def among(values: list[str]) -> str:
             # NULL-safe: a NULL op is no known value.
-            return F.coalesce(op.isin(values), F.lit(False)) if values else F.lit(False)
+            if not values:
+                return "false"
+            return f"coalesce({op} IN ({', '.join(sql_text(v) for v in values)}), false)"
 
-        null_key = reduce(lambda a, b: a | b, [col(k).isNull() for k in self.key])
+        keys = ", ".join(sql_name(k) for k in self.key)
+        null_key = " OR ".join(f"{sql_name(k)} IS NULL" for k in self.key)
         upsert, delete = among(by_meaning["upsert"]), among(by_meaning["delete"])
         # Ignored changes go first (a Debezium truncate has no key), then unknown ops.
         kind = (
-            F.when(among(by_meaning["ignore"]), F.lit(None))
-            .when(~(upsert | delete), F.lit(KIND_UNKNOWN_OP))
-            .when(null_key, F.lit(KIND_NULL_KEY))
-            .when(upsert, F.lit(KIND_UPSERT))
-            .otherwise(F.lit(KIND_DELETE))
+            f"CASE WHEN {among(by_meaning['ignore'])} THEN NULL "
+            f"WHEN NOT ({upsert} OR {delete}) THEN '{KIND_UNKNOWN_OP}' "
+            f"WHEN {null_key} THEN '{KIND_NULL_KEY}' "
+            f"WHEN {upsert} THEN '{KIND_UPSERT}' ELSE '{KIND_DELETE}' END"
         )
-        is_error = F.col(KIND_COLUMN).startswith("E_")
-        tagged = df.withColumn(KIND_COLUMN, kind).filter(F.col(KIND_COLUMN).isNotNull())
-        keys = [col(k) for k in self.key]
-        # Error rows sort first so that a later valid change can never hide them.
-        ranked = Window.partitionBy(*keys).orderBy(
-            is_error.desc(), *[col(o).desc() for o in self.order_by]
+        kind_col, rank, ties = sql_name(KIND_COLUMN), "`__tabhyper_rank`", "`__tabhyper_n`"
+        is_error = f"(substr({kind_col}, 1, 2) = 'E_')"
+        orders = [sql_name(o) for o in self.order_by]
+        # Error rows sort first so that a later valid change can never hide them; rows that
+        # share the key and the greatest ordering values are a tie.
+        ranked = (
+            f"rank() OVER (PARTITION BY {keys} ORDER BY {is_error} DESC, "
+            f"{', '.join(o + ' DESC' for o in orders)})"
         )
-        latest = (
-            tagged.withColumn("__tabhyper_rank", F.rank().over(ranked))
-            .filter(F.col("__tabhyper_rank") == 1)
-            .withColumn("__tabhyper_n", F.count(F.lit(1)).over(Window.partitionBy(*keys)))
-        )
+        tied = f"count(1) OVER (PARTITION BY {keys}, {is_error}, {', '.join(orders)})"
         final_kind = (
-            F.when(is_error, F.col(KIND_COLUMN))
-            .when(F.col("__tabhyper_n") > 1, F.lit(KIND_TIE))
-            .otherwise(F.col(KIND_COLUMN))
+            f"CASE WHEN {is_error} THEN {kind_col} WHEN {ties} > 1 THEN '{KIND_TIE}' "
+            f"ELSE {kind_col} END"
         )
-        order_text = F.to_json(F.struct(*[col(o) for o in self.order_by]))
-        final_is_error = final_kind.startswith("E_")
-        return (
-            latest.withColumn(KIND_COLUMN, final_kind)
-            .withColumn(OP_TEXT_COLUMN, F.when(final_is_error, op))
-            .withColumn(ORDER_TEXT_COLUMN, F.when(final_is_error, order_text))
-            .drop("__tabhyper_rank", "__tabhyper_n")
+        order_text = f"to_json(struct({', '.join(orders)}))"  # fields named after the columns
+        tagged = df.selectExpr("*", f"{kind} AS {kind_col}").where(f"{kind_col} IS NOT NULL")
+        latest = tagged.selectExpr("*", f"{ranked} AS {rank}", f"{tied} AS {ties}").where(
+            f"{rank} = 1"
+        )
+        data = [sql_name(c) for c in df.columns]
+        return latest.selectExpr(
+            *data,
+            f"{final_kind} AS {kind_col}",
+            f"CASE WHEN substr({final_kind}, 1, 2) = 'E_' THEN {op} END "
+            f"AS {sql_name(OP_TEXT_COLUMN)}",
+            f"CASE WHEN substr({final_kind}, 1, 2) = 'E_' THEN {order_text} END "
+            f"AS {sql_name(ORDER_TEXT_COLUMN)}",
         )
 
     def describe_error(

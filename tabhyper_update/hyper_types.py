@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 from .errors import PayloadError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
     from pyspark.sql.types import DataType, StructField
 
 __all__ = [
@@ -69,18 +68,17 @@ class ColumnPlan:
     #: How the staged Parquet value becomes the Hyper value: "cast", "micros" or "days".
     hyper_transform: str = "cast"
 
-    def spark_column(self, column: Column) -> Column:
-        from pyspark.sql import functions as F
-
+    def spark_sql(self, quoted: str) -> str:
+        """The staged value of the column ``quoted`` (a quoted name), as Spark SQL text."""
         if self.spark_transform == "json":
-            return F.to_json(column)
+            return f"to_json({quoted})"
         if self.spark_transform == "micros":
-            return F.unix_micros(column)
+            return f"unix_micros({quoted})"
         if self.spark_transform == "days":
-            return F.unix_date(column)
+            return f"unix_date({quoted})"
         if self.spark_transform == "text":
-            return column.cast("string")
-        return column
+            return f"CAST({quoted} AS STRING)"
+        return quoted
 
     def hyper_expression(self, quoted_staged_name: str) -> str:
         if self.hyper_transform == "micros":

@@ -1,7 +1,7 @@
 """Asynchronous server jobs: the model, polling with a deadline, cancel.
 
-Polling follows the widely used schedule: the first poll at once, then waits of 0.5 s
-growing by a factor of 1.4 up to 30 s, until the job finishes or the deadline passes. ``sleep`` and
+Polling: the first poll at once, then waits of 0.05 s doubling up to 30 s (see
+:class:`PollPolicy`), until the job finishes or the deadline passes. ``sleep`` and
 ``clock`` are injectable so that tests assert the waits instead of sleeping.
 """
 

@@ -407,7 +407,7 @@ class UploadedPayload:
             plan=plan,
             label=label,
         )
-        self.state.sweep()
+        self.state.sweep_if_due()
         record = self.state.load(fresh.key)
         if record is None:
             self.state.save(fresh)

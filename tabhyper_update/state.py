@@ -41,6 +41,9 @@ log = logging.getLogger("tabhyper_update")
 #: Finished records of change sets and explicit request ids are kept this long, so that a
 #: replayed slice is recognised locally (the server's own memory is said to be 24 hours).
 RECORD_RETENTION_SECONDS = 7 * 24 * 3600
+#: How often one process sweeps a state folder of expired records.
+SWEEP_INTERVAL_SECONDS = 600.0
+_SWEPT: dict[str, float] = {}
 _KEY = re.compile(r"[0-9a-f]{64}")
 _FORMAT = 2
 
@@ -251,11 +254,29 @@ class StateStore:
         return len(records)
 
     def sweep(self, retention: float = RECORD_RETENTION_SECONDS) -> int:
-        """Remove finished records older than ``retention`` seconds; returns how many."""
+        """Remove finished records older than ``retention`` seconds; returns how many.
+
+        Only files not written since the cutoff are read (a record's file is rewritten on
+        every change), so a folder of many recent records costs a listing, not a parse."""
         cutoff = time.time() - retention
         removed = 0
-        for record in self.records():
-            if record.finished and record.updated_at < cutoff:
+        for path in self._files():
+            try:
+                if path.stat().st_mtime >= cutoff:
+                    continue
+            except FileNotFoundError:
+                continue
+            record = self._read(path)
+            if record is not None and record.finished and record.updated_at < cutoff:
                 self.remove(record.key)
                 removed += 1
+        _SWEPT[str(self.directory)] = time.monotonic()
         return removed
+
+    def sweep_if_due(self) -> int:
+        """:meth:`sweep`, at most every :data:`SWEEP_INTERVAL_SECONDS` per folder and process
+        (a streaming sink updates every few seconds)."""
+        last = _SWEPT.get(str(self.directory))
+        if last is not None and time.monotonic() - last < SWEEP_INTERVAL_SECONDS:
+            return 0
+        return self.sweep()

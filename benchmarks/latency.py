@@ -1,0 +1,160 @@
+"""Benchmark: a warm 1,000-change CDC micro-batch end to end against the fake server.
+
+    python benchmarks/latency.py                    # 1,000 changes, 15 batches
+    python benchmarks/latency.py --changes 10000 --batches 9
+
+A streaming CDC job pays this on every trigger. One run measures, in Spark ``local[2]`` with
+a warm session and a warm Hyper, against the built-in fake server on 127.0.0.1:
+
+* each micro-batch through ``TableauSink`` (what ``foreachBatch`` calls): build the payload,
+  upload it, submit the update, wait until the job is applied; the median and its parts
+  (build, upload, submit, wait);
+* the floor measured in the same run: Spark computing the same last-change-wins into a
+  no-op sink (the least one Spark job per batch costs), and one authenticated GET to the
+  server (the least a request costs); the ratio of the median to that floor.
+
+Each batch holds new positions (a later slice of the feed), so every batch is a new update.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TARGET_ROWS = 100_000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--changes", type=int, default=1000, help="changes per micro-batch")
+    parser.add_argument("--batches", type=int, default=15, help="measured micro-batches")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="log each step's time")
+    args = parser.parse_args()
+    if args.profile:
+        logging.basicConfig(
+            level=logging.DEBUG, format="%(relativeCreated)8.0f %(name)s %(message)s"
+        )
+        for noisy in ("py4j", "urllib3", "tabhyper_update._http"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from tabhyper_update import ChangeSet, PersonalAccessToken, TableauClient, TableauSink
+    from tabhyper_update.cdc import CdcSpec
+    from tabhyper_update.testing import FakeTableauServer
+    from tabhyper_update.testing.files import make_hyper
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    work = Path(tempfile.mkdtemp(prefix="tabhyper-latency-"))
+    start = make_hyper(
+        work / "start.hyper",
+        {
+            "Extract": (
+                "order_id BIGINT NOT NULL, status TEXT, amount DOUBLE PRECISION, day DATE",
+                [],
+            )
+        },
+    )
+    changes = ChangeSet("order_id", op_column="op", order_by="seq")
+
+    def batch(index: int) -> Any:
+        # A later slice of the feed each time: updates of existing keys, some deletes and
+        # inserts, several changes per key, new positions.
+        base = index * args.changes * 10
+        return spark.range(args.changes).selectExpr(
+            f"(id * 7919) % {TARGET_ROWS} AS order_id",
+            "CONCAT('status-', CAST(id % 5 AS STRING)) AS status",
+            f"CAST(id * 1.5 + {index} AS DOUBLE) AS amount",
+            "DATE_ADD(DATE'2024-01-01', CAST(id % 365 AS INT)) AS day",
+            "CASE id % 10 WHEN 0 THEN 'D' WHEN 1 THEN 'I' ELSE 'U' END AS op",
+            f"{base} + id AS seq",
+        )
+
+    with FakeTableauServer(pats={"bench": "bench-secret"}, directory=work / "server") as server:
+        server.add_datasource("Orders", start)
+        with TableauClient(server.url, "", PersonalAccessToken("bench", "bench-secret")) as client:
+            # Fill the target so that the updates touch a table of realistic size.
+            seed = spark.range(TARGET_ROWS).selectExpr(
+                "id AS order_id",
+                "'seed' AS status",
+                "CAST(id AS DOUBLE) AS amount",
+                "DATE'2024-01-01' AS day",
+                "'I' AS op",
+                "0L AS seq",
+            )
+            sink = TableauSink(
+                "Orders", changes, client=client, sink_id="bench", state_dir=work / "state"
+            )
+            sink(seed, 0)
+            spec = CdcSpec.create(batch(0).columns, changes)
+
+            totals: list[float] = []
+            parts: dict[str, list[float]] = {"build": [], "upload": [], "submit": [], "wait": []}
+            for i in range(1, args.warmup + args.batches + 1):
+                df = batch(i)
+                started = time.perf_counter()
+                sink(df, i)
+                elapsed = time.perf_counter() - started
+                result = sink.last_result
+                assert result is not None
+                assert not result.deduplicated
+                if i <= args.warmup:
+                    continue
+                totals.append(elapsed)
+                seconds = result.parts[0].seconds
+                network = sum(seconds.get(k, 0.0) for k in ("upload", "submit", "wait"))
+                parts["build"].append(elapsed - network)
+                for k in ("upload", "submit", "wait"):
+                    parts[k].append(seconds.get(k, 0.0))
+
+            def floor_spark() -> float:
+                started = time.perf_counter()
+                spec.latest_changes(batch(0)).write.format("noop").mode("overwrite").save()
+                return time.perf_counter() - started
+
+            def floor_request() -> float:
+                started = time.perf_counter()
+                client.datasource("Orders")
+                return time.perf_counter() - started
+
+            spark_floor = statistics.median(floor_spark() for _ in range(args.batches))
+            request_floor = statistics.median(floor_request() for _ in range(args.batches))
+
+    median = statistics.median(totals)
+    print(
+        f"micro-batch of {args.changes:,} changes, {args.batches} batches "
+        f"(after {args.warmup} warm-up)"
+    )
+    print(f"  {'end to end (TableauSink), median':<48} {median:7.3f} s   (target <= 0.75 s)")
+    print(f"  {'  min / max':<48} {min(totals):7.3f} / {max(totals):.3f} s")
+    for k, values in parts.items():
+        print(f"  {'  ' + k + ', median':<48} {statistics.median(values):7.3f} s")
+    print(f"  {'floor a: Spark last-change-wins -> noop':<48} {spark_floor:7.3f} s")
+    print(f"  {'floor b: one authenticated GET':<48} {request_floor:7.3f} s")
+    floor = spark_floor + request_floor
+    print(f"  => end to end / floor (a + b): {median / floor:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
