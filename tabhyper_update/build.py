@@ -41,7 +41,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,7 +78,7 @@ from .payload import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 __all__ = ["build_payload"]
 
@@ -135,11 +135,7 @@ class _Staged:
     files: list[Path]
     #: How many rows Spark says it wrote for this table.
     written: int
-    #: Spark's totals for the table: estimated bytes and row digest (rows: ``written``).
-    size: int = 0
-    digest: RowDigest = field(default_factory=RowDigest)
-    #: bucket → (rows, estimated bytes, row digest), read from the staged files by Hyper
-    #: when the payload may need splitting (``None`` otherwise).
+    #: bucket → (rows, estimated bytes, row digest), filled in from the staged files.
     buckets: dict[int, tuple[int, int, RowDigest]] | None = None
 
 
@@ -238,17 +234,10 @@ def build_payload(
         staged = _stage(spark_frames, stage)
         log.debug("Spark staged the change set in %.2f s", time.perf_counter() - started)
         started = time.perf_counter()
+        _read_bucket_stats(staged, stage)
         # None: one file whatever its size (a snapshot to publish has no update cap).
         cap = int(max_payload_mb * _MB) if max_payload_mb is not None else _NO_CAP
-        for t in staged:
-            if t.written and not t.files:
-                raise _lost_rows(t, 0, stage)
-        if sum(t.size for t in staged) <= _budget(cap):
-            # One part, known from Spark's own totals: no statistics pass over the files.
-            plan = [(0, BUCKETS - 1)]
-        else:
-            _read_bucket_stats(staged, stage)
-            plan = _plan_parts(staged, cap)
+        plan = _plan_parts(staged, cap)
         parts = _write_parts(
             staged,
             plan,
@@ -322,6 +311,7 @@ def _stage(frames: Sequence[_Frame], stage: Path) -> list[_Staged]:
     The projections are Spark SQL text (one call each): a plan built from column objects
     costs a round trip to the JVM per function, which a small change set feels."""
     from pyspark.sql import Observation
+    from pyspark.sql import functions as F
 
     staged: list[_Staged] = []
     for index, frame in enumerate(frames):
@@ -339,10 +329,12 @@ def _stage(frames: Sequence[_Frame], stage: Path) -> list[_Staged]:
                 f"{row_hash} AS {sql_name(ROWHASH_COLUMN)}",
                 size,
                 f"CAST(pmod({row_hash}, {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
-            ).observe(observed, *_total_metrics(""))
+            ).observe(observed, F.expr("count(1)").alias("rows"))
             _write_staged(rows, target)
             staged.append(
-                _totals(_Staged(name, plans, staged_names, _parquet_files(target), 0), observed, "")
+                _Staged(
+                    name, plans, staged_names, _parquet_files(target), _metric(observed, "rows")
+                )
             )
             continue
         keys = ", ".join(sql_name(k) for k in spec.key)
@@ -365,53 +357,32 @@ def _stage(frames: Sequence[_Frame], stage: Path) -> list[_Staged]:
                 sql_name(OP_TEXT_COLUMN),
                 sql_name(ORDER_TEXT_COLUMN),
             )
-            .observe(observed, *_total_metrics(KIND_UPSERT), *_total_metrics(KIND_DELETE))
+            .observe(
+                observed,
+                F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)").alias(
+                    "upserts"
+                ),
+                F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)").alias(
+                    "deletes"
+                ),
+            )
         )
         _write_staged(rows, target, partition_by=KIND_COLUMN)
         _raise_on_change_set_errors(spec, plans, staged_names, target)
         key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
         upserts = _parquet_files(target / f"{KIND_COLUMN}={KIND_UPSERT}")
         deletes = _parquet_files(target / f"{KIND_COLUMN}={KIND_DELETE}")
+        staged.append(_Staged(name, plans, staged_names, upserts, _metric(observed, "upserts")))
         staged.append(
-            _totals(_Staged(name, plans, staged_names, upserts, 0), observed, KIND_UPSERT)
+            _Staged(
+                frame.delete_table,
+                [plans[i] for i in key_idx],
+                [staged_names[i] for i in key_idx],
+                deletes,
+                _metric(observed, "deletes"),
+            )
         )
-        deleted = _Staged(
-            frame.delete_table,
-            [plans[i] for i in key_idx],
-            [staged_names[i] for i in key_idx],
-            deletes,
-            0,
-        )
-        staged.append(_totals(deleted, observed, KIND_DELETE))
     return staged
-
-
-def _total_metrics(kind: str) -> list[Column]:
-    """Spark's totals of the staged rows (of one kind of change, or all): rows, estimated
-    bytes, and the row-hash sums of :class:`RowDigest`, gathered by the staging job itself."""
-    from pyspark.sql import functions as F
-
-    only = f"{sql_name(KIND_COLUMN)} = '{kind}'" if kind else "true"
-    h = sql_name(ROWHASH_COLUMN)
-    sums = [
-        F.expr(f"sum(CASE WHEN {only} THEN CAST({h} % {m} AS DECIMAL(20, 0)) END)").alias(
-            f"{kind}s{i}"
-        )
-        for i, m in enumerate(RowDigest.MODULI)
-    ]
-    return [
-        F.expr(f"sum(CASE WHEN {only} THEN 1 ELSE 0 END)").alias(f"{kind}rows"),
-        F.expr(f"sum(CASE WHEN {only} THEN {sql_name(SIZE_COLUMN)} END)").alias(f"{kind}bytes"),
-        *sums,
-    ]
-
-
-def _totals(t: _Staged, observed: Any, kind: str) -> _Staged:
-    t.written = _metric(observed, f"{kind}rows")
-    t.size = _metric(observed, f"{kind}bytes")
-    sums = tuple(_metric(observed, f"{kind}s{i}") for i in range(len(RowDigest.MODULI)))
-    t.digest = RowDigest(t.written, sums) if t.written else RowDigest()
-    return t
 
 
 def _build_failure(
@@ -534,24 +505,15 @@ def _read_bucket_stats(staged: Sequence[_Staged], stage: Path) -> None:
             t.buckets = buckets
             found = sum(c for c, _, _ in buckets.values())
             if found != t.written:
-                raise _lost_rows(t, found, stage)
-
-
-def _lost_rows(t: _Staged, found: int, stage: Path) -> PayloadError:
-    return PayloadError(
-        f"Spark wrote {t.written} row(s) for table {t.name!r} but {found} were found in the "
-        f"staging directory {str(stage)!r} ({len(t.files)} Parquet file(s)): on a cluster, "
-        "staging_dir must be a shared path that the executors write and the driver reads at "
-        "the same place"
-    )
+                raise PayloadError(
+                    f"Spark wrote {t.written} row(s) for table {t.name!r} but {found} were "
+                    f"found in the staging directory {str(stage)!r} ({len(t.files)} Parquet "
+                    "file(s)): on a cluster, staging_dir must be a shared path that the "
+                    "executors write and the driver reads at the same place"
+                )
 
 
 _NO_CAP = 1 << 62
-
-
-def _budget(cap_bytes: int) -> int:
-    """The estimated bytes of rows a part may hold under the cap."""
-    return max(1, int(cap_bytes * _SPLIT_HEADROOM) - _FILE_OVERHEAD)
 
 
 def _plan_parts(staged: Sequence[_Staged], cap_bytes: int) -> list[tuple[int, int]]:
@@ -565,7 +527,7 @@ def _plan_parts(staged: Sequence[_Staged], cap_bytes: int) -> list[tuple[int, in
         assert t.buckets is not None
         for bucket, (_, nbytes, _) in t.buckets.items():
             per_bucket[bucket] += nbytes
-    budget = _budget(cap_bytes)
+    budget = max(1, int(cap_bytes * _SPLIT_HEADROOM) - _FILE_OVERHEAD)
     ranges: list[tuple[int, int]] = []
     lo, used = 0, 0
     for bucket, nbytes in enumerate(per_bucket):
@@ -578,10 +540,7 @@ def _plan_parts(staged: Sequence[_Staged], cap_bytes: int) -> list[tuple[int, in
 
 
 def _range_stats(t: _Staged, lo: int, hi: int) -> tuple[int, RowDigest]:
-    if t.buckets is None:
-        # No statistics pass: one part of every bucket, with Spark's totals.
-        assert (lo, hi) == (0, BUCKETS - 1)
-        return t.written, t.digest
+    assert t.buckets is not None
     rows, digest = 0, RowDigest()
     for bucket in range(lo, hi + 1):
         found = t.buckets.get(bucket)
@@ -630,8 +589,6 @@ def _write_part(
                     or 0
                 )
             if rows != expected:
-                if (lo, hi) == (0, BUCKETS - 1) and rows < expected:
-                    raise _lost_rows(t, rows, t.files[0].parent if t.files else path.parent)
                 raise PayloadError(
                     f"table {t.name!r}: Hyper wrote {rows} row(s) for buckets {lo}-{hi} where "
                     f"the staged statistics say {expected}"
