@@ -778,7 +778,7 @@ def test_wait_polls_with_growing_waits(rsps: responses.RequestsMock, clock: Fake
     job = make_client(clock).job("job-1")
     assert job.wait(timeout=600).succeeded
     # client.job() fetched once; wait() polls at once, then after growing waits.
-    assert clock.sleeps == [0.5, 0.7, 0.98]
+    assert clock.sleeps == [0.05, 0.1, 0.2]
 
 
 def test_wait_caps_the_wait_at_30_seconds(rsps: responses.RequestsMock, clock: FakeClock) -> None:
