@@ -66,6 +66,8 @@ DEFAULT_OP_MAP: dict[str, OpMeaning] = {
 #: Change-feed bookkeeping that never reaches the payload unless kept explicitly.
 METADATA_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
+#: The op of a Debezium event that is no tombstone but has no ``op``: refused by name.
+MISSING_OP = "(no op)"
 KIND_UPSERT = "U"
 KIND_DELETE = "D"
 KIND_NULL_KEY = "E_NULL_KEY"
@@ -426,6 +428,13 @@ class CdcSpec:
             )
         if kind == KIND_UNKNOWN_OP:
             known = ", ".join(repr(v) for v in self.op_map)
+            if op == MISSING_OP:
+                return (
+                    f"the change set holds an event without an 'op'{more}, e.g. with key "
+                    f"({key_text}): not a Debezium change event envelope (a row flattened by "
+                    "ExtractNewRecordState is a plain change set: read it with a ChangeSet "
+                    "naming its op column)"
+                )
             if op == "t" and self.op_map.get("d") == "delete" and "c" in self.op_map:
                 return (
                     f"the change set holds a Debezium truncate (op 't'){more}: a truncate has "

@@ -268,3 +268,21 @@ def test_a_stream_of_debezium_json_files_through_the_sink(
     (ds,) = server.backend.sources.values()
     assert sorted(read_table(server.datasource_path(ds.id), "Orders")) == EXPECTED["upserts"]
     assert server.backend.jobs_run[ds.id] == 2
+
+
+def test_an_event_without_an_op_is_refused_not_dropped(spark: SparkSession) -> None:
+    # A row flattened by ExtractNewRecordState is no envelope: it must not read as a tombstone.
+    flattened = json.dumps({"id": 1, "name": "a", "qty": 1, "__deleted": "false"})
+    df = spark.createDataFrame([(flattened,), (None,)], "value string")
+    with pytest.raises(PayloadError, match="event without an 'op'"):
+        tables_of(df)
+    # Parsed columns: an event with a row but no op is refused too; all-null is a tombstone.
+    parsed = spark.createDataFrame(
+        [(None, {"id": 1, "name": "a", "qty": 1}, None, 1), (None, None, None, 2)],
+        "before STRUCT<id: BIGINT, name: STRING, qty: INT>, "
+        "after STRUCT<id: BIGINT, name: STRING, qty: INT>, op STRING, seq BIGINT",
+    )
+    by_seq = Debezium(ROW, key="id", position="seq")
+    with pytest.raises(PayloadError, match="event without an 'op'"):
+        tables_of(parsed, by_seq)
+    assert tables_of(parsed.where("seq = 2"), by_seq) == {}

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from ..cdc import ChangeSet
+from ..cdc import MISSING_OP, ChangeSet, sql_name
 from ..errors import ArgumentTypeError, InvalidArgumentError, PayloadError
 
 if TYPE_CHECKING:
@@ -67,10 +67,6 @@ TS_COLUMN = "__ts_ms"
 _UPSERT_OPS = ("c", "r", "u")
 _IGNORED_OPS = ("m",)
 _ENVELOPE = ("before", "after", "op", "ts_ms", "source")
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 class Debezium:
@@ -215,13 +211,14 @@ class Debezium:
                         f"Debezium position {p!r} is neither 'source.<field>' nor a column of "
                         f"the events (their columns: {', '.join(map(repr, columns))})"
                     )
-                extra[p] = F.col(_quoted(p))
+                extra[p] = F.col(sql_name(p))
         if "value" in columns:
             value = F.col("value")
             if isinstance(events.schema["value"].dataType, BinaryType):
                 value = value.cast("string")
             # A tombstone: a null value (Kafka), or an empty or ``null`` line (a file).
             value = F.when(~F.trim(value).isin("", "null"), value)
+            tombstone = value.isNull()
             # StructType.add changes the struct in place: the wrapper is a struct of its own.
             wrapped = self._envelope_type(row).add("payload", self._envelope_type(row))
             parsed = F.from_json(value, wrapped, {"mode": "FAILFAST"})
@@ -230,6 +227,7 @@ class Debezium:
             env: Column = F.when(parsed["payload"].isNotNull(), parsed["payload"]).otherwise(top)
         elif "payload" in columns:
             env = F.col("payload")
+            tombstone = env.isNull()
         elif "op" in columns and ("after" in columns or "before" in columns):
             if "source" not in columns and any(p.startswith("source.") for p in self.position):
                 raise PayloadError(
@@ -237,25 +235,27 @@ class Debezium:
                     "which the events lack: pass position= naming one of their columns"
                 )
             env = F.struct(*[F.col(c) if c in columns else F.lit(None).alias(c) for c in _ENVELOPE])
+            tombstone = env["op"].isNull() & env["before"].isNull() & env["after"].isNull()
         else:
             raise PayloadError(
                 "Debezium events need a 'value' column (JSON text or bytes), a 'payload' "
                 "struct, or 'op' with 'before' / 'after' columns; the DataFrame has "
                 f"{', '.join(map(repr, columns))}"
             )
-        return self._rows(events, env, row, extra)
+        return self._rows(events.filter(~tombstone), env, row, extra)
 
     def _rows(
         self, events: DataFrame, env: Column, row: StructType, extra: dict[str, Column]
     ) -> DataFrame:
+        """The change rows of ``events`` (tombstones already dropped)."""
         from pyspark.sql import functions as F
 
-        staged = events.select(
+        kept = events.select(
             env.alias("e"), *[c.alias(f"p{i}") for i, c in enumerate(extra.values())]
         )
-        op = F.col("e.op")
-        # Tombstones (a null value, or an envelope without an op) carry no change.
-        kept = staged.filter(F.col("e").isNotNull() & op.isNotNull())
+        # An event that is no tombstone but has no op is not a change event (e.g. a row
+        # flattened by Debezium's ExtractNewRecordState): the change set refuses it by name.
+        op = F.coalesce(F.col("e.op"), F.lit(MISSING_OP))
         if self.table is not None:
             kept = kept.filter(F.col("e.source.table") == F.lit(self.table))
         is_delete = op == F.lit("d")
@@ -276,7 +276,7 @@ class Debezium:
         # The same event delivered twice (a connector restart) counts once: same position,
         # same op, same row. Two events at one position with other rows stay (a tie, refused).
         names = [f.name for f in row.fields]
-        content = F.to_json(F.struct(*[F.col(_quoted(n)) for n in names]))
+        content = F.to_json(F.struct(*[F.col(sql_name(n)) for n in names]))
         return (
             out.withColumn("__event_row", content)
             .dropDuplicates([*self.key, OP_COLUMN, *self.order_columns, "__event_row"])
