@@ -186,11 +186,6 @@ class Payload:
         return self.change_set is not None or bool(self.change_sets)
 
     @property
-    def is_multi_table(self) -> bool:
-        """A change set of several tables, each with its own target (``change_sets``)."""
-        return bool(self.change_sets)
-
-    @property
     def key(self) -> tuple[str, ...] | None:
         """The change set's key columns (``None`` for a plain payload)."""
         return self.change_set.key if self.change_set is not None else None

@@ -681,16 +681,25 @@ def derived_target(
 ) -> dict[str, str]:
     """The target of a change set's derived actions, checked against what was asked: a
     target only goes with derived actions, and actions are needed without a change set."""
-    named = [n for n, v in (("target_table", target_table), ("target_schema", target_schema)) if v]
-    if actions is not None and named:
-        raise InvalidArgumentError(
-            f"{' and '.join(named)}= choose the target of a change set's derived actions; the "
-            "actions passed name their own target tables"
-        )
+    named = target_table or target_schema
     if actions is None and not payload.is_cdc and (payload.parts or named):
         raise InvalidArgumentError(
             "no actions to apply: pass actions= (only a payload built with a ChangeSet "
             "derives its own)"
+        )
+    return check_target(actions is not None, target_table, target_schema)
+
+
+def check_target(
+    with_actions: bool, target_table: str | None, target_schema: str | None
+) -> dict[str, str]:
+    """``target_table`` / ``target_schema`` of derived actions, with their defaults; refused
+    together with actions (which name their own targets) or when not a name."""
+    named = [n for n, v in (("target_table", target_table), ("target_schema", target_schema)) if v]
+    if with_actions and named:
+        raise InvalidArgumentError(
+            f"{' and '.join(named)}= choose the target of a change set's derived actions; the "
+            "actions passed name their own target tables"
         )
     target = {
         "target_table": target_table or DEFAULT_SCHEMA,

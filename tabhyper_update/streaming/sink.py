@@ -42,7 +42,7 @@ from ..cdc import ChangeSet
 from ..client import DataSourceRef, TableauClient
 from ..errors import ArgumentTypeError, ConfigurationError, InvalidArgumentError
 from ..payload import DEFAULT_MAX_PAYLOAD_MB, Payload
-from ..roundtrip import UpdateResult, upload_payload
+from ..roundtrip import UpdateResult, check_target, upload_payload
 from .debezium import Debezium
 
 if TYPE_CHECKING:
@@ -122,16 +122,7 @@ class TableauSink:
                 "target_table= does not apply to a multi-table change set: each table's "
                 "changes go to the table of its name"
             )
-        for what, value in (("target_table", target_table), ("target_schema", target_schema)):
-            if value is None:
-                continue
-            if self.actions is not None:
-                raise InvalidArgumentError(
-                    f"{what}= chooses the target of a change set's derived actions; the "
-                    "actions passed name their own target tables"
-                )
-            if not isinstance(value, str) or not value or "\x00" in value:
-                raise InvalidArgumentError(f"{what}= must be a non-empty name, got {value!r}")
+        check_target(self.actions is not None, target_table, target_schema)
         if prepare is not None and not callable(prepare):
             raise ArgumentTypeError(f"prepare= takes a function, got {prepare!r}")
         if sink_id is not None and (
