@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -48,25 +48,22 @@ def main() -> None:
         for noisy in ("py4j", "urllib3", "tabhyper_update._http"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from tabhyper_update.demo import local_spark
 
+    work = Path(tempfile.mkdtemp(prefix="tabhyper-latency-"))
+    try:
+        with local_spark() as spark:  # the demo's session: local[2], loopback, no UI
+            run(spark, args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
     from tabhyper_update import ChangeSet, PersonalAccessToken, TableauClient, TableauSink
     from tabhyper_update.cdc import CdcSpec
     from tabhyper_update.testing import FakeTableauServer
     from tabhyper_update.testing.files import make_hyper
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    work = Path(tempfile.mkdtemp(prefix="tabhyper-latency-"))
     start = make_hyper(
         work / "start.hyper",
         {
