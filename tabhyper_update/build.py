@@ -213,7 +213,12 @@ def build_payload(
             )
             spark_frames.append(_Frame(name, df, plans))
             continue
-        spec = CdcSpec.create(df.columns, cs, table=name if len(frames) > 1 else None)
+        spec = CdcSpec.create(
+            df.columns,
+            cs,
+            table=name if len(frames) > 1 else None,
+            types={f.name: f.dataType.simpleString() for f in df.schema.fields},
+        )
         plans = _plans(
             df,
             cs.upsert_table,

@@ -3,17 +3,30 @@
 A change set is a DataFrame with an operation column. These conventions are understood
 out of the box (their values do not collide, so one table serves them all):
 
-| convention              | upsert                          | delete   | dropped            |
+| convention              | upsert                          | delete   | pre-image          |
 |-------------------------|---------------------------------|----------|--------------------|
 | Delta Change Data Feed  | insert, update_postimage        | delete   | update_preimage    |
-| Debezium (``op``)       | c (create), r (snapshot), u     | d        |                    |
+| Debezium (``op``)       | c (create), r (snapshot), u     | d        | (``Debezium``)     |
 | plain                   | I, U                            | D        |                    |
 
 ``op_map`` replaces that table with the caller's own: each op value maps to ``"upsert"``
-(``"insert"`` and ``"update"`` are accepted as synonyms), ``"delete"`` or ``"ignore"``.
+(``"insert"`` and ``"update"`` are accepted as synonyms), ``"delete"``, ``"preimage"`` or
+``"ignore"``.
 
 For each key the change with the greatest ``order_by`` wins. Inserts and updates become
 *upserts* (so a replayed change set is harmless) and deletes keep only the key columns.
+
+A **pre-image** is the row as it was before an update. It reads as "this key held a row
+before this position": a delete of its key that every other change at the same position
+outranks. So an update that keeps its key (pre- and post-image share key and position)
+upserts, and one that moves a row to another key (``SET id = 2 WHERE id = 1``, or
+``SET id = id + 1`` over many rows) deletes the old key and upserts the new one, exactly,
+without pairing images (the feed does not say which post-image belongs to which pre-image).
+
+Positions order as their source means them: a text ``order_by`` column is refused unless
+``order_as`` says how it orders (``"number"``: whole numbers written as text; ``"text"``:
+its text order is its meaning), and a change without a position (a NULL ``order_by``
+value) is an error, never silently the oldest.
 Every check that needs the data (NULL keys, unknown op values, ties on ``order_by``) is
 folded into the same single Spark pass that produces the result: offending rows are tagged
 and written aside, never collected, and reported from there.
@@ -21,7 +34,7 @@ and written aside, never collected, and reported from there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -44,13 +57,22 @@ __all__ = [
     "resolve_change_sets",
 ]
 
-OpMeaning = Literal["upsert", "delete", "ignore"]
+OpMeaning = Literal["upsert", "delete", "preimage", "ignore"]
+OrderAs = Literal["number", "text", "binlog-file", "hex-lsn", "number-list"]
+#: How ``order_as`` reads a text position (Spark SQL of the value ``{v}``'s text).
+ORDER_AS: dict[str, str] = {
+    "number": "whole numbers written as text, compared as numbers",
+    "text": "compared as text",
+    "binlog-file": "a MySQL/MariaDB binlog file name, ordered by its sequence number",
+    "hex-lsn": "colon-separated hexadecimal parts (SQL Server, Db2), compared part by part",
+    "number-list": "a JSON array of whole numbers (PostgreSQL's source.sequence)",
+}
 
 DEFAULT_OP_MAP: dict[str, OpMeaning] = {
     # Delta Change Data Feed
     "insert": "upsert",
     "update_postimage": "upsert",
-    "update_preimage": "ignore",
+    "update_preimage": "preimage",
     "delete": "delete",
     # Debezium
     "c": "upsert",
@@ -73,7 +95,8 @@ KIND_DELETE = "D"
 KIND_NULL_KEY = "E_NULL_KEY"
 KIND_UNKNOWN_OP = "E_UNKNOWN_OP"
 KIND_TIE = "E_TIE"
-KIND_ERRORS = (KIND_NULL_KEY, KIND_UNKNOWN_OP, KIND_TIE)
+KIND_NULL_ORDER = "E_NULL_ORDER"
+KIND_ERRORS = (KIND_NULL_KEY, KIND_UNKNOWN_OP, KIND_NULL_ORDER, KIND_TIE)
 
 #: Columns added to the staged change set (never part of the payload tables). Every
 #: internal column starts with this prefix, which user columns may not.
@@ -102,6 +125,7 @@ def _normalise_op_map(op_map: Mapping[str, str] | None) -> dict[str, OpMeaning]:
         "insert": "upsert",
         "update": "upsert",
         "delete": "delete",
+        "preimage": "preimage",
         "ignore": "ignore",
     }
     result: dict[str, OpMeaning] = {}
@@ -109,7 +133,7 @@ def _normalise_op_map(op_map: Mapping[str, str] | None) -> dict[str, OpMeaning]:
         if meaning not in synonyms:
             raise PayloadError(
                 f"op_map[{value!r}] is {meaning!r}; expected 'upsert' (or 'insert' / "
-                "'update'), 'delete' or 'ignore'"
+                "'update'), 'delete', 'preimage' or 'ignore'"
             )
         result[str(value)] = synonyms[meaning]
     if not result:
@@ -130,6 +154,31 @@ def _names(value: Any, what: str, *, allow_none: bool = False) -> tuple[str, ...
     )
 
 
+def _order_as(
+    order_as: Mapping[str, str] | None, orders: tuple[str, ...] | None
+) -> dict[str, OrderAs] | None:
+    """``order_as`` checked: each names an ``order_by`` column and says ``number`` or ``text``."""
+    if order_as is None:
+        return None
+    if not isinstance(order_as, Mapping):
+        raise ArgumentTypeError(
+            f"ChangeSet order_as= takes a mapping of order_by column → 'number' or 'text', "
+            f"got {order_as!r}"
+        )
+    result: dict[str, OrderAs] = {}
+    for column, how in order_as.items():
+        if orders is None or column not in orders:
+            raise PayloadError(
+                f"ChangeSet order_as names {column!r}, which is not an order_by column "
+                f"(order_by: {list(orders) if orders is not None else 'not given'})"
+            )
+        if how not in ORDER_AS:
+            kinds = "; ".join(f"{k!r}: {v}" for k, v in ORDER_AS.items())
+            raise PayloadError(f"ChangeSet order_as[{column!r}] is {how!r}; expected {kinds}")
+        result[column] = how  # type: ignore[assignment]
+    return result
+
+
 @dataclass(frozen=True, init=False)
 class ChangeSet:
     """How to read a DataFrame as a change set: pass it to :func:`build_payload`.
@@ -137,7 +186,9 @@ class ChangeSet:
     ``key``: the column(s) that identify a row. ``op_column``: the operation column (found
     by itself for ``_change_type``, ``op`` and ``__op``). ``order_by``: the column(s) that
     order the changes of one key (``_commit_version`` by itself for a Delta change feed);
-    the greatest wins. ``op_map``: op value → ``"upsert"``, ``"delete"`` or ``"ignore"``
+    the greatest wins. ``order_as``: how a text ``order_by`` column orders, ``"number"``
+    (``"999"`` before ``"1000"``) or ``"text"``; text columns are refused without it.
+    ``op_map``: op value → ``"upsert"``, ``"delete"``, ``"preimage"`` or ``"ignore"``
     instead of the built-in conventions. ``keep_columns``: change-feed columns to keep in
     the payload. ``upsert_table`` / ``delete_table``: the payload's two table names::
 
@@ -155,6 +206,7 @@ class ChangeSet:
     keep_columns: tuple[str, ...] = ()
     upsert_table: str = "upserts"
     delete_table: str = "deletes"
+    order_as: Mapping[str, OrderAs] | None = field(default=None, hash=False)
 
     def __init__(
         self,
@@ -166,6 +218,7 @@ class ChangeSet:
         keep_columns: Sequence[str] | str = (),
         upsert_table: str = "upserts",
         delete_table: str = "deletes",
+        order_as: Mapping[str, str] | None = None,
     ) -> None:
         keys = _names(key, "key")
         assert keys is not None
@@ -188,6 +241,7 @@ class ChangeSet:
         if op_map is not None and not isinstance(op_map, Mapping):
             raise ArgumentTypeError(f"ChangeSet op_map= takes a mapping, got {op_map!r}")
         kept = _names(keep_columns, "keep_columns")
+        ordering = _order_as(order_as, orders)
         object.__setattr__(self, "key", keys)
         object.__setattr__(self, "op_column", op_column)
         object.__setattr__(self, "order_by", orders)
@@ -197,6 +251,7 @@ class ChangeSet:
         object.__setattr__(self, "keep_columns", kept or ())
         object.__setattr__(self, "upsert_table", upsert_table)
         object.__setattr__(self, "delete_table", delete_table)
+        object.__setattr__(self, "order_as", ordering)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description (what a payload manifest records)."""
@@ -208,6 +263,7 @@ class ChangeSet:
             "keep_columns": list(self.keep_columns),
             "upsert_table": self.upsert_table,
             "delete_table": self.delete_table,
+            "order_as": dict(self.order_as) if self.order_as is not None else None,
         }
 
     @classmethod
@@ -220,6 +276,7 @@ class ChangeSet:
             keep_columns=doc.get("keep_columns") or (),
             upsert_table=doc.get("upsert_table") or "upserts",
             delete_table=doc.get("delete_table") or "deletes",
+            order_as=doc.get("order_as"),
         )
 
 
@@ -283,6 +340,62 @@ def resolve_change_sets(
     return resolved
 
 
+_TEXT_TYPES = ("string", "varchar", "char")
+#: Whole numbers written as text, as many digits as DECIMAL(38, 0) holds.
+_WHOLE_NUMBER = "^[0-9]{1,38}$"
+
+
+def number_from_text(sql: str) -> str:
+    """Spark SQL: the whole number written in ``sql``'s text, or NULL when it is none."""
+    text = f"CAST({sql} AS STRING)"
+    return f"CASE WHEN {text} RLIKE '{_WHOLE_NUMBER}' THEN CAST({text} AS DECIMAL(38, 0)) END"
+
+
+def _position_sql(quoted: str, how: OrderAs) -> str:
+    """Spark SQL ranking a position written as text by its meaning (NULL: unreadable)."""
+    text = f"CAST({quoted} AS STRING)"
+    if how == "number":
+        return number_from_text(quoted)
+    if how == "binlog-file":
+        # mysql-bin.000123: the sequence after the last dot (rolls over to 7 digits and more).
+        sequence = f"regexp_extract({text}, '[.]([0-9]{{1,38}})$', 1)"
+        found = f"{text} RLIKE '[.][0-9]{{1,38}}$'"
+        return f"CASE WHEN {found} THEN CAST({sequence} AS DECIMAL(38, 0)) END"
+    if how == "hex-lsn":
+        hex_part = "[0-9a-fA-F]{1,16}"
+        return (
+            f"CASE WHEN {text} RLIKE '^{hex_part}(:{hex_part})*$' THEN "
+            f"transform(split({text}, ':'), part -> CAST(conv(part, 16, 10) AS DECIMAL(38, 0))) "
+            "END"
+        )
+    if how == "number-list":
+        return f"transform(from_json({text}, 'array<string>'), part -> {number_from_text('part')})"
+    return quoted
+
+
+def _order_sql(
+    column: str,
+    spark_type: str | None,
+    order_as: OrderAs | None,
+    fail: Callable[[str], PayloadError],
+) -> str:
+    """How ``column`` is ranked: as itself, or as the position its text means."""
+    quoted = sql_name(column)
+    if spark_type is not None and (spark_type == "binary" or spark_type.startswith("map")):
+        raise fail(f"order_by column {column!r} is {spark_type}, which has no order")
+    if order_as is not None:
+        return _position_sql(quoted, order_as)
+    if spark_type is None or not spark_type.startswith(_TEXT_TYPES):
+        return quoted
+    raise fail(
+        f"order_by column {column!r} is text ({spark_type}): as text '999' sorts after "
+        f"'1000', so the SDK will not guess. Say how it orders: order_as={{{column!r}: "
+        f"'number'}} for whole numbers written as text, {{{column!r}: 'text'}} when its text "
+        "order is its meaning (e.g. ISO timestamps of one width), or another of "
+        f"{', '.join(map(repr, ORDER_AS))}; or cast the column"
+    )
+
+
 @dataclass(frozen=True)
 class CdcSpec:
     """A validated description of a change set: key, op column, ordering, op meanings."""
@@ -294,11 +407,22 @@ class CdcSpec:
     dropped_columns: tuple[str, ...]
     #: The table this change set feeds, named in errors (a multi-table change set).
     table: str | None = None
+    #: Per ``order_by`` column, the Spark SQL that orders it as its source means it (a
+    #: number written as text becomes a number; anything it cannot read becomes NULL,
+    #: which is an error).
+    order_sql: tuple[str, ...] = ()
 
     @classmethod
     def create(
-        cls, columns: Sequence[str], change_set: ChangeSet, *, table: str | None = None
+        cls,
+        columns: Sequence[str],
+        change_set: ChangeSet,
+        *,
+        table: str | None = None,
+        types: Mapping[str, str] | None = None,
     ) -> CdcSpec:
+        """The change set ``change_set`` of a DataFrame with ``columns``; ``types`` (column →
+        Spark's type name) lets text ``order_by`` columns be checked before any job."""
         keys = change_set.key
         op_column = change_set.op_column
         order_by = change_set.order_by
@@ -346,7 +470,11 @@ class CdcSpec:
         metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in present)}
         dropped = tuple(c for c in columns if c in metadata and c not in keep_columns)
         op_map = change_set.op_map if change_set.op_map is not None else DEFAULT_OP_MAP
-        return cls(keys, op_column, orders, dict(op_map), dropped, table)
+        order_sql = tuple(
+            _order_sql(o, (types or {}).get(o), (change_set.order_as or {}).get(o), fail)
+            for o in orders
+        )
+        return cls(keys, op_column, orders, dict(op_map), dropped, table, order_sql)
 
     def data_columns(self, columns: Sequence[str]) -> list[str]:
         """The payload's columns (everything but the change-feed metadata)."""
@@ -360,7 +488,12 @@ class CdcSpec:
         objects costs a round trip to the JVM per function, which a micro-batch feels.
         """
         op = f"CAST({sql_name(self.op_column)} AS STRING)"
-        by_meaning: dict[str, list[str]] = {"upsert": [], "delete": [], "ignore": []}
+        by_meaning: dict[str, list[str]] = {
+            "upsert": [],
+            "delete": [],
+            "preimage": [],
+            "ignore": [],
+        }
         for value, meaning in self.op_map.items():
             by_meaning[meaning].append(value)
 
@@ -372,30 +505,52 @@ class CdcSpec:
 
         keys = ", ".join(sql_name(k) for k in self.key)
         null_key = " OR ".join(f"{sql_name(k)} IS NULL" for k in self.key)
+        order_sql = self.order_sql or tuple(sql_name(o) for o in self.order_by)
+        # No position: the first order_by value is NULL, or a value is there but cannot be
+        # read as the position it should be. A later NULL only ranks lowest (a tie-breaker).
+        unread = [
+            f"({sql_name(raw)} IS NOT NULL AND ({o}) IS NULL)"
+            for raw, o in zip(self.order_by, order_sql, strict=True)
+            if o != sql_name(raw)
+        ]
+        null_order = " OR ".join([f"({order_sql[0]}) IS NULL", *unread])
         upsert, delete = among(by_meaning["upsert"]), among(by_meaning["delete"])
+        preimage = among(by_meaning["preimage"])
         # Ignored changes go first (a Debezium truncate has no key), then unknown ops.
         kind = (
             f"CASE WHEN {among(by_meaning['ignore'])} THEN NULL "
-            f"WHEN NOT ({upsert} OR {delete}) THEN '{KIND_UNKNOWN_OP}' "
+            f"WHEN NOT ({upsert} OR {delete} OR {preimage}) THEN '{KIND_UNKNOWN_OP}' "
             f"WHEN {null_key} THEN '{KIND_NULL_KEY}' "
+            f"WHEN {null_order} THEN '{KIND_NULL_ORDER}' "
             f"WHEN {upsert} THEN '{KIND_UPSERT}' ELSE '{KIND_DELETE}' END"
         )
         kind_col, rank, ties = sql_name(KIND_COLUMN), "`__tabhyper_rank`", "`__tabhyper_n`"
+        # A pre-image says its key held a row before this position: every other change at
+        # the same position outranks it.
+        priority = "`__tabhyper_priority`"
+        positions = [f"`__tabhyper_o{i}`" for i in range(len(order_sql))]
         is_error = f"(substr({kind_col}, 1, 2) = 'E_')"
-        orders = [sql_name(o) for o in self.order_by]
         # Error rows sort first so that a later valid change can never hide them; rows that
-        # share the key and the greatest ordering values are a tie.
+        # share the key, the greatest ordering values and the priority are a tie.
         ranked = (
             f"rank() OVER (PARTITION BY {keys} ORDER BY {is_error} DESC, "
-            f"{', '.join(o + ' DESC' for o in orders)})"
+            f"{', '.join(o + ' DESC' for o in positions)}, {priority} DESC)"
         )
-        tied = f"count(1) OVER (PARTITION BY {keys}, {is_error}, {', '.join(orders)})"
+        tied = (
+            f"count(1) OVER (PARTITION BY {keys}, {is_error}, {', '.join(positions)}, {priority})"
+        )
         final_kind = (
             f"CASE WHEN {is_error} THEN {kind_col} WHEN {ties} > 1 THEN '{KIND_TIE}' "
             f"ELSE {kind_col} END"
         )
-        order_text = f"to_json(struct({', '.join(orders)}))"  # fields named after the columns
-        tagged = df.selectExpr("*", f"{kind} AS {kind_col}").where(f"{kind_col} IS NOT NULL")
+        raw_orders = ", ".join(sql_name(o) for o in self.order_by)
+        order_text = f"to_json(struct({raw_orders}))"  # fields named after the columns
+        tagged = df.selectExpr(
+            "*",
+            f"{kind} AS {kind_col}",
+            f"CASE WHEN {preimage} THEN 0 ELSE 1 END AS {priority}",
+            *(f"{o} AS {p}" for o, p in zip(order_sql, positions, strict=True)),
+        ).where(f"{kind_col} IS NOT NULL")
         latest = tagged.selectExpr("*", f"{ranked} AS {rank}", f"{tied} AS {ties}").where(
             f"{rank} = 1"
         )
@@ -408,6 +563,11 @@ class CdcSpec:
             f"CASE WHEN substr({final_kind}, 1, 2) = 'E_' THEN {order_text} END "
             f"AS {sql_name(ORDER_TEXT_COLUMN)}",
         )
+
+    def _sql_of(self, column: str) -> str:
+        if not self.order_sql:
+            return sql_name(column)
+        return self.order_sql[self.order_by.index(column)]
 
     def describe_error(
         self, kind: str, key_values: Sequence[object], op: object, order: object, count: int
@@ -445,6 +605,25 @@ class CdcSpec:
             return (
                 f"op column {self.op_column!r} holds the unknown value {op!r}, e.g. for key "
                 f"({key_text}){more}; known values: {known} (pass op_map= to map others)"
+            )
+        if kind == KIND_NULL_ORDER:
+            read = [o for o in self.order_by if self._sql_of(o) != sql_name(o)]
+            unread = (
+                f" (first column), or a value that does not read as the position it should "
+                f"be in {', '.join(map(repr, read))}"
+                if read
+                else " (first column)"
+            )
+            debezium = (
+                " (Debezium: the events lack that position field; pass connector= naming "
+                "their connector, e.g. Debezium(..., connector='mysql'), or position=)"
+                if any(o.startswith("__source_") for o in self.order_by)
+                else ""
+            )
+            return (
+                f"the change for key ({key_text}), op {op!r}, has no position: order_by "
+                f"values {order} hold NULL{unread}{more}{debezium}; a change without a "
+                "position cannot be ordered against the others"
             )
         return (
             f"several changes for key ({key_text}) share the greatest order_by value "

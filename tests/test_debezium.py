@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tabhyper_update import PayloadError, PersonalAccessToken, TableauClient, build_payload
+from tabhyper_update import (
+    InvalidArgumentError,
+    PayloadError,
+    PersonalAccessToken,
+    TableauClient,
+    build_payload,
+)
 from tabhyper_update.streaming import Debezium, TableauSink
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
@@ -226,10 +232,15 @@ def test_a_delete_without_its_key_is_refused(spark: SparkSession) -> None:
 def test_bad_descriptions_are_refused_before_any_spark_job(spark: SparkSession) -> None:
     with pytest.raises(PayloadError, match="key column 'nope' is not in row_schema"):
         Debezium(ROW, key="nope").changes(spark.createDataFrame([("x",)], "value string"))
-    with pytest.raises(PayloadError, match=r"'source\.nope'"):
-        Debezium(ROW, key="id", position="source.nope").changes(
-            spark.createDataFrame([("x",)], "value string")
-        )
+    # A position the SDK cannot order is refused when the description is made.
+    with pytest.raises(InvalidArgumentError, match=r"'source\.nope' cannot be ordered"):
+        Debezium(ROW, key="id", position="source.nope")
+    with pytest.raises(InvalidArgumentError, match=r"'source\.gtid' cannot be ordered"):
+        Debezium(ROW, key="id", position="source.gtid")
+    with pytest.raises(InvalidArgumentError, match="connector= is one of"):
+        Debezium(ROW, key="id", connector="cassandra")
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        Debezium(ROW, key="id", connector="mysql", position="source.pos")
     with pytest.raises(PayloadError, match="need a 'value' column"):
         ORDERS.changes(spark.createDataFrame([(1,)], "x INT"))
     with pytest.raises(ValueError, match="truncate="):
@@ -286,3 +297,122 @@ def test_an_event_without_an_op_is_refused_not_dropped(spark: SparkSession) -> N
     with pytest.raises(PayloadError, match="event without an 'op'"):
         tables_of(parsed, by_seq)
     assert tables_of(parsed.where("seq = 2"), by_seq) == {}
+
+
+def source_event(
+    op: str,
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any] | None,
+    source: Mapping[str, Any],
+    ts_ms: int = 1_700_000_000_000,
+) -> str:
+    envelope = {"before": before, "after": after, "op": op, "ts_ms": ts_ms, "source": source}
+    return json.dumps(envelope)
+
+
+def values(spark: SparkSession, lines: list[str]) -> DataFrame:
+    return spark.createDataFrame([(line,) for line in lines], "value string")
+
+
+def test_an_update_that_moves_its_key_deletes_the_old_key(spark: SparkSession) -> None:
+    lines = [
+        event("c", None, row(1, "a", 1), 10),
+        # One update moves key 1 to 2: the pre-image's key goes, the post-image's comes.
+        event("u", row(1, "a", 1), row(2, "a", 1), 11),
+        # Key 7 moves to 8 and back to 7 within the batch: 7 stays, 8 goes.
+        event("u", row(7, "g", 7), row(8, "g", 7), 12),
+        event("u", row(8, "g", 7), row(7, "g2", 8), 13),
+        # An update that keeps its key gives no delete.
+        event("u", row(5, "e", 5), row(5, "e2", 6), 14),
+    ]
+    assert tables_of(values(spark, lines)) == {
+        "upserts": [(2, "a", 1), (5, "e2", 6), (7, "g2", 8)],
+        "deletes": [(1,), (8,)],
+    }
+
+
+def test_an_update_without_a_before_image_cannot_move_a_key(spark: SparkSession) -> None:
+    # Without full replica identity an update has no `before`: only its new key is known.
+    lines = [event("u", None, row(2, "b", 2), 11)]
+    assert tables_of(values(spark, lines)) == {"upserts": [(2, "b", 2)]}
+
+
+def test_oracle_scn_orders_as_a_number(spark: SparkSession) -> None:
+    oracle = Debezium(ROW, key="id", connector="oracle")
+    lines = [
+        source_event("u", None, row(1, "older", 1), {"scn": "999", "table": "orders"}),
+        source_event("u", None, row(1, "newer", 2), {"scn": "1000", "table": "orders"}),
+    ]
+    assert tables_of(values(spark, lines), oracle) == {"upserts": [(1, "newer", 2)]}
+    # Given as a position path, the same.
+    by_path = Debezium(ROW, key="id", position="source.scn")
+    assert tables_of(values(spark, lines), by_path) == {"upserts": [(1, "newer", 2)]}
+
+
+def test_mysql_binlog_rollover_orders_by_the_file_sequence(spark: SparkSession) -> None:
+    mysql = Debezium(ROW, key="id", connector="mysql")
+
+    def at(file: str, pos: int, r: int = 0) -> dict[str, Any]:
+        return {"file": file, "pos": pos, "row": r, "table": "orders"}
+
+    lines = [
+        source_event("c", None, row(1, "before rollover", 1), at("mysql-bin.999999", 900)),
+        source_event("u", None, row(1, "after rollover", 2), at("mysql-bin.1000000", 4)),
+        # Two rows of one binlog event: the row number orders them.
+        source_event("u", None, row(2, "row 0", 1), at("mysql-bin.1000000", 10, 0)),
+        source_event("u", None, row(2, "row 1", 2), at("mysql-bin.1000000", 10, 1)),
+    ]
+    assert tables_of(values(spark, lines), mysql) == {
+        "upserts": [(1, "after rollover", 2), (2, "row 1", 2)]
+    }
+
+
+def test_sql_server_lsn_orders_part_by_part(spark: SparkSession) -> None:
+    sqlserver = Debezium(ROW, key="id", connector="sqlserver")
+
+    def at(commit: str, change: str, serial: int = 1) -> dict[str, Any]:
+        return {
+            "commit_lsn": commit,
+            "change_lsn": change,
+            "event_serial_no": serial,
+            "table": "orders",
+        }
+
+    lines = [
+        source_event(
+            "u", None, row(1, "new", 2), at("0000002e:00000000:0001", "0000002e:00000000:0001")
+        ),
+        source_event(
+            "u", None, row(1, "old", 1), at("0000002d:00000c58:00a2", "0000002d:00000c58:00a2")
+        ),
+        source_event(
+            "u", None, row(2, "first", 1), at("0000002d:00000c58:0005", "0000002d:00000c58:0003")
+        ),
+        source_event(
+            "u", None, row(2, "second", 2), at("0000002d:00000c58:0005", "0000002d:00000c58:0010")
+        ),
+    ]
+    assert tables_of(values(spark, lines), sqlserver) == {
+        "upserts": [(1, "new", 2), (2, "second", 2)]
+    }
+
+
+def test_a_position_that_cannot_be_read_is_an_error_never_a_text_comparison(
+    spark: SparkSession,
+) -> None:
+    # MySQL events read with the default (PostgreSQL) position: they have no lsn.
+    mysql_events = [
+        source_event("c", None, row(1, "a", 1), {"file": "mysql-bin.000001", "pos": 4}),
+    ]
+    with pytest.raises(PayloadError, match=r"has no position.*connector='mysql'"):
+        tables_of(values(spark, mysql_events))
+    # An SCN that is no number.
+    bad_scn = [source_event("c", None, row(1, "a", 1), {"scn": "12ab"})]
+    with pytest.raises(PayloadError, match=r"has no position.*'__source_scn'"):
+        tables_of(values(spark, bad_scn), Debezium(ROW, key="id", connector="oracle"))
+    # A text column of the events as the position.
+    offsets = spark.createDataFrame(
+        [(event("c", None, row(1, "a", 1), 1), "17")], "value string, offset string"
+    )
+    with pytest.raises(PayloadError, match="'offset' is string, not a whole number"):
+        Debezium(ROW, key="id", position="offset").changes(offsets)

@@ -142,10 +142,15 @@ def test_user_op_map_and_kept_columns(spark: SparkSession) -> None:
 
 
 def test_empty_change_set_is_a_clear_no_op(spark: SparkSession, tmp_path: Path) -> None:
+    # Every change ignored (a Debezium heartbeat-like op): nothing to send.
     df = spark.createDataFrame(
-        [(1, "update_preimage", 1)], "id int, _change_type string, _commit_version long"
+        [(1, "noise", 1)], "id int, _change_type string, _commit_version long"
     )
-    payload = build_payload(df, ChangeSet("id"), output_dir=tmp_path / "out")
+    payload = build_payload(
+        df,
+        ChangeSet("id", op_map={"insert": "upsert", "noise": "ignore"}),
+        output_dir=tmp_path / "out",
+    )
     assert payload.is_empty
     assert payload.parts == []
     with pytest.raises(PayloadError, match="an empty change set has no actions"):
@@ -289,3 +294,74 @@ def test_content_digest_is_stable_across_rebuilds_and_layouts(spark: SparkSessio
     assert digest(df.repartition(3)) == first  # another layout, the same content
     assert digest(df.filter("id != 7")) != first
     assert digest(df.selectExpr("id", "CONCAT(v, '!') AS v", "op", "seq")) != first
+
+
+CDF = "id long, v string, _change_type string, _commit_version long"
+
+
+def test_delta_updates_that_move_keys_delete_the_old_keys(spark: SparkSession) -> None:
+    rows = [
+        (1, "a", "insert", 0),
+        (2, "b", "insert", 0),
+        (3, "c", "insert", 0),
+        # UPDATE t SET id = id + 1 (one commit): pre-images 1, 2, 3; post-images 2, 3, 4.
+        (1, "a", "update_preimage", 1),
+        (2, "b", "update_preimage", 1),
+        (3, "c", "update_preimage", 1),
+        (2, "a", "update_postimage", 1),
+        (3, "b", "update_postimage", 1),
+        (4, "c", "update_postimage", 1),
+        # UPDATE t SET id = 20 WHERE id = 10 (10 came in an earlier slice).
+        (10, "x", "update_preimage", 2),
+        (20, "x", "update_postimage", 2),
+    ]
+    df = spark.createDataFrame(rows, CDF)
+    with build_payload(df, ChangeSet("id")) as payload:
+        assert tables(payload) == {
+            "upserts": [(2, "a"), (3, "b"), (4, "c"), (20, "x")],
+            "deletes": [(1,), (10,)],
+        }
+
+
+def test_text_positions_are_refused_unless_their_order_is_said(spark: SparkSession) -> None:
+    df = spark.createDataFrame(
+        [(1, "old", "U", "999"), (1, "new", "U", "1000")], "id int, v string, op string, seq string"
+    )
+    with pytest.raises(PayloadError, match=r"order_by column 'seq' is text.*order_as="):
+        build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
+    with build_payload(
+        df, ChangeSet("id", op_column="op", order_by="seq", order_as={"seq": "number"})
+    ) as payload:
+        assert tables(payload) == {"upserts": [(1, "new")]}
+    # The caller may say text order is meant: then '999' is the greater.
+    with build_payload(
+        df, ChangeSet("id", op_column="op", order_by="seq", order_as={"seq": "text"})
+    ) as payload:
+        assert tables(payload) == {"upserts": [(1, "old")]}
+    with pytest.raises(PayloadError, match="order_as names 'other'"):
+        ChangeSet("id", op_column="op", order_by="seq", order_as={"other": "number"})
+    with pytest.raises(PayloadError, match=r"order_as\['seq'\] is 'roman'"):
+        ChangeSet("id", op_column="op", order_by="seq", order_as={"seq": "roman"})
+
+
+def test_a_change_without_a_position_is_an_error(spark: SparkSession) -> None:
+    df = spark.createDataFrame(
+        [(1, "a", "U", None), (1, "b", "U", 5)], "id int, v string, op string, seq long"
+    )
+    with pytest.raises(PayloadError, match=r"key \(id=1\), op 'U', has no position"):
+        build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
+    # A number written as text that is none.
+    text = spark.createDataFrame([(1, "a", "U", "12x")], "id int, v string, op string, seq string")
+    with pytest.raises(PayloadError, match="does not read as the position"):
+        build_payload(
+            text, ChangeSet("id", op_column="op", order_by="seq", order_as={"seq": "number"})
+        )
+    # A NULL in a later order_by column only ranks lowest (a tie-breaker).
+    tie_break = spark.createDataFrame(
+        [(1, "a", "U", 5, None), (1, "b", "U", 5, 1)],
+        "id int, v string, op string, seq long, n int",
+    )
+    with build_payload(
+        tie_break, ChangeSet("id", op_column="op", order_by=["seq", "n"])
+    ) as payload:
+        assert tables(payload) == {"upserts": [(1, "b")]}

@@ -31,22 +31,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from ..cdc import MISSING_OP, ChangeSet, sql_name
+from ..cdc import MISSING_OP, ChangeSet, OrderAs, sql_name
 from ..errors import ArgumentTypeError, InvalidArgumentError, PayloadError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-__all__ = ["SOURCE_FIELDS", "Debezium"]
+__all__ = ["CONNECTOR_POSITIONS", "SOURCE_FIELDS", "Debezium"]
 
-#: The ``source`` fields a position may name when events arrive as JSON, with their types
-#: (PostgreSQL ``lsn``; MySQL ``file``, ``pos``, ``row``; SQL Server ``change_lsn`` and
-#: ``commit_lsn``; Oracle ``scn``; and the connectors' common fields).
+#: The ``source`` fields read when events arrive as JSON, with their types (PostgreSQL
+#: ``lsn`` and ``sequence``; MySQL/MariaDB ``file``, ``pos``, ``row``; SQL Server and Db2
+#: ``change_lsn``, ``commit_lsn``, ``event_serial_no``; Oracle ``scn``, ``commit_scn``,
+#: ``ssn``; MongoDB ``ord``; and the connectors' common fields).
 SOURCE_FIELDS = {
     "lsn": "bigint",
     "txId": "bigint",
     "ts_ms": "bigint",
+    "ts_us": "bigint",
+    "ts_ns": "bigint",
     "sequence": "string",
     "file": "string",
     "pos": "bigint",
@@ -57,13 +60,49 @@ SOURCE_FIELDS = {
     "event_serial_no": "bigint",
     "scn": "string",
     "commit_scn": "string",
+    "ssn": "bigint",
+    "ord": "int",
     "db": "string",
     "schema": "string",
     "table": "string",
 }
 
+#: How each ``source`` field orders as a position (``ChangeSet.order_as``; ``None``: it is a
+#: number already). Fields not here (``gtid``, ``db``, ``table``, ...) are no position.
+POSITION_ORDER: dict[str, OrderAs | None] = {
+    "lsn": None,
+    "txId": None,
+    "ts_ms": None,
+    "ts_us": None,
+    "ts_ns": None,
+    "pos": None,
+    "row": None,
+    "event_serial_no": None,
+    "ssn": None,
+    "ord": None,
+    "scn": "number",
+    "commit_scn": "number",
+    "file": "binlog-file",
+    "change_lsn": "hex-lsn",
+    "commit_lsn": "hex-lsn",
+    "sequence": "number-list",
+}
+
+#: Each connector's position, in its own order (what ``connector=`` picks).
+CONNECTOR_POSITIONS: dict[str, tuple[str, ...]] = {
+    "postgresql": ("source.lsn",),
+    "mysql": ("source.file", "source.pos", "source.row"),
+    "mariadb": ("source.file", "source.pos", "source.row"),
+    "sqlserver": ("source.commit_lsn", "source.change_lsn", "source.event_serial_no"),
+    "db2": ("source.commit_lsn", "source.change_lsn"),
+    "oracle": ("source.scn",),
+    "mongodb": ("source.ts_ms", "source.ord"),
+}
+
 OP_COLUMN = "__op"
 TS_COLUMN = "__ts_ms"
+#: The op of the pre-image row an update whose key changed adds (a delete of the old key).
+PREIMAGE_OP = "u:before"
 _UPSERT_OPS = ("c", "r", "u")
 _IGNORED_OPS = ("m",)
 _ENVELOPE = ("before", "after", "op", "ts_ms", "source")
@@ -74,11 +113,15 @@ class Debezium:
 
     ``row_schema``: the table's columns (a Spark ``StructType`` or a DDL string such as
     ``"id BIGINT, name STRING"``), typed as the JSON converter writes them. ``key``: the key
-    column(s). ``position``: what orders the changes of one key, as ``source.<field>`` paths
-    or columns of the event DataFrame (e.g. Kafka's ``offset``: Debezium keys its messages,
-    so one key's events share a partition); ``ts_ms`` breaks ties. ``table``: keep only
-    events whose ``source.table`` is this (a topic carrying several tables). ``truncate``:
-    ``"error"`` or ``"ignore"``.
+    column(s). ``connector``: the connector that wrote the events (``"postgresql"``, the
+    default, ``"mysql"``, ``"mariadb"``, ``"sqlserver"``, ``"db2"``, ``"oracle"`` or
+    ``"mongodb"``), which picks the position that orders one key's changes, compared as that
+    connector means it (an Oracle SCN or a binlog file's sequence as a number, an LSN part
+    by part). ``position``: that position given yourself instead, as ``source.<field>``
+    paths or numeric columns of the event DataFrame (e.g. Kafka's ``offset``: Debezium keys
+    its messages, so one key's events share a partition); ``ts_ms`` breaks ties. ``table``:
+    keep only events whose ``source.table`` is this (a topic carrying several tables).
+    ``truncate``: ``"error"`` or ``"ignore"``.
     """
 
     def __init__(
@@ -86,7 +129,8 @@ class Debezium:
         row_schema: StructType | str,
         *,
         key: Sequence[str] | str,
-        position: Sequence[str] | str = ("source.lsn",),
+        connector: str | None = None,
+        position: Sequence[str] | str | None = None,
         table: str | None = None,
         truncate: Literal["error", "ignore"] = "error",
     ) -> None:
@@ -101,11 +145,37 @@ class Debezium:
             )
         if table is not None and (not isinstance(table, str) or not table):
             raise ArgumentTypeError(f"Debezium table= takes a table name, got {table!r}")
+        if connector is not None and position is not None:
+            raise InvalidArgumentError(
+                "Debezium takes connector= (its position is the connector's) or position=, not both"
+            )
+        if connector is not None and connector not in CONNECTOR_POSITIONS:
+            raise InvalidArgumentError(
+                f"Debezium connector= is one of {', '.join(map(repr, CONNECTOR_POSITIONS))}, "
+                f"got {connector!r}; for another, pass position= naming its position fields"
+            )
+        if position is None:
+            position = CONNECTOR_POSITIONS[connector or "postgresql"]
         positions = (position,) if isinstance(position, str) else tuple(position)
         if not positions or not all(isinstance(p, str) and p for p in positions):
             raise ArgumentTypeError(
                 f"Debezium position= takes one or more column paths, got {position!r}"
             )
+        order_as: dict[str, str] = {}
+        for p in positions:
+            if not p.startswith("source."):
+                continue
+            name = p.removeprefix("source.")
+            if name not in POSITION_ORDER:
+                raise InvalidArgumentError(
+                    f"Debezium position {p!r} cannot be ordered: the SDK orders the source "
+                    f"fields {', '.join(POSITION_ORDER)} as their connectors mean them (or "
+                    "pass connector=)"
+                )
+            how = POSITION_ORDER[name]
+            if how is not None:
+                order_as["__" + p.replace(".", "_")] = how
+        self.connector = connector
         self.row_schema = row_schema
         self.position = positions
         self.table = table
@@ -113,18 +183,20 @@ class Debezium:
         self.order_columns = (*("__" + p.replace(".", "_") for p in positions), TS_COLUMN)
         ops: dict[str, str] = dict.fromkeys(_UPSERT_OPS, "upsert")
         ops["d"] = "delete"
+        ops[PREIMAGE_OP] = "preimage"
         ops.update(dict.fromkeys(_IGNORED_OPS, "ignore"))
         if truncate == "ignore":
             ops["t"] = "ignore"
         # The ChangeSet checks ``key`` (and raises naming it) before the schema is parsed.
         self.change_set = ChangeSet(
-            key, op_column=OP_COLUMN, order_by=self.order_columns, op_map=ops
+            key, op_column=OP_COLUMN, order_by=self.order_columns, op_map=ops, order_as=order_as
         )
         self.key = self.change_set.key
 
     def __repr__(self) -> str:
         return (
-            f"Debezium(key={list(self.key)!r}, position={list(self.position)!r}, "
+            f"Debezium(key={list(self.key)!r}, connector={self.connector!r}, "
+            f"position={list(self.position)!r}, "
             f"table={self.table!r}, truncate={self.truncate!r})"
         )
 
@@ -166,12 +238,6 @@ class Debezium:
         for p in self.position:
             if p.startswith("source."):
                 name = p.removeprefix("source.")
-                if name not in SOURCE_FIELDS:
-                    raise PayloadError(
-                        f"Debezium position {p!r}: events parsed from JSON know the source "
-                        f"fields {', '.join(SOURCE_FIELDS)}; for another, parse the events "
-                        "yourself and pass the before/after/op/source columns"
-                    )
                 fields.add(name)
         result = StructType()
         for name in SOURCE_FIELDS:
@@ -210,6 +276,12 @@ class Debezium:
                     raise PayloadError(
                         f"Debezium position {p!r} is neither 'source.<field>' nor a column of "
                         f"the events (their columns: {', '.join(map(repr, columns))})"
+                    )
+                kind = events.schema[p].dataType.simpleString()
+                if not kind.startswith(("tinyint", "smallint", "int", "bigint", "decimal")):
+                    raise PayloadError(
+                        f"Debezium position {p!r} is {kind}, not a whole number: it cannot be "
+                        "ordered as a position (cast it, or use connector=)"
                     )
                 extra[p] = F.col(sql_name(p))
         if "value" in columns:
@@ -258,13 +330,23 @@ class Debezium:
         op = F.coalesce(F.col("e.op"), F.lit(MISSING_OP))
         if self.table is not None:
             kept = kept.filter(F.col("e.source.table") == F.lit(self.table))
+        # An update that moves its row to another key also yields its pre-image: a delete of
+        # the old key at the same position, which the new key's own changes outrank.
+        before, after = F.col("e.before"), F.col("e.after")
+        same_key = [before[k].eqNullSafe(after[k]) for k in self.key]
+        key_kept = same_key[0]
+        for same in same_key[1:]:
+            key_kept = key_kept & same
+        moved = (op == F.lit("u")) & before.isNotNull() & after.isNotNull() & ~key_kept
+        images = F.when(moved, F.array(F.lit(False), F.lit(True))).otherwise(F.array(F.lit(False)))
+        kept = kept.select("*", F.explode(images).alias("__pre"))
+        pre = F.col("__pre")
         is_delete = op == F.lit("d")
         data = [
-            F.when(is_delete, F.col("e.before")[f.name])
-            .otherwise(F.col("e.after")[f.name])
-            .alias(f.name)
+            F.when(pre | is_delete, before[f.name]).otherwise(after[f.name]).alias(f.name)
             for f in row.fields
         ]
+        op = F.when(pre, F.lit(PREIMAGE_OP)).otherwise(op)
         order: list[Column] = []
         extra_names = list(extra)
         for p, name in zip(self.position, self.order_columns[:-1], strict=True):
