@@ -34,12 +34,14 @@ from .errors import (
     InvalidArgumentError,
     JobCancelledError,
     JobFailedError,
+    JobOutcomeUnknownError,
     JobTimeoutError,
     NotFoundError,
     PayloadError,
     RequestTimeoutError,
     SchemaDriftError,
     TabHyperError,
+    TargetMismatchError,
     TlsVerificationError,
     TransportError,
     UnsupportedServerError,
@@ -48,7 +50,8 @@ from .errors import (
 from .jobs import Job
 from .payload import ColumnInfo, Payload, PayloadPart, TableInfo
 from .policies import PollPolicy, RetryPolicy
-from .publish import BootstrapResult, Project
+from .projects import Project
+from .publish import BootstrapResult
 from .roundtrip import PartUpdate, UpdateResult, UploadedPayload
 from .streaming import Debezium, TableauSink
 
@@ -78,6 +81,7 @@ __all__ = [
     "Job",
     "JobCancelledError",
     "JobFailedError",
+    "JobOutcomeUnknownError",
     "JobTimeoutError",
     "NotFoundError",
     "Or",
@@ -96,6 +100,7 @@ __all__ = [
     "TableInfo",
     "TableauClient",
     "TableauSink",
+    "TargetMismatchError",
     "TlsVerificationError",
     "TransportError",
     "UnsupportedServerError",

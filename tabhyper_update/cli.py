@@ -29,6 +29,7 @@ from .errors import (
     InvalidArgumentError,
     JobCancelledError,
     JobFailedError,
+    JobOutcomeUnknownError,
     JobTimeoutError,
     NotFoundError,
     PayloadError,
@@ -64,7 +65,8 @@ EXIT_CODES = f"""exit codes:
   {EXIT_USAGE}  usage or configuration error (options, TABLEAU_* variables, files named)
   {EXIT_SERVER}  server or network error
   {EXIT_NOT_FOUND}  not found (data source, connection, job)
-  {EXIT_JOB}  the job failed, was cancelled or did not finish in time
+  {EXIT_JOB}  the job failed, was cancelled, ended with an unknown outcome or did not
+      finish in time
 
 With --json, a failure prints one JSON object on stdout:
   {{"error": {{"class": ..., "message": ..., "exit_code": ...}}}}"""
@@ -409,13 +411,13 @@ def _cmd_job(args: argparse.Namespace) -> int:
     state = (
         "running"
         if job.finish_code is None
-        else {0: "succeeded", 1: "failed", 2: "cancelled", 3: "succeeded"}.get(
-            job.finish_code, str(job.finish_code)
+        else {0: "succeeded", 1: "failed", 2: "cancelled"}.get(
+            job.finish_code, f"finished with the unknown finish code {job.finish_code}"
         )
     )
     text = f"job {job.id}: {state}" + (f" ({job.notes})" if job.notes else "")
     _emit(args, data, text)
-    return EXIT_JOB if job.finish_code in (1, 2) else EXIT_OK
+    return EXIT_OK if job.finish_code in (None, 0) else EXIT_JOB
 
 
 def _cmd_state(args: argparse.Namespace) -> int:
@@ -676,7 +678,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except NotFoundError as err:
         return _fail(args, err, EXIT_NOT_FOUND)
-    except (JobFailedError, JobCancelledError, JobTimeoutError) as err:
+    except (JobFailedError, JobCancelledError, JobOutcomeUnknownError, JobTimeoutError) as err:
         return _fail(args, err, EXIT_JOB)
     except (TransportError, ApiError, UnsupportedServerError) as err:
         return _fail(args, err, EXIT_SERVER)

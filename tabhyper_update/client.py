@@ -34,10 +34,12 @@ from .errors import (
     ConfigurationError,
     InvalidArgumentError,
     NotFoundError,
+    TargetMismatchError,
     TransportError,
     UnsupportedServerError,
 )
 from .jobs import Job, PollPolicy
+from .projects import LUID, Project, find_project
 
 if TYPE_CHECKING:
     from .payload import Payload
@@ -52,7 +54,6 @@ log = logging.getLogger("tabhyper_update")
 MIN_API_VERSION = (3, 12)
 #: serverinfo answers at every version; this one exists on every server.
 PROBE_VERSION = "2.4"
-LUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 SESSION_EXPIRED = "401002"
 #: Listing pages: their size, and how many are read at most for one lookup.
 PAGE_SIZE = 100
@@ -74,6 +75,8 @@ class DataSourceRef:
     #: SDK published it, or the caller said. An update whose payload has other columns is
     #: refused before anything is sent (:class:`SchemaDriftError`).
     columns: Mapping[str, tuple[str, ...]] | None = field(default=None, repr=False, compare=False)
+    #: The LUID of the project the data source lives in, when known.
+    project_id: str | None = field(default=None, repr=False, compare=False)
 
 
 def _version_tuple(text: str) -> tuple[int, int]:
@@ -109,14 +112,39 @@ def _check_verify(verify: bool | str, where: str) -> None:
         )
 
 
-def check_request_id(request_id: object) -> str:
-    """``request_id`` if it can travel as a RequestID header, else an error naming it."""
-    if not isinstance(request_id, str) or not _REQUEST_ID.match(request_id):
+def check_request_id(request_id: object, *, most: int = 200) -> str:
+    """``request_id`` if it can travel as a RequestID header (``most`` characters at most),
+    else an error naming it."""
+    if (
+        not isinstance(request_id, str)
+        or not _REQUEST_ID.match(request_id)
+        or len(request_id) > most
+    ):
         raise InvalidArgumentError(
-            f"request_id must be 1-200 printable ASCII characters (no CR, LF or other control "
-            f"characters, no spaces at the ends), got {request_id!r}"
+            f"request_id must be 1-{most} printable ASCII characters (no CR, LF or other "
+            f"control characters, no spaces at the ends), got {request_id!r}"
         )
     return request_id
+
+
+def check_job_target(job: Job, target: DataSourceRef, request_id: str | None) -> Job:
+    """``job`` when it is an update job of ``target`` (or does not say), else an error: the
+    server answered with another data source's job (a RequestID it had run elsewhere)."""
+    kind = (job.type or "").lower()
+    owner = job.datasource_id
+    if (kind and kind != "updateuploadedfile") or (
+        owner is not None and owner.lower() != target.id.lower()
+    ):
+        what = f"data source {owner}" if owner is not None else f"a {job.type} job"
+        raise TargetMismatchError(
+            f"the server answered the update of data source {target.name or target.id!r} "
+            f"({target.id}) with job {job.id}, which belongs to {what}"
+            + (f" (RequestID {request_id!r})" if request_id else "")
+            + ": the server had run that RequestID before for something else, so this update "
+            "was not applied and is not counted as applied. Use a request id of its own for "
+            "each data source"
+        )
+    return job
 
 
 class TableauClient:
@@ -412,14 +440,17 @@ class TableauClient:
         self,
         name_or_luid: str,
         *,
-        project: str | None = None,
+        project: str | Project | None = None,
         connection: str | None = None,
         columns: Mapping[str, Sequence[str]] | None = None,
     ) -> DataSourceRef:
-        """Find a published data source by LUID, or by name (optionally in ``project``).
+        """Find a published data source by LUID, or by name (optionally in ``project``: a
+        path from the top such as ``"Sales/EMEA"``, a LUID, or a name unique on the site).
 
-        ``columns`` (table name → column names) tells the SDK what the data source's tables
-        hold, so that an update with other columns is refused before anything is sent.
+        Within a project the data source is matched by the project's LUID, so a same-named
+        data source in another project (``Finance/EMEA``) is never taken. ``columns`` (table
+        name → column names) tells the SDK what the data source's tables hold, so that an
+        update with other columns is refused before anything is sent.
         """
         if not name_or_luid:
             raise InvalidArgumentError("a data source name or LUID is required")
@@ -427,7 +458,10 @@ class TableauClient:
             known = {str(t): tuple(str(c) for c in cs) for t, cs in columns.items()}
             plain = self.datasource(name_or_luid, project=project, connection=connection)
             return replace(plain, columns=known)
-        if LUID.match(name_or_luid) and project is None:
+        home = project if isinstance(project, Project) or project is None else None
+        if home is None and project is not None:
+            home = find_project(self, project)
+        if LUID.match(name_or_luid) and home is None:
             try:
                 _, body = self.request("GET", f"datasources/{name_or_luid}", retry=True)
                 item = (body or {}).get("datasource") or {}
@@ -435,10 +469,15 @@ class TableauClient:
             except NotFoundError:
                 ref = None
             if ref is not None:
+                if ref.id.lower() != name_or_luid.lower():
+                    raise TargetMismatchError(
+                        f"asked for data source {name_or_luid}, the server answered with "
+                        f"data source {ref.id} ({ref.name!r}): refused"
+                    )
                 return replace(self._with_connection(ref, connection), client=self)
-        found = self._find_by_name(name_or_luid, project)
+        found = self._find_by_name(name_or_luid, home)
         if not found:
-            where = f" in project {project!r}" if project else ""
+            where = f" in project {home.path!r}" if home is not None else ""
             raise NotFoundError(
                 status=404,
                 summary="Data source not found",
@@ -461,16 +500,24 @@ class TableauClient:
             return None
         project = item.get("project")
         project_name = project.get("name") if isinstance(project, dict) else None
-        return DataSourceRef(str(item["id"]), item.get("name"), project_name)
+        project_id = project.get("id") if isinstance(project, dict) else None
+        return DataSourceRef(
+            str(item["id"]),
+            item.get("name"),
+            project_name,
+            project_id=str(project_id) if project_id else None,
+        )
 
-    def _find_by_name(self, name: str, project: str | None) -> list[DataSourceRef]:
+    def _find_by_name(self, name: str, project: Project | None) -> list[DataSourceRef]:
         # The filter syntax separates filters with "," and fields with ":", with no escape:
-        # a name holding either is matched here instead, over the (bounded) listing.
+        # a name holding either is matched here instead, over the (bounded) listing. The
+        # project's name only narrows the listing: names repeat across parents, so each
+        # item is matched by the project's LUID below.
         filters = []
         if "," not in name and ":" not in name:
             filters.append(f"name:eq:{name}")
-        if project is not None and "," not in project and ":" not in project:
-            filters.append(f"projectName:eq:{project}")
+        if project is not None and "," not in project.name and ":" not in project.name:
+            filters.append(f"projectName:eq:{project.name}")
         found: list[DataSourceRef] = []
         listing = self.list_items(
             "datasources",
@@ -485,7 +532,10 @@ class TableauClient:
             if (
                 ref is not None
                 and item.get("name") == name
-                and (project is None or ref.project == project)
+                and (
+                    project is None
+                    or (ref.project_id is not None and ref.project_id.lower() == project.id.lower())
+                )
             ):
                 found.append(ref)
         return found
@@ -617,7 +667,7 @@ class TableauClient:
             headers={"RequestID": rid},
             expected=(200, 202),
         )
-        return Job.from_response(body, self)
+        return check_job_target(Job.from_response(body, self), ref, rid)
 
     def update_datasource(
         self,
@@ -667,7 +717,7 @@ class TableauClient:
         payload: Payload | str | os.PathLike[str],
         name: str,
         *,
-        project: str | None = None,
+        project: str | Project | None = None,
         mode: PublishMode = "create",
         description: str | None = None,
         as_job: bool | None = None,
@@ -701,7 +751,7 @@ class TableauClient:
         *,
         snapshot: Callable[[], Payload],
         changes: Callable[[], Payload],
-        project: str | None = None,
+        project: str | Project | None = None,
         full_refresh: bool = False,
         target_table: str | None = None,
         target_schema: str | None = None,

@@ -24,6 +24,7 @@ __all__ = [
     "InvalidArgumentError",
     "JobCancelledError",
     "JobFailedError",
+    "JobOutcomeUnknownError",
     "JobTimeoutError",
     "NotFoundError",
     "PayloadError",
@@ -31,6 +32,7 @@ __all__ = [
     "RequestTimeoutError",
     "SchemaDriftError",
     "TabHyperError",
+    "TargetMismatchError",
     "TlsVerificationError",
     "TransportError",
     "UnsupportedServerError",
@@ -272,6 +274,26 @@ class JobCancelledError(TabHyperError):
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
         super().__init__(f"job {job_id} was cancelled")
+
+
+class JobOutcomeUnknownError(TabHyperError):
+    """The job finished with a finish code the SDK does not know: whether it applied the
+    update cannot be told, so it is not counted as applied. Look at the data source."""
+
+    def __init__(self, job_id: str, finish_code: object) -> None:
+        self.job_id = job_id
+        self.finish_code = finish_code
+        super().__init__(
+            f"job {job_id} finished with finish code {finish_code!r}, which is neither success "
+            "(0), failure (1) nor cancellation (2): whether the update was applied is unknown, "
+            "so it is not recorded as applied. Look at the data source before running the job "
+            "again (a re-run waits on the same job and stops here again)"
+        )
+
+
+class TargetMismatchError(TabHyperError):
+    """The server's answer names another data source (or job of another data source) than
+    the one asked about: nothing further was sent to it."""
 
 
 class JobTimeoutError(TabHyperError, TimeoutError):

@@ -8,7 +8,10 @@ content alone.** Replaying the same position is deduplicated; anything new is ap
   the same slice of a feed rebuilt after a crash has the same identity, and a later slice
   with equal rows does not. Kind ``"position"``.
 - ``request_id=``: the caller binds the identity to a position of its own (say the date
-  partition a nightly job publishes). Kind ``"position"``.
+  partition a nightly job publishes). Kind ``"position"``. The RequestID sent is the
+  caller's id scoped to the data source (``nightly-1@<12 hex digits>``): the server runs a
+  RequestID once whatever the data source, so the same id on another data source is
+  another update.
 - Anything else (plain payloads, batches without a payload): each new run is a new update,
   with a fresh random identity. Only resuming an unfinished run reuses it, through its
   record. Kind ``"run"``.
@@ -32,11 +35,13 @@ from .state import PartState, RecordKind, UpdateRecord
 
 __all__ = [
     "CLOCK_SKEW_SECONDS",
+    "MAX_REQUEST_ID",
     "REQUEST_ID_NAMESPACE",
     "created_before",
     "new_record",
     "next_attempt",
     "part_request_id",
+    "scoped_request_id",
 ]
 
 #: Namespace of derived RequestIDs (a fixed, random UUID of this project).
@@ -45,6 +50,11 @@ REQUEST_ID_NAMESPACE = uuid.UUID("0f9b1c3e-6a2d-4e8f-9b1d-3c7a5e2f8d41")
 #: sent the request is taken for one created by an earlier request (a deduplicated answer).
 #: Job times have whole seconds.
 CLOCK_SKEW_SECONDS = 5.0
+
+
+#: How long a caller's request id may be: the RequestID header holds at most 200
+#: characters, and the scope adds 13.
+MAX_REQUEST_ID = 200 - 13
 
 
 def _sha256(*fields: str) -> str:
@@ -67,13 +77,20 @@ def _key_and_identity(
     identity its part RequestIDs derive from (see the module docstring)."""
     where = (target.id, target.connection_id or "")
     if request_id is not None:
-        return _sha256("request-id", *where, request_id), request_id
+        return _sha256("request-id", *where, request_id), scoped_request_id(request_id, target)
     content = (payload_digest, _batches_text(batches))
     key = _sha256(kind, *where, *content)
     if kind == "position":
         name = "\x1f".join(("change-set", *where, *content))
         return key, str(uuid.uuid5(REQUEST_ID_NAMESPACE, name))
     return key, str(uuid.uuid4())
+
+
+def scoped_request_id(request_id: str, target: DataSourceRef) -> str:
+    """The RequestID of the caller's ``request_id`` on ``target`` (and its connection): the
+    server deduplicates RequestIDs across data sources, so each is bound to its target."""
+    scope = _sha256("target", target.id.lower(), target.connection_id or "")[:12]
+    return f"{request_id}@{scope}"
 
 
 def part_request_id(

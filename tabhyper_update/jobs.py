@@ -11,12 +11,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from .errors import (
     InvalidArgumentError,
     JobCancelledError,
     JobFailedError,
+    JobOutcomeUnknownError,
     JobTimeoutError,
     TransportError,
 )
@@ -29,14 +30,18 @@ __all__ = ["Job", "PollPolicy"]
 
 log = logging.getLogger("tabhyper_update")
 
-FINISH_SUCCESS = (0, 3)
+#: Only 0 is success; any other code than these three is an unknown outcome (an error).
+FINISH_SUCCESS = 0
 FINISH_FAILED = 1
 FINISH_CANCELLED = 2
+_TEXT_FIELDS = ("id", "mode", "type", "progress", "createdAt", "startedAt", "completedAt")
 
 
 def _int_or_none(value: Any) -> int | None:
     if value is None or value == "":
         return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"finishCode {value!r} is not a number")
     return int(value)
 
 
@@ -64,15 +69,29 @@ class Job(BaseModel):
 
     @classmethod
     def from_response(cls, body: dict[str, Any] | None, client: TableauClient | None) -> Job:
-        data = dict((body or {}).get("job") or {})
+        raw = (body or {}).get("job") if isinstance(body, dict) else None
+        if not isinstance(raw, dict):
+            raise TransportError("the server answered without a job")
+        data = dict(raw)
         if not data.get("id"):
             raise TransportError("the server answered without a job id")
-        if "finishCode" in data:
-            data["finishCode"] = _int_or_none(data["finishCode"])
-        for key in ("progress",):
-            if data.get(key) is not None:
-                data[key] = str(data[key])
-        job = cls.model_validate(data)
+        try:
+            if "finishCode" in data:
+                data["finishCode"] = _int_or_none(data["finishCode"])
+            for key in _TEXT_FIELDS:
+                value = data.get(key)
+                if value is None:
+                    continue
+                if isinstance(value, bool) or not isinstance(value, (str, int)):
+                    raise ValueError(f"{key} {value!r} is not text")
+                data[key] = str(value)
+            for key in ("updateUploadedFileJob",):
+                if data.get(key) is not None and not isinstance(data[key], dict):
+                    raise ValueError(f"{key} is not an object")
+            job = cls.model_validate(data)
+        except (ValueError, ValidationError) as err:
+            first = str(err).splitlines()[0]
+            raise TransportError(f"the server's job answer is malformed: {first}") from None
         job._client = client
         return job
 
@@ -83,7 +102,16 @@ class Job(BaseModel):
 
     @property
     def succeeded(self) -> bool:
-        return self.finish_code in FINISH_SUCCESS
+        return self.finish_code == FINISH_SUCCESS
+
+    @property
+    def datasource_id(self) -> str | None:
+        """The data source the server says this update job belongs to, when it says."""
+        details = self.update_uploaded_file_job or {}
+        datasource = details.get("datasource")
+        if isinstance(datasource, dict) and datasource.get("id"):
+            return str(datasource["id"])
+        return None
 
     @property
     def notes(self) -> str | None:
@@ -122,11 +150,14 @@ class Job(BaseModel):
         return self.refresh()
 
     def raise_for_status(self) -> Job:
-        """Raise when the job failed or was cancelled; return ``self`` otherwise."""
+        """Raise when the job failed, was cancelled or finished with an unknown code; return
+        ``self`` otherwise (not finished yet, or succeeded)."""
         if self.finish_code == FINISH_FAILED:
             raise JobFailedError(self.id, self.notes)
         if self.finish_code == FINISH_CANCELLED:
             raise JobCancelledError(self.id)
+        if self.finish_code is not None and self.finish_code != FINISH_SUCCESS:
+            raise JobOutcomeUnknownError(self.id, self.finish_code)
         return self
 
     def wait(

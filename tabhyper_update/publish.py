@@ -14,27 +14,28 @@ import logging
 import os
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from .client import LUID, DataSourceRef
+from .client import DataSourceRef
 from .errors import (
-    ApiError,
     InvalidArgumentError,
     NotFoundError,
     PayloadError,
+    TargetMismatchError,
     TransportError,
 )
 from .jobs import Job
+from .projects import Project, find_project
 
 if TYPE_CHECKING:
     from .client import TableauClient
     from .payload import Payload
     from .roundtrip import UpdateResult
 
-__all__ = ["BootstrapResult", "Project", "PublishMode", "bootstrap", "find_project", "publish"]
+__all__ = ["BootstrapResult", "PublishMode", "bootstrap", "publish"]
 
 log = logging.getLogger("tabhyper_update")
 
@@ -42,74 +43,6 @@ PublishMode = Literal["create", "overwrite", "append"]
 MODES: tuple[str, ...] = ("create", "overwrite", "append")
 #: Files from this size on are published from a chunked upload, answered as a job.
 SINGLE_REQUEST_LIMIT = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Project:
-    """A project: its LUID, name, parent's LUID and path from the top (``Sales/EMEA``)."""
-
-    id: str
-    name: str
-    parent_id: str | None
-    path: str
-
-
-def _projects(client: TableauClient) -> list[Project]:
-    listed = client.list_items("projects", "project", what="projects", remedy="pass a project LUID")
-    raw = [i for i in listed if i.get("id")]
-    by_id = {str(i["id"]): i for i in raw}
-
-    def path_of(item: Mapping[str, Any], depth: int = 0) -> str:
-        parent = by_id.get(str(item.get("parentProjectId") or ""))
-        if parent is None or depth > 100:
-            return str(item.get("name", ""))
-        return f"{path_of(parent, depth + 1)}/{item.get('name', '')}"
-
-    return [
-        Project(
-            str(i["id"]),
-            str(i.get("name", "")),
-            str(i["parentProjectId"]) if i.get("parentProjectId") else None,
-            path_of(i),
-        )
-        for i in raw
-    ]
-
-
-def find_project(client: TableauClient, project: str | None) -> Project:
-    """A project by LUID, by name, or by path from the top (``"Sales/EMEA"``); ``None`` is
-    the site's default project (the top-level "Default")."""
-    if project is not None and (not isinstance(project, str) or not project.strip("/")):
-        raise InvalidArgumentError(f"project= takes a name, a path or a LUID, got {project!r}")
-    projects = _projects(client)
-    if project is None:
-        found = [p for p in projects if p.parent_id is None and p.name.lower() == "default"]
-        wanted = "the default project"
-    elif LUID.match(project):
-        found = [p for p in projects if p.id.lower() == project.lower()]
-        wanted = f"project {project!r}"
-    elif "/" in project:
-        found = [p for p in projects if p.path == project.strip("/")]
-        wanted = f"project path {project!r}"
-    else:
-        found = [p for p in projects if p.name == project]
-        wanted = f"project {project!r}"
-    if not found:
-        known = ", ".join(sorted(repr(p.path) for p in projects)[:20])
-        raise NotFoundError(
-            status=404,
-            summary="Project not found",
-            detail=f"no {wanted} on site {client.site!r} (projects: {known or 'none'})",
-        )
-    if len(found) > 1:
-        raise ApiError(
-            status=409,
-            summary="Ambiguous project",
-            detail=f"{len(found)} projects match {wanted}: "
-            + ", ".join(sorted(repr(p.path) for p in found)),
-            hint="pass the project's path from the top (e.g. 'Sales/EMEA') or its LUID",
-        )
-    return found[0]
 
 
 def _request_xml(name: str, project_id: str, description: str | None) -> bytes:
@@ -173,7 +106,7 @@ def publish(
     payload: Payload | str | os.PathLike[str],
     name: str,
     *,
-    project: str | None = None,
+    project: str | Project | None = None,
     mode: PublishMode = "create",
     description: str | None = None,
     as_job: bool | None = None,
@@ -220,16 +153,29 @@ def publish(
     )
     answer = answer or {}
     if "job" in answer:
-        Job.from_response(answer, client).wait(timeout=timeout)
-        found = client.datasource(name, project=target.name)
+        job = Job.from_response(answer, client)
+        job.wait(timeout=timeout)
+        # The job's own word on what it published, when it says; else the one data source
+        # of that name in that project (by the project's LUID: names repeat across parents).
+        said = (job.model_extra or {}).get("datasource")
+        if isinstance(said, dict) and said.get("id"):
+            found = client.datasource(str(said["id"]))
+        else:
+            found = client.datasource(name, project=target)
     else:
-        item = answer.get("datasource") or {}
-        if not item.get("id"):
+        item = answer.get("datasource")
+        if not isinstance(item, dict) or not item.get("id"):
             raise TransportError("the publish answer holds neither a data source nor a job")
-        project_item = item["project"] if isinstance(item.get("project"), dict) else {}
-        found = DataSourceRef(
-            str(item["id"]), item.get("name") or name, project_item.get("name") or target.name
+        ref = client._ref(item)
+        assert ref is not None
+        found = replace(ref, name=ref.name or name, project=ref.project or target.name)
+    if found.project_id is not None and found.project_id.lower() != target.id.lower():
+        raise TargetMismatchError(
+            f"published {name!r} into project {target.path!r} ({target.id}), and the server "
+            f"names data source {found.id} of project {found.project_id}: refused"
         )
+    if found.project_id is None:
+        found = replace(found, project_id=target.id, project=found.project or target.name)
     log.info("published %r as data source %s", name, found.id)
     known = columns if mode != "append" else {}
     return replace(found, client=client, columns=known or None)
@@ -251,7 +197,7 @@ def bootstrap(
     *,
     snapshot: Callable[[], Payload],
     changes: Callable[[], Payload],
-    project: str | None = None,
+    project: str | Project | None = None,
     full_refresh: bool = False,
     target_table: str | None = None,
     target_schema: str | None = None,
@@ -268,10 +214,10 @@ def bootstrap(
                 f"build_payload(...)), so that only the one needed is built; got {fn!r}"
             )
     existing: DataSourceRef | None = None
+    target = find_project(client, project)
     if not full_refresh:
-        target = find_project(client, project)
         try:
-            existing = client.datasource(name, project=target.name)
+            existing = client.datasource(name, project=target)
         except NotFoundError:
             existing = None
     if existing is None:
@@ -282,7 +228,7 @@ def bootstrap(
                 client,
                 payload,
                 name,
-                project=project,
+                project=target,
                 mode="overwrite" if full_refresh else "create",
                 timeout=timeout,
             )

@@ -26,20 +26,21 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .actions import DEFAULT_SCHEMA, ActionBatch
-from .client import DataSourceRef, TableauClient, check_request_id
+from .client import DataSourceRef, TableauClient, check_job_target, check_request_id
 from .errors import (
     ConfigurationError,
     InvalidArgumentError,
     JobCancelledError,
     JobFailedError,
+    JobOutcomeUnknownError,
     NotFoundError,
     PayloadError,
     SchemaDriftError,
     TabHyperError,
     UpdateStateError,
 )
-from .identity import created_before, new_record, next_attempt
-from .jobs import Job
+from .identity import MAX_REQUEST_ID, created_before, new_record, next_attempt
+from .jobs import FINISH_CANCELLED, FINISH_FAILED, Job
 from .state import PartState, RecordKind, StateStore, UpdateRecord
 
 if TYPE_CHECKING:
@@ -245,9 +246,6 @@ class UploadedPayload:
         #: The first part's upload session, sent by ``upload()`` and not yet used, and the
         #: seconds its upload took.
         self._uploaded_first: tuple[str, float] | None = None
-        #: Whether a finished update of the same request id but other content is an error
-        #: (the streaming sink: one batch id, one content) rather than a warning.
-        self.replay_must_match = False
 
     def upload_first_part(self) -> None:
         """Look the target up and upload the first part (what ``upload()`` does before it
@@ -305,7 +303,7 @@ class UploadedPayload:
         if given is not None:
             self.payload.validate(given)
         if request_id is not None:
-            check_request_id(request_id)
+            check_request_id(request_id, most=MAX_REQUEST_ID)
         units: list[tuple[PayloadPart | None, ActionBatch]]
         if self.payload.parts:
             units = [
@@ -421,14 +419,6 @@ class UploadedPayload:
         if not record.started:
             self.state.save(fresh)
             return fresh
-        if record.finished and self.replay_must_match:
-            raise UpdateStateError(
-                f"{label} was applied before with other content ({len(record.parts)} part(s), "
-                f"{len(plan)} now): the same position cannot hold two contents. If the "
-                "stream's checkpoint was reset or replaced, give the sink a new sink_id; "
-                "if the batch's content is not deterministic (e.g. it reads the clock), make "
-                "it so"
-            )
         if record.finished:
             log.warning(
                 "%s was applied before with other content (%d part(s)); nothing is sent: "
@@ -474,7 +464,9 @@ class UploadedPayload:
         index, total = state.index, len(record.parts)
         if state.status == "submitted" and state.job_id:
             try:
-                update.job = self.client.job(state.job_id)
+                update.job = check_job_target(
+                    self.client.job(state.job_id), self.target, state.request_id
+                )
             except NotFoundError:
                 if not _idempotent(batch):
                     raise UpdateStateError(
@@ -567,6 +559,9 @@ class UploadedPayload:
             job.refresh()
             if not job.is_done or job.succeeded:
                 return
+            if job.finish_code not in (FINISH_FAILED, FINISH_CANCELLED):
+                # Neither applied nor not: never submitted again, never counted as applied.
+                raise JobOutcomeUnknownError(job.id, job.finish_code)
             # That earlier job failed or was cancelled, so it applied nothing (batches are
             # atomic): submit the part again as a new attempt.
             log.warning(

@@ -465,27 +465,48 @@ def test_second_expiry_in_a_row_blames_a_shared_pat(
 
 def test_datasource_by_name_and_project(rsps: responses.RequestsMock, clock: FakeClock) -> None:
     add_signin(rsps)
+    sales, emea, finance, other_emea = (f"{n}0000000-0000-0000-0000-000000000000" for n in "1234")
+    rsps.add(
+        responses.GET,
+        f"{BASE}/projects",
+        json={
+            "pagination": {"totalAvailable": "4"},
+            "projects": {
+                "project": [
+                    {"id": sales, "name": "Sales"},
+                    {"id": emea, "name": "EMEA", "parentProjectId": sales},
+                    {"id": finance, "name": "Finance"},
+                    {"id": other_emea, "name": "EMEA", "parentProjectId": finance},
+                ]
+            },
+        },
+    )
     rsps.add(
         responses.GET,
         f"{BASE}/datasources",
         json={
-            "pagination": {"totalAvailable": "1"},
+            "pagination": {"totalAvailable": "2"},
             "datasources": {
-                "datasource": [{"id": DS, "name": "Orders", "project": {"name": "Sales"}}]
+                "datasource": [
+                    # Both projects are named EMEA: only the project's LUID tells them apart.
+                    {"id": DS, "name": "Orders", "project": {"id": other_emea, "name": "EMEA"}},
+                    {"id": "x" + DS[1:], "name": "Orders", "project": {"id": emea, "name": "EMEA"}},
+                ]
             },
         },
         match=[
             matchers.query_param_matcher(
                 {
-                    "filter": "name:eq:Orders,projectName:eq:Sales",
+                    "filter": "name:eq:Orders,projectName:eq:EMEA",
                     "pageSize": "100",
                     "pageNumber": "1",
                 }
             )
         ],
     )
-    ref = make_client(clock).datasource("Orders", project="Sales")
-    assert ref == DataSourceRef(DS, "Orders", "Sales")
+    ref = make_client(clock).datasource("Orders", project="Sales/EMEA")
+    assert ref == DataSourceRef("x" + DS[1:], "Orders", "EMEA")
+    assert ref.project_id == emea
 
 
 def test_datasource_in_several_projects_is_ambiguous(
@@ -785,7 +806,7 @@ def test_wait_caps_the_wait_at_30_seconds(rsps: responses.RequestsMock, clock: F
     add_signin(rsps)
     for _ in range(16):
         add_job(rsps)
-    add_job(rsps, finishCode="3")
+    add_job(rsps, finishCode="0")
     make_client(clock).job("job-1").wait(timeout=3600)
     assert max(clock.sleeps) == 30.0
     assert clock.sleeps[-1] == 30.0

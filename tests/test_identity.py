@@ -31,6 +31,7 @@ from tabhyper_update import (
     build_payload,
     target,
 )
+from tabhyper_update.identity import scoped_request_id
 from tabhyper_update.payload import Payload
 from tabhyper_update.roundtrip import UpdateResult
 from tabhyper_update.state import StateStore
@@ -422,7 +423,8 @@ def test_a_failed_job_is_submitted_again_once_the_cause_is_gone(
         .upload("Orders", client=client, progress=False, state_dir=tmp_path)
         .apply([Insert(target_table="Extract", source_table="upserts")], request_id="slice-9")
     )
-    assert result.parts[0].request_id == "slice-9-attempt-2"
+    scoped = scoped_request_id("slice-9", client.datasource("Orders"))
+    assert result.parts[0].request_id == f"{scoped}-attempt-2"
     assert rows(server)[-1] == (9, "late", None)
     payload.cleanup()
 
@@ -472,6 +474,7 @@ def test_distinct_request_ids_never_share_a_record(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
 ) -> None:
     insert = [Insert(target_table="Extract", source_table="Extract")]
+    orders = client.datasource("Orders")
     for rid, row in (("nightly:1", (11, "colon", None)), ("nightly/1", (12, "slash", None))):
         df = spark.createDataFrame([row], "id long, a string, b string")
         result = (
@@ -479,11 +482,14 @@ def test_distinct_request_ids_never_share_a_record(
             .upload("Orders", client=client, progress=False, state_dir=tmp_path)
             .apply(insert, request_id=rid)
         )
-        assert result.parts[0].request_id == rid
+        assert result.parts[0].request_id == scoped_request_id(rid, orders)
         assert not result.deduplicated
     assert rows(server)[1:] == [(11, "colon", None), (12, "slash", None)]
     records = StateStore(tmp_path).records()
-    assert sorted(r.identity for r in records) == ["nightly/1", "nightly:1"]
+    assert sorted(r.identity for r in records) == [
+        scoped_request_id("nightly/1", orders),
+        scoped_request_id("nightly:1", orders),
+    ]
     # A request id is the caller's position: running it again sends nothing.
     df = spark.createDataFrame([(11, "colon", None)], "id long, a string, b string")
     again = (
@@ -494,7 +500,8 @@ def test_distinct_request_ids_never_share_a_record(
     assert again.deduplicated
     assert len(rows(server)) == 3
     # ...even with other rows (a position already applied); the result reports what was.
-    first_job = next(r for r in records if r.identity == "nightly:1").parts[0].job_id
+    nightly = scoped_request_id("nightly:1", orders)
+    first_job = next(r for r in records if r.identity == nightly).parts[0].job_id
     other = spark.createDataFrame([(13, "late", None)], "id long, a string, b string")
     before = {k: server.counts[k] for k in ("initiate", "append", "update")}
     replay = client.update_datasource(
@@ -506,7 +513,7 @@ def test_distinct_request_ids_never_share_a_record(
         state_dir=tmp_path,
     )
     assert replay.deduplicated
-    assert [(p.request_id, p.job_id) for p in replay.parts] == [("nightly:1", first_job)]
+    assert [(p.request_id, p.job_id) for p in replay.parts] == [(nightly, first_job)]
     assert {k: server.counts[k] for k in before} == before  # no upload, no update
     assert len(rows(server)) == 3
 

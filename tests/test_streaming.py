@@ -192,17 +192,29 @@ def test_a_replayed_batch_without_its_record_is_deduplicated_by_the_server(
     assert env.table() == expected_state([B1, B2])
 
 
-def test_a_reused_sink_id_with_a_new_checkpoint_is_an_error_not_a_skip(
-    spark: SparkSession, env: Env
+@pytest.mark.parametrize("state_kept", [True, False], ids=["state-kept", "state-gone"])
+def test_a_checkpoint_reset_under_a_fixed_sink_id_applies_the_new_batches(
+    spark: SparkSession, env: Env, state_kept: bool
 ) -> None:
     write(env.source, 0, B1)
     run_query(spark, env.source, env.checkpoint, env.sink(sink_id="orders"))
+    if not state_kept:
+        shutil.rmtree(env.state)  # a new machine, a cleaned container
+    env.server.age_jobs(60)
+    # A new checkpoint: batch ids start at 0 again, with other content.
     other = env.root / "other"
     write(other, 0, B2)
-    with pytest.raises(Exception, match="applied before with other content"):
-        run_query(spark, other, env.root / "checkpoint-2", env.sink(sink_id="orders"))
-    assert env.table() == expected_state([B1])
-    assert env.jobs_run == 1
+    sink = env.sink(sink_id="orders")
+    run_query(spark, other, env.root / "checkpoint-2", sink)
+    assert sink.counts == {"applied": 1, "replayed": 0, "empty": 0}
+    assert env.table() == expected_state([B1, B2])
+    assert env.jobs_run == 2
+    # ...while a true replay of that new batch is still recognised.
+    _uncommit_last(env.root / "checkpoint-2")
+    again = env.sink(sink_id="orders")
+    run_query(spark, other, env.root / "checkpoint-2", again)
+    assert again.counts == {"applied": 0, "replayed": 1, "empty": 0}
+    assert env.jobs_run == 2
 
 
 def test_a_failed_update_fails_the_batch_and_a_restart_retries_it(
@@ -220,10 +232,16 @@ def test_a_failed_update_fails_the_batch_and_a_restart_retries_it(
     assert env.jobs_run == 2
 
 
-def test_the_request_id_is_the_query_and_the_batch(spark: SparkSession, env: Env) -> None:
+def test_the_request_id_is_the_query_the_batch_and_its_content(
+    spark: SparkSession, env: Env
+) -> None:
     write(env.source, 0, B1)
-    query = run_query(spark, env.source, env.checkpoint, env.sink())
-    rid = batch_request_id(str(query.id), 0)
+    sink = env.sink()
+    query = run_query(spark, env.source, env.checkpoint, sink)
+    assert sink.last_result is not None
+    (rid,) = [p.request_id for p in sink.last_result.parts]
+    digest = sink.last_result.parts[0].job_id and rid.split("-batch-0-")[1][:12]
+    assert rid.startswith(batch_request_id(str(query.id), 0, digest) + "@")
     assert rid in env.server.backend.request_ids
 
 

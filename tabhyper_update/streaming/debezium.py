@@ -193,6 +193,18 @@ class Debezium:
         )
         self.key = self.change_set.key
 
+    def for_table(self, table: str) -> Debezium:
+        """The same description, keeping only the events of ``source.table`` ``table``."""
+        routed = Debezium(
+            self.row_schema,
+            key=self.key,
+            position=self.position,
+            table=table,
+            truncate=self.truncate,
+        )
+        routed.connector = self.connector
+        return routed
+
     def __repr__(self) -> str:
         return (
             f"Debezium(key={list(self.key)!r}, connector={self.connector!r}, "

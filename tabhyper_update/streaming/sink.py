@@ -3,15 +3,23 @@
 Spark delivers ``foreachBatch`` at least once: a query that dies after a batch was written
 but before the checkpoint's commit runs that batch id again on restart, with the same input.
 The sink makes that exactly once. Each batch's update carries a RequestID made of the sink's
-id (the query's id unless given) and the batch id, so:
+id (the query's id unless given), the batch id and the digest of the batch's content, so:
 
-- a replayed batch whose update the sink's record shows applied is skipped without an update
-  request; one whose record was lost is sent with the same RequestID, which the server
-  deduplicates; one interrupted mid-update resumes where it stopped;
+- a replayed batch (same id, same content) whose update the sink's record shows applied is
+  skipped without an update request; one whose record was lost is sent with the same
+  RequestID, which the server deduplicates; one interrupted mid-update resumes where it
+  stopped;
 - a later batch is a new update even when its rows equal an earlier batch's;
-- the same batch id with other content is an error (:class:`UpdateStateError`), never a
-  silent skip: it means the checkpoint was reset under a fixed ``sink_id``, or the batch is
-  not deterministic.
+- a new batch that reuses an old batch id (the checkpoint was reset or replaced under a
+  fixed ``sink_id``, with or without the state folder) has other content, so another
+  RequestID: it is applied, never taken for the old one. A batch whose content is not
+  deterministic is, likewise, a new update when it runs again.
+
+The server remembers a RequestID for a limited time (24 hours is the figure commonly
+reported). A replay after that, with the state folder gone, is sent again: a change set's
+upserts and deletes give the same result applied twice, and Spark replays only the last
+uncommitted batch, so no later batch can have been overwritten by it; an append stream's
+(``Insert``) rows would be added twice.
 
 Empty batches send nothing. A failed update raises, which fails the batch and stops the
 query; restarting it retries the batch. Each batch is built with :func:`build_payload`
@@ -63,9 +71,10 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 _SINK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
 
-def batch_request_id(sink_id: str, batch_id: int) -> str:
-    """The RequestID of batch ``batch_id``'s update (parts add ``-part-N``)."""
-    return f"tabhyper-sink-{sink_id}-batch-{batch_id}"
+def batch_request_id(sink_id: str, batch_id: int, digest: str) -> str:
+    """The request id of batch ``batch_id`` whose content has ``digest`` (the SDK scopes it to
+    the data source; parts add ``-part-N``)."""
+    return f"tabhyper-sink-{sink_id}-batch-{batch_id}-{digest[:12]}"
 
 
 class TableauSink:
@@ -81,7 +90,10 @@ class TableauSink:
 
     ``prepare``: a function from the batch to the DataFrame (or mapping of table name →
     DataFrame) to build from, e.g. to split one topic into tables; a Debezium's own
-    parsing runs after it. ``sink_id``: the identity of this sink across restarts (by
+    parsing runs after it. A multi-table sink routes each row to one table: Debezium events
+    by their ``source.table`` (the mapping key unless the ``Debezium`` names ``table=``),
+    anything else through ``prepare`` returning a mapping; a sink that cannot route is
+    refused when it is made. ``sink_id``: the identity of this sink across restarts (by
     default the query's id, which lives in the checkpoint); give a new one whenever the
     checkpoint is replaced. ``client`` defaults to :meth:`TableauClient.from_env`.
     """
@@ -125,6 +137,7 @@ class TableauSink:
         check_target(self.actions is not None, target_table, target_schema)
         if prepare is not None and not callable(prepare):
             raise ArgumentTypeError(f"prepare= takes a function, got {prepare!r}")
+        self._tables = _routed(self._tables, prepare)
         if sink_id is not None and (
             not isinstance(sink_id, str) or not _SINK_ID.fullmatch(sink_id)
         ):
@@ -179,7 +192,6 @@ class TableauSink:
 
     def _apply(self, batch: DataFrame, batch_id: int) -> UpdateResult | None:
         sink_id = self.sink_id or _query_id(batch)
-        request_id = batch_request_id(sink_id, batch_id)
         frames = self.prepare(batch) if self.prepare is not None else batch
         source, change_sets = self._source(frames)
         payload = build_payload(
@@ -198,6 +210,7 @@ class TableauSink:
             if payload.is_empty and actions is None:
                 log.info("batch %d: no changes; nothing sent", batch_id)
                 return None
+            request_id = batch_request_id(sink_id, batch_id, payload.digest)
             uploaded = upload_payload(
                 payload,
                 self._target,
@@ -206,7 +219,6 @@ class TableauSink:
                 state_dir=self.state_dir,
                 upload_first=False,
             )
-            uploaded.replay_must_match = True
             result = uploaded.apply(
                 actions,
                 target_table=self.target_table,
@@ -227,11 +239,15 @@ class TableauSink:
         if self._tables is None:
             return frames, None
         if not isinstance(frames, Mapping):
-            if len(self._tables) != 1:
-                frames = dict.fromkeys(self._tables, frames)
-            else:
-                (name,) = self._tables
-                frames = {name: frames}
+            unroutable = [n for n, how in self._tables.items() if not isinstance(how, Debezium)]
+            if len(self._tables) > 1 and unroutable:
+                raise InvalidArgumentError(
+                    f"prepare() gave one DataFrame for a sink of {len(self._tables)} tables: "
+                    f"the rows of {', '.join(map(repr, unroutable))} cannot be told apart. "
+                    "Return a mapping of table name → DataFrame"
+                )
+            # One table takes the batch; Debezium tables each take their own events.
+            frames = dict.fromkeys(self._tables, frames)
         missing = [n for n in self._tables if n not in frames]
         if missing:
             raise InvalidArgumentError(
@@ -272,6 +288,30 @@ def _check_changes(changes: Changes | None) -> dict[str, ChangeSet | Debezium] |
         "TableauSink changes= takes a ChangeSet, a Debezium, or a non-empty mapping of table "
         f"name → either, got {changes!r}"
     )
+
+
+def _routed(
+    tables: dict[str, ChangeSet | Debezium] | None, prepare: Prepare | None
+) -> dict[str, ChangeSet | Debezium] | None:
+    """The tables of a multi-table sink, each able to pick its rows out of a batch: refused
+    when one cannot. Without ``prepare=``, Debezium events go to the table their
+    ``source.table`` names (the mapping key unless ``table=`` says otherwise); a
+    ``ChangeSet`` has no such field, so it needs ``prepare=`` to split the batch."""
+    if tables is None or len(tables) == 1 or prepare is not None:
+        return tables
+    unroutable = [name for name, how in tables.items() if isinstance(how, ChangeSet)]
+    if unroutable:
+        raise InvalidArgumentError(
+            f"TableauSink cannot tell which rows of a batch belong to "
+            f"{', '.join(map(repr, unroutable))}: without prepare= every table would get the "
+            "whole batch. Pass prepare= returning a mapping of table name → DataFrame (e.g. "
+            "lambda b: {'Sales': b.where(\"tbl = 'sales'\"), ...}), or describe Debezium events "
+            "(routed by their source table)"
+        )
+    return {
+        name: how if not isinstance(how, Debezium) or how.table is not None else how.for_table(name)
+        for name, how in tables.items()
+    }
 
 
 def _query_id(batch: DataFrame) -> str:

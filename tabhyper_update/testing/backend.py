@@ -345,7 +345,12 @@ class FakeBackend:
                     f"'{self.projects[project_id].name}'; publish with overwrite=true or "
                     "append=true",
                 )
-            if ds.worker is not None and not ds.queue.empty():
+            # Every unfinished update job of the data source counts (queued, waiting for the
+            # worker, running): an older update must never land on a newer snapshot.
+            if any(
+                j.datasource is ds and j.kind == "UpdateUploadedFile" and j.finish_code is None
+                for j in self.jobs.values()
+            ):
                 raise ApiFailure(409, "409000", "Conflict", "the data source is being updated")
             if mode == "overwrite":
                 staged = ds.path.with_suffix(".publish")

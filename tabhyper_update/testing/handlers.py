@@ -279,7 +279,9 @@ class Handlers:
             # A repeated RequestID is not run again: answer with the original job.
             return Response(202, {"job": job_body(earlier, brief=True)})
         try:
-            batch = ActionBatch.from_json(request.body.decode("utf-8"))
+            # The wire format exactly as Tableau takes it: a lenient reader here would let a
+            # client's wire-format mistake pass the fake.
+            batch = ActionBatch.from_wire(request.body.decode("utf-8"))
         except (UnicodeDecodeError, InvalidActionBatchError) as err:
             raise bad_request(str(err)) from None
         upload_id = request.query.get("uploadSessionId")
