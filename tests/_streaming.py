@@ -132,3 +132,17 @@ def wait_for(condition: Any, timeout: float, what: str) -> None:
 
 if __name__ == "__main__":
     sys.exit(_child(sys.argv[1:]))
+
+
+def uncommit_last(checkpoint: Path) -> int:
+    """Remove the last commit entry: what a crash between the sink and the commit leaves."""
+    commits = sorted(
+        (p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()),
+        key=lambda p: int(p.name),
+    )
+    last = commits[-1]
+    last.unlink()
+    crc = last.parent / f".{last.name}.crc"
+    if crc.exists():
+        crc.unlink()
+    return int(last.name)

@@ -37,6 +37,7 @@ from ._streaming import (
     expected_state,
     run_query,
     start_rows,
+    uncommit_last,
     wait_for,
 )
 from ._streaming import write_batch as write
@@ -138,20 +139,6 @@ def test_a_restart_from_the_checkpoint_runs_only_the_new_batches(
     assert env.jobs_run == 4
 
 
-def _uncommit_last(checkpoint: Path) -> int:
-    """Remove the last commit entry: what a crash between the sink and the commit leaves."""
-    commits = sorted(
-        (p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()),
-        key=lambda p: int(p.name),
-    )
-    last = commits[-1]
-    last.unlink()
-    crc = last.parent / f".{last.name}.crc"
-    if crc.exists():
-        crc.unlink()
-    return int(last.name)
-
-
 def test_a_replayed_batch_is_skipped_by_the_sinks_record(
     spark: SparkSession, env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -159,7 +146,7 @@ def test_a_replayed_batch_is_skipped_by_the_sinks_record(
     write(env.source, 1, B2)
     run_query(spark, env.source, env.checkpoint, env.sink())
     updates, appends = env.server.counts["update"], env.server.counts["append"]
-    replayed = _uncommit_last(env.checkpoint)
+    replayed = uncommit_last(env.checkpoint)
     assert replayed == 1
     sink = env.sink()
     with caplog.at_level(logging.INFO, logger="tabhyper_update"):
@@ -181,7 +168,7 @@ def test_a_replayed_batch_without_its_record_is_deduplicated_by_the_server(
     write(env.source, 0, B1)
     write(env.source, 1, B2)
     run_query(spark, env.source, env.checkpoint, env.sink())
-    _uncommit_last(env.checkpoint)
+    uncommit_last(env.checkpoint)
     shutil.rmtree(env.state)  # the record is lost too (another machine, a wiped disk)
     env.server.age_jobs(60)  # the first run was a minute ago: the answer can be told
     sink = env.sink()
@@ -210,7 +197,7 @@ def test_a_checkpoint_reset_under_a_fixed_sink_id_applies_the_new_batches(
     assert env.table() == expected_state([B1, B2])
     assert env.jobs_run == 2
     # ...while a true replay of that new batch is still recognised.
-    _uncommit_last(env.root / "checkpoint-2")
+    uncommit_last(env.root / "checkpoint-2")
     again = env.sink(sink_id="orders")
     run_query(spark, other, env.root / "checkpoint-2", again)
     assert again.counts == {"applied": 0, "replayed": 1, "empty": 0}
@@ -295,7 +282,7 @@ def test_a_plain_stream_with_explicit_actions_appends(spark: SparkSession, env: 
     added = [(10, "x", 1), (11, "y", 2), (12, "z", 3)]
     assert env.table() == sorted([(k, n, q) for k, (n, q) in START.items()] + added)
     # A replayed append batch is not appended twice.
-    _uncommit_last(env.checkpoint)
+    uncommit_last(env.checkpoint)
     run_query(spark, env.source, env.checkpoint, sink, schema="id BIGINT, name STRING, qty INT")
     assert len(env.table()) == 6
     assert env.jobs_run == 2

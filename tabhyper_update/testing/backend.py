@@ -285,11 +285,17 @@ class FakeBackend:
         hyper_path: str | os.PathLike[str],
         *,
         project: str = "Default",
+        project_id: str | None = None,
         connections: int = 1,
     ) -> str:
         """Publish a copy of ``hyper_path`` as a live-to-Hyper data source; returns its LUID."""
-        found = [p for p in self.projects.values() if p.name == project and p.parent_id is None]
-        project_id = found[0].id if found else self.add_project(project)
+        if project_id is None:
+            found = [
+                p for p in self.projects.values() if p.name == project and p.parent_id is None
+            ]
+            project_id = found[0].id if found else self.add_project(project)
+        elif project_id not in self.projects:
+            raise not_found("404005", f"Project '{project_id}' could not be found.")
         return self._new_datasource(name, project_id, Path(hyper_path), connections).id
 
     def _new_datasource(

@@ -214,11 +214,13 @@ class FakeTableauServer:
         hyper_path: str | os.PathLike[str],
         *,
         project: str = "Default",
+        project_id: str | None = None,
         connections: int = 1,
     ) -> str:
-        """Publish a copy of ``hyper_path`` as a live-to-Hyper data source; returns its LUID."""
+        """Publish a copy of ``hyper_path`` as a live-to-Hyper data source in the top-level
+        project ``project`` (or the project whose LUID is ``project_id``); returns its LUID."""
         return self.backend.add_datasource(
-            name, hyper_path, project=project, connections=connections
+            name, hyper_path, project=project, project_id=project_id, connections=connections
         )
 
     def add_project(self, name: str, parent: str | None = None) -> str:

@@ -1,0 +1,296 @@
+"""The divergence oracle: seeded random histories of a keyed table (inserts, value updates with
+NULLs, key moves one by one and ``SET id = id + 1`` over ranges, deletes, re-inserts, several
+changes per key per step), recorded by the source the way real sources record them (a Delta
+change data feed written by delta-rs; Debezium events in each connector's position format),
+delivered every way the SDK takes changes (batch slices, payloads split into parts, a
+streaming query with restarts, replays and a checkpoint reset), and compared with a model of
+the source after every step, against the fake server over HTTP.
+
+``TABHYPER_ORACLE_SEED`` picks the seed (default 20); the ``slow`` runs take more histories.
+Each run prints how many histories and steps it ran and how many divergences it found, and
+appends that line to ``TABHYPER_ORACLE_REPORT`` when set.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tabhyper_update import ChangeSet, PersonalAccessToken, TableauClient, build_payload
+from tabhyper_update.streaming import Debezium, TableauSink
+from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper, read_table
+
+from ._histories import (
+    COLUMNS,
+    ROW_SCHEMA,
+    Connector,
+    DeltaSource,
+    Model,
+    debezium_lines,
+    history,
+    models,
+    table,
+)
+from ._streaming import PAT, uncommit_last
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SEED = int(os.environ.get("TABHYPER_ORACLE_SEED", "20"))
+CONNECTORS = ("postgresql", "mysql", "sqlserver", "oracle", "mongodb")
+#: A cap a little over a Hyper file's own size (64 KiB): a wide first step splits into parts.
+SPLIT_MB = 0.1
+
+
+@dataclass
+class Tally:
+    """What a run did: histories, steps compared, divergences (each described)."""
+
+    histories: int = 0
+    steps: int = 0
+    divergences: list[str] = field(default_factory=list)
+
+    def report(self, what: str) -> str:
+        line = (
+            f"divergence oracle ({what}, seed {SEED}): {self.histories} histories, "
+            f"{self.steps} steps compared, {len(self.divergences)} divergences"
+        )
+        if os.environ.get("TABHYPER_ORACLE_REPORT"):
+            with open(os.environ["TABHYPER_ORACLE_REPORT"], "a") as out:
+                out.write(line + "\n")
+        return line
+
+
+@dataclass
+class Target:
+    server: FakeTableauServer
+    client: TableauClient
+    luid: str
+    state: Path
+
+    def table(self) -> list[tuple[int, str | None, int | None]]:
+        self.server.wait_idle()
+        rows = read_table(self.server.datasource_path(self.luid), "Extract")
+        return [(int(k), a, None if b is None else int(b)) for k, a, b in rows]
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Iterator[Target]:
+    start = make_hyper(tmp_path / "empty.hyper", {"Extract": (COLUMNS, [])})
+    with FakeTableauServer(pats=dict([PAT]), directory=tmp_path / "server") as server:
+        luid = server.add_datasource("Orders", start)
+        with TableauClient(server.url, "", PersonalAccessToken(*PAT)) as client:
+            yield Target(server, client, luid, tmp_path / "state")
+
+
+def compare(
+    tally: Tally, where: str, got: list[tuple[int, str | None, int | None]], model: Model
+) -> None:
+    tally.steps += 1
+    want = table(model)
+    if got != want:
+        missing = sorted(set(want) - set(got))[:5]
+        extra = sorted(set(got) - set(want))[:5]
+        tally.divergences.append(f"{where}: missing {missing}, extra {extra}")
+
+
+def reset(target: Target, start: Path) -> None:
+    """An empty target for the next history."""
+    target.server.wait_idle()
+    shutil.copyfile(start, target.server.datasource_path(target.luid))
+
+
+# -- the deliveries -------------------------------------------------------------------------------
+
+
+def run_delta(
+    spark: SparkSession,
+    target: Target,
+    root: Path,
+    rng: random.Random,
+    tally: Tally,
+    *,
+    steps: int,
+    split: bool,
+) -> None:
+    """A Delta table's change feed, one slice per step, each slice one update (in parts)."""
+    source = DeltaSource(root / "delta")
+    model_before: Model = {}
+    shape = {"start_rows": 200, "key_space": 400, "width": 300} if split else {}
+    for i, (step, model) in enumerate(models(history(rng, steps=steps, **shape))):
+        for commit in step:
+            source.commit(commit, model_before)
+            commit.apply(model_before)
+        changes = source.changes(spark)
+        payload = build_payload(changes, ChangeSet("id"), max_payload_mb=SPLIT_MB if split else 100)
+        if split and i == 0:
+            assert len(payload.parts) > 1, "the first slice was meant to split"
+        if not payload.is_empty:
+            payload.upload(
+                target.luid, client=target.client, progress=False, state_dir=target.state
+            ).apply(target_table="Extract")
+        compare(tally, f"delta step {i}", target.table(), model)
+    tally.histories += 1
+
+
+def run_debezium(
+    spark: SparkSession,
+    target: Target,
+    rng: random.Random,
+    tally: Tally,
+    *,
+    connector: str,
+    steps: int,
+) -> None:
+    """Debezium events of one connector, one batch slice per step (shuffled, redelivered)."""
+    events = Debezium(ROW_SCHEMA, key="id", connector=connector)
+    position = Connector(connector, rng)
+    applied: Model = {}
+    for i, (step, model) in enumerate(models(history(rng, steps=steps))):
+        lines = debezium_lines(step, applied, position, rng)
+        applied = dict(model)
+        df = spark.createDataFrame([(line,) for line in lines], "value string")
+        payload = build_payload(events.changes(df), events.change_set)
+        if not payload.is_empty:
+            payload.upload(
+                target.luid, client=target.client, progress=False, state_dir=target.state
+            ).apply(target_table="Extract")
+        compare(tally, f"{connector} step {i}", target.table(), model)
+    tally.histories += 1
+
+
+def run_stream(
+    spark: SparkSession, target: Target, root: Path, rng: random.Random, tally: Tally, *, steps: int
+) -> None:
+    """Debezium files through a ``TableauSink`` query: a run per step, a replay of the last
+    batch now and then, and halfway a checkpoint reset under the same sink id with the state
+    folder gone (a new machine reading a new topic from its start)."""
+    events = Debezium(ROW_SCHEMA, key="id", connector="mysql")
+    position = Connector("mysql", rng)
+    source, checkpoint = root / "events", root / "checkpoint"
+    applied: Model = {}
+    reset_at = steps // 2 + 1
+    for i, (step, model) in enumerate(models(history(rng, steps=steps))):
+        if i == reset_at:
+            shutil.rmtree(target.state, ignore_errors=True)
+            source, checkpoint = root / "events-2", root / "checkpoint-2"
+        lines = debezium_lines(step, applied, position, rng)
+        applied = dict(model)
+        source.mkdir(parents=True, exist_ok=True)
+        (source / f"{i:04d}.json").write_text("".join(f"{line or 'null'}\n" for line in lines))
+        sink = TableauSink(
+            target.luid,
+            events,
+            client=target.client,
+            target_table="Extract",
+            sink_id="oracle",
+            state_dir=target.state,
+        )
+        _run(spark, source, checkpoint, sink)
+        compare(tally, f"stream step {i}", target.table(), model)
+        if i > 0 and rng.random() < 0.5:
+            uncommit_last(checkpoint)  # a crash between the sink and the commit: a replay
+            _run(spark, source, checkpoint, sink)
+            compare(tally, f"stream step {i} replayed", target.table(), model)
+    tally.histories += 1
+
+
+def _run(spark: SparkSession, source: Path, checkpoint: Path, sink: TableauSink) -> None:
+    query = (
+        spark.readStream.option("maxFilesPerTrigger", 1)
+        .text(str(source))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    if not query.awaitTermination(180):
+        query.stop()
+        raise TimeoutError("the streaming query did not finish")
+    if query.exception() is not None:
+        raise AssertionError(f"the query failed: {query.exception()}")
+
+
+def oracle(
+    spark: SparkSession,
+    target: Target,
+    root: Path,
+    *,
+    delta: int,
+    debezium: int,
+    streams: int,
+    steps: int,
+) -> Tally:
+    rng = random.Random(SEED)
+    tally = Tally()
+    start = root / "start.hyper"
+    shutil.copyfile(target.server.datasource_path(target.luid), start)
+    for h in range(delta):
+        reset(target, start)
+        run_delta(spark, target, root / f"delta-{h}", rng, tally, steps=steps, split=h % 2 == 1)
+    for h in range(debezium):
+        reset(target, start)
+        run_debezium(
+            spark, target, rng, tally, connector=CONNECTORS[h % len(CONNECTORS)], steps=steps
+        )
+    for h in range(streams):
+        reset(target, start)
+        run_stream(spark, target, root / f"stream-{h}", rng, tally, steps=steps)
+    return tally
+
+
+def test_the_published_table_equals_the_source_after_every_step(
+    spark: SparkSession, target: Target, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tally = oracle(spark, target, tmp_path, delta=2, debezium=len(CONNECTORS), streams=1, steps=4)
+    with capsys.disabled():
+        print("\n" + tally.report("default"))
+    assert tally.histories == 2 + len(CONNECTORS) + 1
+    assert tally.divergences == []
+
+
+@pytest.mark.slow
+def test_the_published_table_equals_the_source_after_every_step_at_length(
+    spark: SparkSession, target: Target, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tally = oracle(
+        spark, target, tmp_path, delta=8, debezium=3 * len(CONNECTORS), streams=3, steps=8
+    )
+    with capsys.disabled():
+        print("\n" + tally.report("slow"))
+    assert tally.divergences == []
+
+
+# -- the oracle can fail: each fix, undone, is caught ---------------------------------------------
+
+
+def test_the_oracle_catches_pre_images_dropped(
+    spark: SparkSession, target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tabhyper_update import cdc
+
+    monkeypatch.setitem(cdc.DEFAULT_OP_MAP, "update_preimage", "ignore")
+    tally = oracle(spark, target, tmp_path, delta=1, debezium=0, streams=0, steps=4)
+    assert tally.divergences, "with pre-images dropped, moved keys leave their old rows"
+
+
+def test_the_oracle_catches_positions_compared_as_text(
+    spark: SparkSession, target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tabhyper_update.streaming import debezium
+
+    monkeypatch.setitem(debezium.POSITION_ORDER, "file", "text")
+    monkeypatch.setitem(debezium.POSITION_ORDER, "scn", "text")
+    rng = random.Random(SEED)
+    tally = Tally()
+    for connector in ("mysql", "oracle"):
+        run_debezium(spark, target, rng, tally, connector=connector, steps=6)
+    assert tally.divergences, "with positions compared as text, older changes win"
