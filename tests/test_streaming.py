@@ -23,6 +23,7 @@ from tabhyper_update import (
     InvalidArgumentError,
     PersonalAccessToken,
     TableauClient,
+    build_payload,
 )
 from tabhyper_update.streaming import TableauSink
 from tabhyper_update.streaming.sink import batch_request_id
@@ -31,6 +32,7 @@ from tabhyper_update.testing.files import make_hyper, read_table
 
 from ._streaming import (
     PAT,
+    SCHEMA,
     START,
     TABLE_DDL,
     Change,
@@ -227,7 +229,8 @@ def test_the_request_id_is_the_query_the_batch_and_its_content(
     query = run_query(spark, env.source, env.checkpoint, sink)
     assert sink.last_result is not None
     (rid,) = [p.request_id for p in sink.last_result.parts]
-    digest = sink.last_result.parts[0].job_id and rid.split("-batch-0-")[1][:12]
+    with build_payload(spark.read.schema(SCHEMA).json(str(env.source)), CDC) as payload:
+        digest = payload.digest  # the batch's content, built again
     assert rid.startswith(batch_request_id(str(query.id), 0, digest) + "@")
     assert rid in env.server.backend.request_ids
 
