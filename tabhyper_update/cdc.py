@@ -392,7 +392,8 @@ def _order_sql(
         f"'1000', so the SDK will not guess. Say how it orders: order_as={{{column!r}: "
         f"'number'}} for whole numbers written as text, {{{column!r}: 'text'}} when its text "
         "order is its meaning (e.g. ISO timestamps of one width), or another of "
-        f"{', '.join(map(repr, ORDER_AS))}; or cast the column"
+        f"{', '.join(map(repr, ORDER_AS))}; or cast the column (command line: --order-as "
+        f"{column}=number)"
     )
 
 

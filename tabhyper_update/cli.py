@@ -219,6 +219,7 @@ def _change_set(args: argparse.Namespace) -> ChangeSet | None:
                 ("--op-column", args.op_column),
                 ("--order-by", args.order_by),
                 ("--op-map", args.op_map),
+                ("--order-as", args.order_as),
             )
             if v
         ]
@@ -231,8 +232,18 @@ def _change_set(args: argparse.Namespace) -> ChangeSet | None:
         if not sep:
             raise _UsageError(f"--op-map takes VALUE=MEANING pairs, got {item!r}")
         op_map[value] = meaning
+    order_as: dict[str, str] = {}
+    for item in args.order_as or ():
+        column, sep, how = item.partition("=")
+        if not sep:
+            raise _UsageError(f"--order-as takes COLUMN=HOW pairs, got {item!r}")
+        order_as[column] = how
     return ChangeSet(
-        args.key, op_column=args.op_column, order_by=args.order_by, op_map=op_map or None
+        args.key,
+        op_column=args.op_column,
+        order_by=args.order_by,
+        op_map=op_map or None,
+        order_as=order_as or None,
     )
 
 
@@ -539,7 +550,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--op-map",
         nargs="+",
         metavar="VALUE=MEANING",
-        help="op values and their meaning (upsert, delete, ignore)",
+        help="op values and their meaning (upsert, delete, preimage, ignore)",
+    )
+    p.add_argument(
+        "--order-as",
+        nargs="+",
+        metavar="COLUMN=HOW",
+        help="how a text --order-by column orders: number, text, binlog-file, hex-lsn or "
+        "number-list (text columns are refused without it)",
     )
     p.add_argument(
         "--database-version",

@@ -101,7 +101,7 @@ def test_help_lists_exit_codes_and_defaults(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    assert "5  the job failed, was cancelled or did not finish in time" in out
+    assert "5  the job failed, was cancelled, ended with an unknown outcome or did not" in out
     with pytest.raises(SystemExit):
         main(["build", "--help"])
     assert "(default: 100)" in capsys.readouterr().out

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 import requests
 
+from tabhyper_update import Payload
 from tabhyper_update.cli import main
 from tabhyper_update.client import DataSourceRef
 from tabhyper_update.demo import run_demo
@@ -222,3 +223,24 @@ def test_serve_local_serves_until_its_duration(tmp_path: Path) -> None:
         proc.wait(timeout=20)
     assert files
     assert not Path(files).exists()  # stopped by SIGTERM, it still removed its files
+
+
+def test_build_a_change_set_ordered_by_numbers_written_as_text(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    changes = tmp_path / "changes"
+    spark.createDataFrame(
+        [(1, "older", "U", "999"), (1, "newer", "U", "1000")],
+        "id long, v string, op string, seq string",
+    ).write.parquet(str(changes))
+    build = ["build", "--input", str(changes), "--key", "id", "--op-column", "op"]
+    build += ["--order-by", "seq", "--json"]
+    # A text position is refused, saying how to tell its order.
+    assert main([*build, "--output-dir", str(tmp_path / "refused")]) == 1
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert "--order-as seq=number" in error["message"]
+    out_dir = tmp_path / "payload"
+    assert main([*build, "--order-as", "seq=number", "--output-dir", str(out_dir)]) == 0
+    built = json.loads(capsys.readouterr().out)
+    (part,) = Payload.load(built["manifest"]).parts
+    assert read_rows(part.path, "upserts") == [(1, "newer")]

@@ -101,7 +101,8 @@ def test_public_surface_is_pinned() -> None:
         ),
         (
             ChangeSet,
-            "key, *, op_column, order_by, op_map, keep_columns, upsert_table, delete_table",
+            "key, *, op_column, order_by, op_map, keep_columns, upsert_table, delete_table, "
+            "order_as",
         ),
         (Payload.upload, "self, target, *, client, progress, state_dir"),
         (
@@ -119,7 +120,7 @@ def test_public_surface_is_pinned() -> None:
             "target, changes, *, client, actions, prepare, target_table, target_schema, "
             "sink_id, max_payload_mb, staging_dir, state_dir, timeout",
         ),
-        (Debezium, "row_schema, *, key, position, table, truncate"),
+        (Debezium, "row_schema, *, key, connector, position, table, truncate"),
     ],
 )
 def test_the_round_trip_signatures_are_pinned(

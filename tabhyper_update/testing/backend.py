@@ -290,9 +290,7 @@ class FakeBackend:
     ) -> str:
         """Publish a copy of ``hyper_path`` as a live-to-Hyper data source; returns its LUID."""
         if project_id is None:
-            found = [
-                p for p in self.projects.values() if p.name == project and p.parent_id is None
-            ]
+            found = [p for p in self.projects.values() if p.name == project and p.parent_id is None]
             project_id = found[0].id if found else self.add_project(project)
         elif project_id not in self.projects:
             raise not_found("404005", f"Project '{project_id}' could not be found.")

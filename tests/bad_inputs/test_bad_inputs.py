@@ -771,7 +771,7 @@ HOSTILE: list[Case] = [
             c.payload, [Insert(target_table="Extract", source_table="rows")], request_id=""
         ),
         InvalidArgumentError,
-        "request_id must be 1-200 printable ASCII",
+        "request_id must be 1-187 printable ASCII",
     ),
     Case(
         "verify-tls-missing-bundle",
