@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import json
-import logging
 import socket
 import ssl
 import threading
@@ -55,10 +54,11 @@ from .errors import (
     TransportError,
 )
 from .policies import RetryPolicy
+from .redaction import get_logger
 
 __all__ = ["RetryPolicy", "Transport", "as_list", "parse_body"]
 
-log = logging.getLogger("tabhyper_update")
+log = get_logger("tabhyper_update")
 
 AUTH_HEADER = "X-Tableau-Auth"
 _XML_NS = "{http://tableau.com/api}"

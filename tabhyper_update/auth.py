@@ -1,7 +1,8 @@
 """Credentials for signing in: personal access token, user name and password, connected app.
 
 Secrets are pydantic ``SecretStr``: their ``repr`` and ``str`` show ``**********``, and
-they are read only to build a sign-in body.
+they are read only to build a sign-in body, at which point they are handed to
+:mod:`tabhyper_update.redaction` so that no server's echo of them is ever kept in text.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from .errors import ConfigurationError
+from .redaction import remember
 
 __all__ = [
     "DEFAULT_JWT_SCOPES",
@@ -56,7 +58,10 @@ class _Credentials(BaseModel):
             raise ConfigurationError(f"{type(self).__name__}: {problems}") from None
 
     def credentials(self, site: str) -> dict[str, Any]:
+        """The sign-in body; its secrets are remembered first, so no echo of them leaks."""
+        remember(*(v.get_secret_value() for v in self._secrets()))
         body = self._fields()
+        remember(*(v for k, v in body.items() if k in _SECRET_FIELDS))
         body["site"] = {"contentUrl": site}
         if self.impersonate_user_id:
             body["user"] = {"id": self.impersonate_user_id}
@@ -64,6 +69,13 @@ class _Credentials(BaseModel):
 
     def _fields(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _secrets(self) -> list[SecretStr]:
+        return [v for v in self.__dict__.values() if isinstance(v, SecretStr)]
+
+
+#: Sign-in body fields that hold a secret (a minted JWT is new at every sign-in).
+_SECRET_FIELDS = frozenset({"personalAccessTokenSecret", "password", "jwt"})
 
 
 class PersonalAccessToken(_Credentials):

@@ -32,11 +32,9 @@ storage such as ``/dbfs``) on a cluster. It is removed in every case, failures i
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 import shutil
-import stat
 import tempfile
 import time
 import uuid
@@ -61,6 +59,7 @@ from .cdc import (
     sql_name,
 )
 from .errors import ArgumentTypeError, PayloadError, TabHyperError
+from .folders import check_folder, private_dir, sweep_leftovers
 from .hyper_types import (
     DEFAULT_DATABASE_VERSION,
     SUPPORTED_DATABASE_VERSIONS,
@@ -76,13 +75,14 @@ from .payload import (
     RowDigest,
     TableInfo,
 )
+from .redaction import get_logger
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["build_payload"]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 BUCKET_COLUMN = "__tabhyper_bucket"
 #: A per-row hash staged beside the data. Its sums are the payload's content digest (Hyper
@@ -177,6 +177,9 @@ def build_payload(
         raise PayloadError(
             f"max_payload_mb must be positive (or None: one file), got {max_payload_mb!r}"
         )
+    # Folders first: a bad one is known before any Spark job (nothing is created yet).
+    check_folder(staging_dir, "staging_dir", create=False)
+    check_folder(output_dir, "output_dir", create=False)
     if database_version not in SUPPORTED_DATABASE_VERSIONS:
         raise PayloadError(
             f"database_version must be one of {SUPPORTED_DATABASE_VERSIONS}, got "
@@ -228,12 +231,14 @@ def build_payload(
         )
         spark_frames.append(_Frame(cs.upsert_table, df, plans, spec, cs.delete_table))
 
-    sweep_leftovers(staging_dir)
-    if output_dir is not None and Path(output_dir) != Path(staging_dir or tempfile.gettempdir()):
-        sweep_leftovers(output_dir)
-    stage = _private_dir(staging_dir, "tabhyper-stage-")
-    out = Path(output_dir) if output_dir is not None else None
-    owned = _private_dir(out, "tabhyper-payload-")
+    stage_parent, out = _claim_folders(staging_dir, output_dir)
+    stage, stage_lease = private_dir(stage_parent, "tabhyper-stage-")
+    try:
+        owned, owned_lease = private_dir(out, "tabhyper-payload-")
+    except BaseException:
+        stage_lease.release()
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
     try:
         started = time.perf_counter()
         staged = _stage(spark_frames, stage)
@@ -264,6 +269,8 @@ def build_payload(
         shutil.rmtree(owned, ignore_errors=True)
         raise
     finally:
+        stage_lease.release()
+        owned_lease.release()
         shutil.rmtree(stage, ignore_errors=True)
     if not parts:
         shutil.rmtree(owned, ignore_errors=True)
@@ -706,71 +713,17 @@ def _write_parts(
 # helpers
 
 
-def _private_dir(parent: str | os.PathLike[str] | None, prefix: str) -> Path:
-    if parent is not None:
-        Path(parent).mkdir(parents=True, exist_ok=True)
-    # The creating process's id is in the name: leftovers of a dead process can be told.
-    # Absolute: Spark's executors and the shared Hyper process have their own directories.
-    path = Path(os.path.abspath(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)))
-    path.chmod(0o700)
-    return path
-
-
-_LEFTOVER = re.compile(r"^(tabhyper-stage|tabhyper-payload)-(\d+)-")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    return True
-
-
-def sweep_leftovers(parent: str | os.PathLike[str] | None) -> int:
-    """Remove what killed builds left in ``parent`` (the temporary folder by default): their
-    staging folders, unfinished ``.part-*.hyper.tmp`` files in their payload folders, and
-    payload folders older than a day that hold no ``manifest.json`` (a payload kept beyond
-    its process is marked by saving its manifest, as ``tabhyper-update build`` does). Only
-    folders of this user whose creating process is gone are touched. Returns how many
-    entries were removed."""
-    folder = Path(parent) if parent is not None else Path(tempfile.gettempdir())
-    removed = 0
-    try:
-        entries = list(folder.iterdir())
-    except OSError:
-        return 0
-    for entry in entries:
-        match = _LEFTOVER.match(entry.name)
-        if match is None:
-            continue
-        try:
-            info = entry.lstat()
-        except OSError:
-            continue
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-            continue
-        if _alive(int(match.group(2))):
-            continue
-        if match.group(1) == "tabhyper-stage":
-            shutil.rmtree(entry, ignore_errors=True)
-            removed += 1
-            continue
-        if not (entry / "manifest.json").exists() and time.time() - info.st_mtime > 86400:
-            shutil.rmtree(entry, ignore_errors=True)
-            removed += 1
-            continue
-        for tmp in entry.glob(".part-*.hyper.tmp"):
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-                removed += 1
-        with contextlib.suppress(OSError):
-            entry.rmdir()  # only when empty: a kept payload stays
-    if removed:
-        log.info("removed %d leftover(s) of killed builds in %s", removed, folder)
-    return removed
+def _claim_folders(
+    staging_dir: str | os.PathLike[str] | None, output_dir: str | os.PathLike[str] | None
+) -> tuple[Path | None, Path | None]:
+    """The staging and output folders, created when missing (their parents must exist),
+    after dead builds' leftovers in them are swept."""
+    stage_parent = check_folder(staging_dir, "staging_dir")
+    out = check_folder(output_dir, "output_dir")
+    sweep_leftovers(stage_parent)
+    if out is not None and out != (stage_parent or Path(tempfile.gettempdir()).absolute()):
+        sweep_leftovers(out)
+    return stage_parent, out
 
 
 def _parquet_files(directory: Path) -> list[Path]:

@@ -37,6 +37,7 @@ from .errors import (
     TransportError,
     UnsupportedServerError,
 )
+from .folders import LEASE_NAME, check_folder
 from .payload import Payload
 from .state import StateStore, UpdateRecord
 
@@ -203,6 +204,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         raise _UsageError("give input files (--input) or a Spark table (--spark-table)")
     args.change_set = _change_set(args)
     out = Path(args.output_dir)
+    check_folder(args.staging_dir, "--staging-dir", create=False)
     lock = _claim_output_dir(out)  # before any work: a busy or used folder is refused now
     try:
         return _build_into(args, out)
@@ -261,6 +263,7 @@ def _build_into(args: argparse.Namespace, out: Path) -> int:
         table=args.name,
         database_version=args.database_version,
         max_payload_mb=args.max_payload_mb,
+        staging_dir=args.staging_dir,
         output_dir=out,
         keep_files=True,
     )
@@ -270,6 +273,7 @@ def _build_into(args: argparse.Namespace, out: Path) -> int:
     manifest = payload.save_manifest(out)  # moves the parts from the build's subfolder
     for emptied in out.glob(f"tabhyper-payload-{os.getpid()}-*"):
         with contextlib.suppress(OSError):
+            (emptied / LEASE_NAME).unlink(missing_ok=True)
             emptied.rmdir()
     data = {
         "manifest": str(manifest),
@@ -298,8 +302,8 @@ _BUILD_LOCK = ".tabhyper-build.lock"
 def _claim_output_dir(out: Path) -> Path:
     """Make ``out`` this build's own: created if missing, refused when another build is
     writing it or when it already holds something."""
+    check_folder(out, "--output-dir")
     try:
-        out.mkdir(parents=True, exist_ok=True)
         lock = out / _BUILD_LOCK
         fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
@@ -572,6 +576,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="split the payload into parts under this size (the server's update cap)",
     )
     p.add_argument(
+        "--staging-dir",
+        help="where Spark stages the rows (default: the temporary folder); on a cluster, a "
+        "path the driver and every executor see",
+    )
+    p.add_argument(
         "--output-dir",
         default="payload",
         help="a new or empty folder: the parts and manifest.json are written there",
@@ -689,6 +698,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
+        # A folder flag is checked (and named as written) before the command does anything.
+        check_folder(getattr(args, "state_dir", None), "--state-dir", create=False)
         code: int = args.func(args)
     except _UsageError as err:
         return _fail(args, err, EXIT_USAGE)

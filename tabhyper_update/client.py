@@ -11,7 +11,6 @@ No network I/O happens in the constructor: the client signs in on first use (or 
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import threading
@@ -40,6 +39,7 @@ from .errors import (
 )
 from .jobs import Job, PollPolicy
 from .projects import LUID, Project, find_project
+from .redaction import get_logger, remember
 
 if TYPE_CHECKING:
     from .payload import Payload
@@ -49,7 +49,7 @@ from .uploads import MAX_CHUNK_MB, MB, ProgressCallback, upload_file
 
 __all__ = ["MIN_API_VERSION", "DataSourceRef", "TableauClient"]
 
-log = logging.getLogger("tabhyper_update")
+log = get_logger("tabhyper_update")
 
 MIN_API_VERSION = (3, 12)
 #: serverinfo answers at every version; this one exists on every server.
@@ -366,6 +366,7 @@ class TableauClient:
             token = creds.get("token")
             if not token:
                 raise TransportError("sign-in answered without a token")
+            remember(str(token))
             self._token = str(token)
             self._site_id = str((creds.get("site") or {}).get("id") or "")
             if not self._site_id:

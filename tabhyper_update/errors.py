@@ -5,13 +5,18 @@ Everything the SDK raises on bad input, a failing server or a failing job derive
 type passed to a function) raises :class:`InvalidArgumentError` or
 :class:`ArgumentTypeError`: they are also ``ValueError`` / ``TypeError``, so code written
 against the built-in types keeps working. Messages never carry a secret:
-URLs are stored without query strings that could hold one, and no header is ever kept.
+URLs are stored without query strings that could hold one, no header is ever kept, and every
+text an error keeps (its message and fields, whatever a server said) is scrubbed of the
+secrets the SDK's clients hold (:mod:`tabhyper_update.redaction`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
+
+from .redaction import scrub, scrub_value
 
 __all__ = [
     "ApiError",
@@ -48,9 +53,16 @@ class TabHyperError(Exception):
     #: The round-trip step that failed ("upload of part 1", ...), when known.
     step: str | None = None
 
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*scrub_value(args))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Fields (a server's summary, detail, notes) and edited args are scrubbed as set.
+        super().__setattr__(name, scrub_value(value))
+
     def __str__(self) -> str:
         # Subclasses build their message in args[0]; annotations are appended to it there.
-        return str(self.args[0]) if self.args else super().__str__()
+        return scrub(str(self.args[0])) if self.args else super().__str__()
 
 
 class InvalidArgumentError(TabHyperError, ValueError):

@@ -7,7 +7,6 @@ Polling: the first poll at once, then waits of 0.05 s doubling up to 30 s (see
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -22,13 +21,14 @@ from .errors import (
     TransportError,
 )
 from .policies import PollPolicy
+from .redaction import get_logger, scrub_value
 
 if TYPE_CHECKING:
     from .client import TableauClient
 
 __all__ = ["Job", "PollPolicy"]
 
-log = logging.getLogger("tabhyper_update")
+log = get_logger("tabhyper_update")
 
 #: Only 0 is success; any other code than these three is an unknown outcome (an error).
 FINISH_SUCCESS = 0
@@ -72,7 +72,9 @@ class Job(BaseModel):
         raw = (body or {}).get("job") if isinstance(body, dict) else None
         if not isinstance(raw, dict):
             raise TransportError("the server answered without a job")
-        data = dict(raw)
+        # The server's words (notes above all) are scrubbed of the client's secrets before
+        # they are kept: a job's repr and errors show them.
+        data = scrub_value(dict(raw))
         if not data.get("id"):
             raise TransportError("the server answered without a job id")
         try:

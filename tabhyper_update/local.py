@@ -26,7 +26,6 @@ name or string value can change the SQL.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -40,6 +39,7 @@ from .actions import ActionBatch, Delete, Insert, Replace, Update, Upsert, _Acti
 from .conditions import And, Comparison, Const, Or, condition_columns
 from .errors import ApplyError
 from .payload import Payload
+from .redaction import get_logger
 
 if TYPE_CHECKING:
     from tableauhyperapi import Connection
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["apply"]
 
-log = logging.getLogger("tabhyper_update")
+log = get_logger("tabhyper_update")
 
 TARGET_DB = "tabhyper_target"
 SOURCE_DB = "tabhyper_payload"

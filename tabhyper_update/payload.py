@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import logging
 import os
 import shutil
 import weakref
@@ -37,6 +36,8 @@ from .errors import (
     PayloadError,
     Problem,
 )
+from .folders import check_folder
+from .redaction import get_logger
 
 if TYPE_CHECKING:
     from .client import DataSourceRef, TableauClient
@@ -53,7 +54,7 @@ __all__ = [
     "TableInfo",
 ]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_MAX_PAYLOAD_MB = 100
 #: Split granularity: rows are spread over this many buckets (by a hash of the key for a
@@ -372,7 +373,7 @@ class Payload:
         if not self.parts:
             raise PayloadError("an empty payload has no files to describe")
         where = Path(directory) if directory is not None else self.parts[0].path.parent
-        where.mkdir(parents=True, exist_ok=True)
+        check_folder(where, "directory")
         moved = []
         for part in self.parts:
             final = where / part.path.name

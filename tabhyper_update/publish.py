@@ -10,7 +10,6 @@ for), and the change set is applied otherwise.
 
 from __future__ import annotations
 
-import logging
 import os
 import uuid
 import xml.etree.ElementTree as ET
@@ -29,6 +28,7 @@ from .errors import (
 )
 from .jobs import Job
 from .projects import Project, find_project
+from .redaction import get_logger
 
 if TYPE_CHECKING:
     from .client import TableauClient
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BootstrapResult", "PublishMode", "bootstrap", "publish"]
 
-log = logging.getLogger("tabhyper_update")
+log = get_logger("tabhyper_update")
 
 PublishMode = Literal["create", "overwrite", "append"]
 MODES: tuple[str, ...] = ("create", "overwrite", "append")

@@ -15,7 +15,6 @@ first part not yet applied and never applies one twice.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
@@ -41,6 +40,7 @@ from .errors import (
 )
 from .identity import MAX_REQUEST_ID, created_before, new_record, next_attempt
 from .jobs import FINISH_CANCELLED, FINISH_FAILED, Job
+from .redaction import get_logger
 from .state import PartState, RecordKind, StateStore, UpdateRecord
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PartUpdate", "UpdateResult", "UploadedPayload", "resolve_target"]
 
-log = logging.getLogger("tabhyper_update")
+log = get_logger("tabhyper_update")
 _T = TypeVar("_T")
 #: How many new attempts one run makes for a part whose earlier job had failed.
 MAX_ATTEMPTS_PER_RUN = 3

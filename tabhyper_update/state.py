@@ -2,7 +2,8 @@
 again, and a replayed change set is recognised without uploading or submitting it again.
 
 One JSON file per update (all of its parts), written before the first request goes out, in
-a ``records`` folder the SDK creates and owns inside the state directory:
+a ``records`` folder the SDK creates and owns inside the state directory (a link in its place
+is refused, and no record file is ever read or written through a link):
 ``$XDG_STATE_HOME/tabhyper-update`` (``~/.local/state/tabhyper-update`` when unset), or the
 ``state_dir=`` given to :meth:`Payload.upload`. The file is named by the SHA-256 of the
 update's key, so distinct request ids never share a record. Files are ``0600`` in a ``0700``
@@ -16,17 +17,19 @@ What a record holds and how long it lives is the identity rule of :mod:`tabhyper
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
-import logging
 import os
 import re
-import tempfile
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigurationError
+from .folders import check_folder
+from .redaction import get_logger
 
 __all__ = [
     "RECORD_RETENTION_SECONDS",
@@ -36,7 +39,7 @@ __all__ = [
     "default_state_dir",
 ]
 
-log = logging.getLogger("tabhyper_update")
+log = get_logger("tabhyper_update")
 
 #: Finished records of change sets and explicit request ids are kept this long, so that a
 #: replayed slice is recognised locally (the server's own memory is said to be 24 hours).
@@ -152,6 +155,8 @@ class StateStore:
     RECORDS = "records"
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        #: Whether the folder is the caller's (checked as a folder argument) or the default.
+        self._given = directory is not None
         self.directory = Path(directory) if directory is not None else default_state_dir()
 
     @property
@@ -165,9 +170,15 @@ class StateStore:
 
     def _read(self, path: Path) -> UpdateRecord | None:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            # Never through a link: a record is a file the SDK wrote in its own folder.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, encoding="utf-8") as f:
+                data = json.load(f)
             return UpdateRecord.from_json(data)
         except FileNotFoundError:
+            return None
+        except OSError as err:
+            log.warning("ignoring %s: not a record file of this SDK (%s)", path, err.strerror)
             return None
         except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
             # Written atomically by us, so this is not ours (or not of this version): leave
@@ -181,42 +192,73 @@ class StateStore:
     def save(self, record: UpdateRecord) -> None:
         record.updated_at = time.time()
         self._ensure_dirs()
+        name = self._path(record.key).name
+        tmp = f".record-{uuid.uuid4().hex}.tmp"
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.records_dir, prefix=".record-", suffix=".tmp")
+            # Everything relative to the records folder opened without following a link, so
+            # a link swapped in after the check is never written through.
+            folder = os.open(self.records_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError as err:
-            raise ConfigurationError(
-                f"cannot write an update record in {str(self.records_dir)!r}: {err.strerror or err}"
-            ) from None
+            raise self._unwritable(err) from None
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(record.to_json(), f)
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self._path(record.key))
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder
+            )
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(record.to_json(), f)
+                os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=folder)
+                raise
         except OSError as err:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise ConfigurationError(
-                f"cannot write an update record in {str(self.records_dir)!r}: {err.strerror or err}"
-            ) from None
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+            raise self._unwritable(err) from None
+        finally:
+            os.close(folder)
+
+    def _unwritable(self, err: OSError) -> ConfigurationError:
+        if err.errno == errno.ELOOP or (
+            err.errno == errno.ENOTDIR and self.records_dir.is_symlink()
+        ):
+            return self._linked(self.records_dir)
+        return ConfigurationError(
+            f"cannot write an update record in {str(self.records_dir)!r}: {err.strerror or err}"
+        )
+
+    @staticmethod
+    def _linked(folder: Path) -> ConfigurationError:
+        return ConfigurationError(
+            f"state_dir: {str(folder)!r} is a symbolic link; the SDK keeps its update records "
+            "only in a folder it made itself. Remove the link (the SDK makes the folder "
+            "again) or pass another state_dir="
+        )
 
     def check(self) -> None:
         """Refuse, before anything is sent, a state directory that cannot hold records."""
-        for folder in (self.directory, self.records_dir):
-            if folder.exists() and not folder.is_dir():
-                raise ConfigurationError(
-                    f"state_dir: {str(folder)!r} is not a folder, so update records cannot be "
-                    "kept there"
-                )
+        if self._given:
+            check_folder(self.directory, "state_dir", create=False)
+        elif self.directory.exists() and not self.directory.is_dir():
+            raise ConfigurationError(
+                f"state_dir: {str(self.directory)!r} is not a folder, so update records cannot "
+                "be kept there"
+            )
+        records = self.records_dir
+        if records.is_symlink():
+            raise self._linked(records)
+        if records.exists() and not records.is_dir():
+            raise ConfigurationError(
+                f"state_dir: {str(records)!r} is not a folder, so update records cannot be "
+                "kept there"
+            )
 
     def _ensure_dirs(self) -> None:
         # Create what is missing, owner-only; never change the mode of an existing folder.
         self.check()
         try:
-            if not self.directory.exists():
+            if self._given:
+                check_folder(self.directory, "state_dir")
+            elif not self.directory.exists():
                 self.directory.mkdir(parents=True, mode=0o700)
             if not self.records_dir.exists():
                 with contextlib.suppress(FileExistsError):
@@ -225,16 +267,19 @@ class StateStore:
             raise ConfigurationError(
                 f"state_dir: cannot create {str(self.records_dir)!r}: {err.strerror or err}"
             ) from None
+        self.check()
 
     def remove(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._path(key).unlink()
 
     def _files(self) -> list[Path]:
-        if not self.records_dir.is_dir():
+        if not self.records_dir.is_dir() or self.records_dir.is_symlink():
             return []
         return sorted(
-            p for p in self.records_dir.iterdir() if p.suffix == ".json" and _KEY.fullmatch(p.stem)
+            p
+            for p in self.records_dir.iterdir()
+            if p.suffix == ".json" and _KEY.fullmatch(p.stem) and not p.is_symlink()
         )
 
     def records(self) -> list[UpdateRecord]:

@@ -13,7 +13,6 @@ restarts in a fresh upload session instead, a bounded number of times.
 from __future__ import annotations
 
 import io
-import logging
 import os
 import uuid
 from collections.abc import Callable
@@ -27,13 +26,14 @@ from .errors import (
     RequestTimeoutError,
     TransportError,
 )
+from .redaction import get_logger
 
 if TYPE_CHECKING:
     from .client import TableauClient
 
 __all__ = ["MAX_CHUNK_MB", "ProgressCallback", "multipart_framing", "upload_file"]
 
-log = logging.getLogger("tabhyper_update")
+log = get_logger("tabhyper_update")
 
 MB = 1024 * 1024
 #: The server refuses requests larger than 64 MB.

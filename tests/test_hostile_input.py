@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -21,9 +22,10 @@ from tabhyper_update import (
     RetryPolicy,
     TableauClient,
     build_payload,
+    folders,
 )
-from tabhyper_update.build import sweep_leftovers
 from tabhyper_update.cli import main
+from tabhyper_update.folders import sweep_leftovers
 from tabhyper_update.testing import FakeTableauServer
 
 from ._util import read_rows
@@ -101,7 +103,17 @@ def test_a_data_source_whose_name_holds_a_comma_is_found(tmp_path: Path) -> None
             assert client.datasource("Orders").id != luid
 
 
-def test_leftovers_of_killed_builds_are_swept_and_nothing_else(tmp_path: Path) -> None:
+def _lease(folder: Path, *, pid: int, age: float = 0.0, **where: str) -> None:
+    """A lease as a build with process id ``pid`` writes it (``where`` overrides its place)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    holder = {**folders._identity(), "pid": pid, "started": time.time(), **where}
+    lease = folder / folders.LEASE_NAME
+    lease.write_text(json.dumps(holder))
+    then = time.time() - age
+    os.utime(lease, (then, then))
+
+
+def test_leftovers_of_dead_builds_are_swept_and_nothing_else(tmp_path: Path) -> None:
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,
@@ -112,26 +124,84 @@ def test_leftovers_of_killed_builds_are_swept_and_nothing_else(tmp_path: Path) -
     stage = tmp_path / f"tabhyper-stage-{gone}-abc"
     (stage / "t0").mkdir(parents=True)
     (stage / "t0" / "part-0.parquet").write_bytes(b"x")
+    _lease(stage, pid=gone)  # this machine, this namespace, its process gone: dead now
     unfinished = tmp_path / f"tabhyper-payload-{gone}-def"
     unfinished.mkdir()
     (unfinished / ".part-1234.hyper.tmp").write_bytes(b"x")
+    _lease(unfinished, pid=gone)
     kept = tmp_path / f"tabhyper-payload-{gone}-ghi"
     kept.mkdir()
     (kept / "payload.hyper").write_bytes(b"x")
     (kept / "manifest.json").write_text("{}")
+    _lease(kept, pid=gone)
     old_unmarked = tmp_path / f"tabhyper-payload-{gone}-jkl"
     old_unmarked.mkdir()
     (old_unmarked / "payload.hyper").write_bytes(b"x")
+    _lease(old_unmarked, pid=gone)
     two_days = time.time() - 2 * 86400
     os.utime(old_unmarked, (two_days, two_days))
     alive = tmp_path / f"tabhyper-stage-{os.getpid()}-mno"  # a build of a running process
-    alive.mkdir()
+    _lease(alive, pid=os.getpid())
+    # A build in another container (another pid namespace) or on another host sharing the
+    # folder: its pid means nothing here, its fresh lease says it runs.
+    container = tmp_path / f"tabhyper-stage-{gone}-pqr"
+    _lease(container, pid=gone, pid_ns="pid:[1]")
+    other_host = tmp_path / f"tabhyper-stage-{gone}-stu"
+    _lease(other_host, pid=gone, host="builder-7", boot="another-boot")
+    # ... and once its lease is older than the bound, it is dead wherever it ran.
+    expired = tmp_path / f"tabhyper-stage-{gone}-vwx"
+    _lease(expired, pid=gone, host="builder-7", age=folders.LEASE_EXPIRY_SECONDS + 60)
+    no_lease_yet = tmp_path / f"tabhyper-stage-{gone}-yz0"  # killed before its lease: young
+    no_lease_yet.mkdir()
     unrelated = tmp_path / "tabhyper-stage-notes"
     unrelated.mkdir()
-    assert sweep_leftovers(tmp_path) == 3
+    assert sweep_leftovers(tmp_path) == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [kept.name, alive.name, unrelated.name]
+        p.name for p in (kept, alive, container, other_host, no_lease_yet, unrelated)
     )
+    assert sorted(p.name for p in kept.iterdir()) == [
+        folders.LEASE_NAME,
+        "manifest.json",
+        "payload.hyper",
+    ]
+
+
+@pytest.mark.skipif(
+    shutil.which("unshare") is None or os.geteuid() != 0, reason="needs unshare and root"
+)
+def test_a_live_build_in_another_pid_namespace_keeps_its_folder(tmp_path: Path) -> None:
+    """A real process in its own pid namespace (as in a container) holds a staging folder
+    in a shared path: a sweep here leaves it while it lives, and removes it only once its
+    lease has expired after it died."""
+    script = (
+        "import sys, time; from pathlib import Path\n"
+        "from tabhyper_update.folders import private_dir\n"
+        "path, lease = private_dir(Path(sys.argv[1]), 'tabhyper-stage-')\n"
+        "print(path, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    holder = subprocess.Popen(
+        ["unshare", "--pid", "--fork", sys.executable, "-c", script, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        folder = Path(holder.stdout.readline().strip())
+        assert folder.parent == tmp_path
+        assert folder.is_dir()
+        inner = json.loads((folder / folders.LEASE_NAME).read_text())
+        assert inner["pid_ns"] != folders._identity()["pid_ns"]
+        assert sweep_leftovers(tmp_path) == 0
+        assert folder.is_dir()
+    finally:
+        holder.kill()
+        holder.wait(timeout=20)
+    assert sweep_leftovers(tmp_path) == 0  # dead, but its lease is fresh: not yet
+    stale = time.time() - folders.LEASE_EXPIRY_SECONDS - 60
+    os.utime(folder / folders.LEASE_NAME, (stale, stale))
+    assert sweep_leftovers(tmp_path) == 1
+    assert not folder.exists()
 
 
 def test_a_second_build_into_the_same_folder_is_refused(
@@ -210,3 +280,101 @@ def test_cli_failures_are_one_line_of_ours_never_a_traceback(
         captured = capsys.readouterr()
         assert words in captured.out + captured.err, (argv, captured)
         assert "Traceback" not in captured.err
+
+
+def _in_own_mounts(script: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run a shell script in a mount namespace of its own: the file systems it mounts
+    vanish with it and nothing outside sees them."""
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+needs_mounts = pytest.mark.skipif(
+    shutil.which("unshare") is None or os.geteuid() != 0,
+    reason="mounts a small file system in a mount namespace of its own (needs root)",
+)
+
+
+@needs_mounts
+def test_a_full_or_read_only_disk_is_refused_before_any_work(tmp_path: Path) -> None:
+    full, read_only = tmp_path / "full", tmp_path / "read-only"
+    full.mkdir()
+    read_only.mkdir()
+    build = f"{sys.executable} -m tabhyper_update build --input nothing.parquet --json"
+    done = _in_own_mounts(
+        f"mount -t tmpfs -o size=256k tmpfs {full} && "
+        f"(dd if=/dev/zero of={full}/filler bs=4k count=100 2>/dev/null; true) && "
+        f"mount -t tmpfs -o ro,size=1m tmpfs {read_only} && "
+        f"{build} --output-dir {full}/payload; echo exit=$?; "
+        f"{build} --output-dir {read_only}/payload; echo exit=$?; "
+        f"{build} --output-dir {tmp_path}/out --staging-dir {full}/stage; echo exit=$?; "
+        f"ls -A {full} {read_only}",
+        timeout=120,
+    )
+    lines = done.stdout.splitlines()
+    errors = [json.loads(line)["error"] for line in lines if line.startswith("{")]
+    assert [line for line in lines if line.startswith("exit=")] == ["exit=2"] * 3, done
+    assert "--output-dir" in errors[0]["message"]
+    assert "its disk is full" in errors[0]["message"]
+    assert "--output-dir" in errors[1]["message"]
+    assert "is on a read-only file system" in errors[1]["message"]
+    assert "--staging-dir" in errors[2]["message"]
+    assert "its disk is full" in errors[2]["message"]
+    assert {e["class"] for e in errors} == {"ConfigurationError"}
+    # Nothing was made on either disk (only the filler that filled the first).
+    assert lines[-4:] == [f"{full}:", "filler", "", f"{read_only}:"], lines
+
+
+@needs_mounts
+def test_a_disk_that_fills_during_the_build_is_our_error_and_leaves_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    rows = tmp_path / "rows"
+    spark.range(60_000).selectExpr("id", "sha2(CAST(id AS STRING), 512) AS v").write.parquet(
+        str(rows)
+    )
+    small = tmp_path / "small"
+    small.mkdir()
+    done = _in_own_mounts(
+        f"mount -t tmpfs -o size=2m tmpfs {small} && "
+        f"{sys.executable} -m tabhyper_update build --input {rows} --json "
+        f"--staging-dir {small} --output-dir {tmp_path}/payload; echo exit=$?; "
+        f"ls -A {small}",
+        timeout=300,
+    )
+    lines = done.stdout.splitlines()
+    (error,) = [json.loads(line)["error"] for line in lines if line.startswith("{")]
+    assert "exit=1" in lines, done
+    assert error["class"] == "PayloadError"
+    assert "no space left on device while building the payload" in error["message"]
+    assert str(small) in error["message"]
+    assert lines[-1] == "exit=1", lines  # the staging disk is empty again
+    assert not (tmp_path / "payload").exists() or not any((tmp_path / "payload").iterdir())
+
+
+def test_a_running_build_keeps_its_lease_fresh_until_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder, lease = folders.private_dir(tmp_path, "tabhyper-stage-")
+    lease_file = folder / folders.LEASE_NAME
+    long_ago = time.time() - folders.LEASE_EXPIRY_SECONDS - 60
+    os.utime(lease_file, (long_ago, long_ago))  # as if the build had been running for hours
+    monkeypatch.setattr(folders, "LEASE_REFRESH_SECONDS", 0.05)
+    folders._wake.set()
+    deadline = time.monotonic() + 10
+    while lease_file.stat().st_mtime < long_ago + 60 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert lease_file.stat().st_mtime > time.time() - 60  # touched by the keeper
+    assert sweep_leftovers(tmp_path) == 0
+    lease.release()
+    os.utime(lease_file, (long_ago, long_ago))
+    folders._wake.set()
+    time.sleep(0.3)
+    assert lease_file.stat().st_mtime == pytest.approx(long_ago, abs=1)  # no longer touched
+    # Its process lives, but the lease is long expired: the folder is a leftover now.
+    assert sweep_leftovers(tmp_path) == 1

@@ -197,6 +197,7 @@ def test_an_odd_staging_path_stages_every_row_and_leaves_nothing(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     staging = tmp_path / ODD / "x:y"
+    staging.parent.mkdir()  # folder arguments are made when missing, not their parents
     df = spark.createDataFrame(
         [(i, f"v{i}", None) for i in range(50)], "id long, a string, b string"
     )

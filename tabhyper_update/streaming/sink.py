@@ -37,7 +37,6 @@ query; restarting it retries the batch. Each batch is built with :func:`build_pa
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import threading
@@ -50,6 +49,7 @@ from ..cdc import ChangeSet
 from ..client import DataSourceRef, TableauClient
 from ..errors import ArgumentTypeError, ConfigurationError, InvalidArgumentError
 from ..payload import DEFAULT_MAX_PAYLOAD_MB, Payload
+from ..redaction import get_logger
 from ..roundtrip import UpdateResult, check_target, upload_payload
 from .debezium import Debezium
 
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TableauSink"]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 #: Spark sets this local property on the thread that runs a streaming query's batches.

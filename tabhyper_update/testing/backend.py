@@ -13,7 +13,6 @@ import contextlib
 import hashlib
 import hmac
 import json
-import logging
 import os
 import queue
 import shutil
@@ -32,12 +31,13 @@ from .._hyper import connect
 from ..actions import ActionBatch, Insert
 from ..errors import ApplyError
 from ..local import apply as apply_locally
+from ..redaction import get_logger
 from .wire import ApiFailure, bad_request, not_found
 
 __all__ = ["MB", "DataSource", "FakeBackend", "Job", "Project", "Session"]
 
 
-log = logging.getLogger("tabhyper_update.testing")
+log = get_logger("tabhyper_update.testing")
 
 MB = 1024 * 1024
 

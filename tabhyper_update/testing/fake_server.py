@@ -16,7 +16,6 @@ counts requests per route and injects faults.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import socket
 import threading
@@ -30,6 +29,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from ..redaction import get_logger
 from .backend import FakeBackend
 from .handlers import Handlers, job_body
 from .routes import route_of
@@ -37,7 +37,7 @@ from .wire import ApiFailure, Request, Response, encode
 
 __all__ = ["FakeTableauServer", "Fault", "Request", "Response"]
 
-log = logging.getLogger("tabhyper_update.testing")
+log = get_logger("tabhyper_update.testing")
 
 
 @dataclass

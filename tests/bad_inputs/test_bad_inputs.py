@@ -3,10 +3,14 @@ problem the client can see never sends a single request to the server."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +31,7 @@ from tabhyper_update import (
     InvalidActionBatchError,
     InvalidArgumentError,
     Job,
+    JobFailedError,
     NotFoundError,
     PayloadError,
     PersonalAccessToken,
@@ -36,8 +41,10 @@ from tabhyper_update import (
     TableauClient,
     TransportError,
     Update,
+    UsernamePassword,
     build_payload,
     keys_match,
+    redaction,
     target,
 )
 from tabhyper_update.conditions import Const
@@ -57,6 +64,15 @@ class Ctx:
     payload: Payload
     split: Payload
     tmp: Path
+    #: Folders a case made outside ``tmp`` (removed after it).
+    cleanup: list[Path] = field(default_factory=list)
+    #: The case folder's files before the SDK is called (see :meth:`settled`).
+    before: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+
+    def settled(self) -> None:
+        """A case calls this once its own files are in place: from here on, nothing outside
+        the SDK's folders may change."""
+        self.before = files_in(self.tmp)
 
     def client(self, auth: Any = None, **kw: Any) -> TableauClient:
         kw.setdefault("retry", RetryPolicy(max_attempts=2, initial_wait=0.01))
@@ -142,10 +158,19 @@ def ctx(
         connected_app={"client_id": "c", "secret_id": "k", "secret_value": "right"},
     ) as server:
         server.add_datasource("Orders", start)
-        yield Ctx(spark, server, shared[0], shared[1], tmp_path)
+        made = Ctx(spark, server, shared[0], shared[1], tmp_path)
+        yield made
+    for folder in made.cleanup:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 UPSERT_ID = keys_match("id")
+
+
+def settle(c: Ctx) -> bool:
+    """:meth:`Ctx.settled` in an expression."""
+    c.settled()
+    return True
 
 
 @dataclass
@@ -155,6 +180,8 @@ class Case:
     error: type[BaseException]
     words: str
     client_side: bool = True
+    #: Also in the message (e.g. the option's name as the caller wrote it).
+    also: str = ""
 
 
 def empty_frame_with(ddl: str) -> Callable[[Ctx], object]:
@@ -540,6 +567,7 @@ def manifest_with(
         doc = json.loads(manifest.read_text())
         change(doc, folder)
         manifest.write_text(json.dumps(doc))
+        c.settled()
         c.send(Payload.load(folder), [Insert(target_table="Extract", source_table="rows")])
         return None
 
@@ -653,7 +681,7 @@ HOSTILE: list[Case] = [
     ),
     Case(
         "manifest-not-json",
-        lambda c: (c.tmp / "manifest.json").write_text("{") and Payload.load(c.tmp),
+        lambda c: (c.tmp / "manifest.json").write_text("{") and settle(c) and Payload.load(c.tmp),
         PayloadError,
         "is not a payload manifest",
     ),
@@ -827,10 +855,11 @@ HOSTILE: list[Case] = [
         "state-dir-is-a-file",
         lambda c: (
             (c.tmp / "f").write_text("x")
+            and settle(c)
             and c.payload.upload("Orders", client=c.client(), state_dir=c.tmp / "f")
         ),
         ConfigurationError,
-        "is not a folder",
+        "is a file, not a folder",
     ),
     Case(
         "listing-that-never-ends",
@@ -857,18 +886,332 @@ HOSTILE: list[Case] = [
 CASES += HOSTILE
 
 
+# ---------------------------------------------------------------------------------------------
+# files, folders and secrets under stress
+
+
+def tiny(c: Ctx) -> DataFrame:
+    return c.spark.createDataFrame([(1, "x")], "id long, v string")
+
+
+def a_file(c: Ctx) -> Path:
+    path = c.tmp / "a-file"
+    path.write_text("not a folder")
+    c.settled()
+    return path
+
+
+def build_with(**folders: Callable[[Ctx], Path]) -> Callable[[Ctx], object]:
+    def run(c: Ctx) -> object:
+        paths: dict[str, Any] = {k: make(c) for k, make in folders.items()}
+        return build_payload(tiny(c), **paths)
+
+    return run
+
+
+def open_sandbox(c: Ctx, mode: int) -> Path:
+    """A folder with ``mode`` inside one every user can reach (pytest's own is owner-only)."""
+    base = Path(tempfile.mkdtemp(prefix="tabhyper-test-"))
+    base.chmod(0o755)
+    c.cleanup.append(base)
+    folder = base / "folder"
+    folder.mkdir()
+    folder.chmod(mode)
+    return folder
+
+
+@contextlib.contextmanager
+def as_another_user() -> Iterator[None]:
+    """Permissions mean nothing to root: run as ``nobody`` (effective ids) when root."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.setegid(65534)
+    os.seteuid(65534)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+def build_as_another_user(mode: int) -> Callable[[Ctx], object]:
+    def run(c: Ctx) -> object:
+        folder = open_sandbox(c, mode)
+        df = tiny(c)
+        with as_another_user():
+            return build_payload(df, staging_dir=folder / "stage")
+
+    return run
+
+
+def link_out_of_parent(c: Ctx) -> Path:
+    """``<tmp>/jobs/stage`` → ``<tmp>/victim-folder``, a folder the SDK does not own."""
+    foreign = c.tmp / "victim-folder"
+    foreign.mkdir(exist_ok=True)
+    (foreign / "notes.txt").write_text("mine")
+    (c.tmp / "jobs").mkdir(exist_ok=True)
+    link = c.tmp / "jobs" / "stage"
+    link.symlink_to(foreign, target_is_directory=True)
+    c.settled()
+    return link
+
+
+def records_linked_elsewhere(c: Ctx) -> object:
+    foreign = c.tmp / "victim-folder"
+    foreign.mkdir()
+    state = c.tmp / "state"
+    state.mkdir()
+    (state / "records").symlink_to(foreign, target_is_directory=True)
+    c.settled()
+    send_insert(c)
+    return None
+
+
+def state_dir_linked_out(c: Ctx) -> object:
+    link = link_out_of_parent(c)
+    return c.payload.upload("Orders", client=c.client(), state_dir=link)
+
+
+def json_error(status: int, detail: str) -> dict[str, Any]:
+    body = {"error": {"code": f"{status}001", "summary": "Signin Error", "detail": detail}}
+    return {"status": status, "content_type": "application/json", "body": json.dumps(body).encode()}
+
+
+def echoed_at_sign_in(auth: Any, times: int = 1, **fault: Any) -> Callable[[Ctx], object]:
+    def run(c: Ctx) -> object:
+        c.server.inject("signin", times=times, **fault)
+        c.client(auth).sign_in()
+        return None
+
+    return run
+
+
+def token_echoed_by_a_lookup(c: Ctx) -> object:
+    with c.client() as client:
+        client.sign_in()
+        token = client._token
+        assert token
+        page = f"<html><body>Bad gateway for session {token}</body></html>"
+        c.server.inject("datasources", times=2, status=502, body=page.encode())
+        return client.datasource("Orders")
+
+
+def token_echoed_in_job_notes(c: Ctx) -> object:
+    with c.client() as client:
+        client.sign_in()
+        token = client._token
+        job = {
+            "job": {
+                "id": "11111111-2222-3333-4444-555555555555",
+                "finishCode": "1",
+                "updateUploadedFileJob": {"notes": f"session {token} lacks permission"},
+            }
+        }
+        c.server.inject("job", content_type="application/json", body=json.dumps(job).encode())
+        return client.update_datasource(
+            "Orders",
+            c.payload,
+            actions=[Insert(target_table="Extract", source_table="rows")],
+            timeout=30,
+            progress=False,
+            state_dir=c.tmp / "state",
+        )
+
+
+FILES_AND_SECRETS: list[Case] = [
+    Case(
+        "staging-dir-is-a-file",
+        build_with(staging_dir=a_file),
+        ConfigurationError,
+        "is a file, not a folder",
+        also="staging_dir",
+    ),
+    Case(
+        "staging-dir-under-a-file",
+        build_with(staging_dir=lambda c: a_file(c) / "stage"),
+        ConfigurationError,
+        "which is a file, not a folder",
+        also="staging_dir",
+    ),
+    Case(
+        "staging-dir-parent-missing",
+        build_with(staging_dir=lambda c: c.tmp / "no" / "such" / "stage"),
+        ConfigurationError,
+        "its parent folder",
+        also="does not exist",
+    ),
+    Case(
+        "output-dir-is-a-file",
+        build_with(staging_dir=lambda c: c.tmp / "stage", output_dir=a_file),
+        ConfigurationError,
+        "is a file, not a folder",
+        also="output_dir",
+    ),
+    Case(
+        "output-dir-under-a-file",
+        build_with(staging_dir=lambda c: c.tmp / "stage", output_dir=lambda c: a_file(c) / "x"),
+        ConfigurationError,
+        "which is a file, not a folder",
+        also="output_dir",
+    ),
+    Case(
+        "staging-dir-not-writable",
+        build_as_another_user(0o555),
+        ConfigurationError,
+        "not writable by this user",
+        also="staging_dir",
+    ),
+    Case(
+        "staging-dir-not-readable",
+        build_as_another_user(0o311),
+        ConfigurationError,
+        "not readable by this user",
+        also="staging_dir",
+    ),
+    Case(
+        "staging-dir-symlink-out-of-its-folder",
+        build_with(staging_dir=link_out_of_parent),
+        ConfigurationError,
+        "is a symbolic link to",
+        also="Pass the real path",
+    ),
+    Case(
+        "output-dir-symlink-out-of-its-folder",
+        build_with(staging_dir=lambda c: c.tmp / "stage", output_dir=link_out_of_parent),
+        ConfigurationError,
+        "is a symbolic link to",
+        also="output_dir",
+    ),
+    Case(
+        "state-records-symlinked-elsewhere",
+        records_linked_elsewhere,
+        ConfigurationError,
+        "is a symbolic link; the SDK keeps its update records only in a folder it made",
+    ),
+    Case(
+        "state-dir-symlink-out-of-its-folder",
+        state_dir_linked_out,
+        ConfigurationError,
+        "is a symbolic link to",
+        also="state_dir",
+    ),
+    Case(
+        "pat-secret-echoed-in-401-detail",
+        echoed_at_sign_in(None, **json_error(401, "token pat-secret is not valid")),
+        AuthenticationError,
+        "token [redacted] is not valid",
+        client_side=False,
+    ),
+    Case(
+        "password-echoed-in-a-proxy-page",
+        echoed_at_sign_in(
+            UsernamePassword("ana", "Pw-Secret-123"),
+            times=2,
+            status=502,
+            body=b"<html><body>upstream rejected name=ana&password=Pw-Secret-123</body></html>",
+        ),
+        ApiError,
+        "password=[redacted]",
+        client_side=False,
+    ),
+    Case(
+        "password-url-encoded-in-a-proxy-page",
+        echoed_at_sign_in(
+            UsernamePassword("ana", "p@ss word/1"),
+            times=2,
+            status=502,
+            body=b"<html><body>GET /login?password=p%40ss%20word%2F1 failed</body></html>",
+        ),
+        ApiError,
+        "password=[redacted]",
+        client_side=False,
+    ),
+    Case(
+        "jwt-echoed-in-401-detail",
+        echoed_at_sign_in(
+            ConnectedAppJWT(jwt="eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1In0.c2lnbmF0dXJl"),
+            **json_error(401, "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1In0.c2lnbmF0dXJl expired"),
+        ),
+        AuthenticationError,
+        "jwt [redacted] expired",
+        client_side=False,
+    ),
+    Case(
+        "connected-app-secret-echoed",
+        echoed_at_sign_in(
+            ConnectedAppJWT(client_id="c", secret_id="k", secret_value="right", username="u"),
+            **json_error(401, 'secret "right" does not match'),
+        ),
+        AuthenticationError,
+        'secret "[redacted]" does not match',
+        client_side=False,
+    ),
+    Case(
+        "session-token-echoed-by-a-lookup",
+        token_echoed_by_a_lookup,
+        ApiError,
+        "Bad gateway for session [redacted]",
+        client_side=False,
+    ),
+    Case(
+        "session-token-echoed-in-job-notes",
+        token_echoed_in_job_notes,
+        JobFailedError,
+        "session [redacted] lacks permission",
+        client_side=False,
+    ),
+]
+CASES += FILES_AND_SECRETS
+
+
 def test_corpus_is_large_enough() -> None:
     assert len(CASES) >= 80
     assert len({c.id for c in CASES}) == len(CASES)
 
 
+#: Folders the SDK owns in a case's folder (its state, the staging folders cases name).
+SDK_FOLDERS = ("state", "stage", "s")
+
+
+def files_in(root: Path) -> dict[str, tuple[int, int, int]]:
+    """Every file and link under ``root`` (links not followed): size, mode and mtime."""
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        for name in files + [d for d in dirs if (Path(folder) / d).is_symlink()]:
+            path = Path(folder) / name
+            info = path.lstat()
+            found[str(path.relative_to(root))] = (info.st_size, info.st_mode, info.st_mtime_ns)
+    return found
+
+
+def _sdk_owned(relative: str) -> bool:
+    first = relative.split(os.sep)[0]
+    return first in SDK_FOLDERS or "tabhyper-" in relative
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(ctx: Ctx, case: Case) -> None:
+def test_bad_input(ctx: Ctx, case: Case, caplog: pytest.LogCaptureFixture) -> None:
+    ctx.settled()
+    caplog.set_level(logging.DEBUG, logger="tabhyper_update")
     with pytest.raises(case.error) as caught:
         case.run(ctx)
-    assert isinstance(caught.value, TabHyperError), type(caught.value).__mro__
-    assert case.words in str(caught.value), str(caught.value)
+    err = caught.value
+    assert isinstance(err, TabHyperError), type(err).__mro__
+    assert case.words in str(err), str(err)
+    assert case.also in str(err), str(err)
     if case.client_side:
         assert sum(ctx.server.counts.values()) == 0, dict(ctx.server.counts)
     stage = ctx.tmp / "stage"
     assert not stage.exists() or list(stage.iterdir()) == []  # no staging left behind
+    # Nothing outside the SDK's own files changed: no file written, changed or removed.
+    after = files_in(ctx.tmp)
+    before = ctx.before
+    changed = {p for p in before if p not in after or after[p] != before[p]}
+    added = {p for p in after if p not in before and not _sdk_owned(p)}
+    assert not changed, changed
+    assert not added, added
+    # No secret a client held in this case leaks into the error, its fields or the log.
+    texts = [str(err), repr(err), caplog.text, *map(str, vars(err).values())]
+    for secret in redaction._secrets:
+        assert not any(secret in text for text in texts), f"{secret!r} leaked"
