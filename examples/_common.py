@@ -25,7 +25,7 @@ from tabhyper_update.demo import local_spark
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
 
-__all__ = ["Target", "local_spark", "target"]
+__all__ = ["Target", "local_spark", "show", "target"]
 
 
 @dataclass
@@ -65,3 +65,17 @@ def target(name: str, tables: Mapping[str, tuple[str, Sequence[str]]] | None) ->
                 yield Target(client, name, work / "state", read)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def show(
+    rows: Sequence[tuple[Any, ...]] | Mapping[str, Sequence[tuple[Any, ...]]] | None,
+) -> str:
+    """The published table(s) as a reader wants to see them: one row per line."""
+    if rows is None:
+        return "applied to your data source (read it in Tableau to see the result)"
+    tables = rows if isinstance(rows, Mapping) else {"the data source's table": rows}
+    lines = []
+    for name, held in tables.items():
+        lines.append(f"{name} now holds {len(held)} row(s):")
+        lines += ["  " + " | ".join("NULL" if v is None else str(v) for v in row) for row in held]
+    return "\n".join(lines)

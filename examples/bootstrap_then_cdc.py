@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from _common import local_spark, target
+from _common import local_spark, show, target
 
 from tabhyper_update import ChangeSet, Payload, build_payload
 
@@ -45,4 +45,4 @@ def main() -> list[tuple[Any, ...]] | None:
 
 
 if __name__ == "__main__":
-    print(main())
+    print(show(main()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _common import target
+from _common import show, target
 
 from tabhyper_update import ActionBatch, Delete
 from tabhyper_update import target as column
@@ -32,4 +32,4 @@ def main() -> list[tuple[Any, ...]] | None:
 
 
 if __name__ == "__main__":
-    print(main())
+    print(show(main()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _common import local_spark, target
+from _common import local_spark, show, target
 
 from tabhyper_update import Insert, build_payload
 
@@ -20,4 +20,4 @@ def main() -> list[tuple[Any, ...]] | None:
 
 
 if __name__ == "__main__":
-    print(main())
+    print(show(main()))

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import local_spark, target
+from _common import local_spark, show, target
 
 from tabhyper_update import Debezium, TableauSink
 
@@ -71,19 +71,25 @@ def main() -> list[tuple[Any, ...]] | None:
             target_table="Orders",
             state_dir=t.state_dir,
         )
-        for _ in range(2):  # the second run finds nothing new
-            query = (
+        for run in (1, 2):  # the second run finds nothing new
+            before = dict(sink.counts)
+            # start() checks the target first; await_termination() raises the SDK's own
+            # error if a batch failed.
+            query = sink.start(
                 spark.readStream.option("maxFilesPerTrigger", 1)
                 .text(str(events))
-                .writeStream.foreachBatch(sink)
-                .option("checkpointLocation", str(checkpoint))
+                .writeStream.option("checkpointLocation", str(checkpoint))
                 .trigger(availableNow=True)
-                .start()
             )
-            query.awaitTermination()
-            print(f"run done: batches {sink.counts}; the last: {sink.last_result}")
+            sink.await_termination(query)
+            ran = {k: sink.counts[k] - before[k] for k in sink.counts}
+            if not any(ran.values()):
+                print(f"run {run}: nothing new (the checkpoint had every event)")
+            else:
+                said = ", ".join(f"{n} {kind}" for kind, n in ran.items() if n)
+                print(f"run {run}: {sum(ran.values())} batch(es): {said}")
         return t.read("Orders") if t.read else None
 
 
 if __name__ == "__main__":
-    print(main())
+    print(show(main()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from _common import local_spark, target
+from _common import local_spark, show, target
 
 from tabhyper_update import Delete, Insert, build_payload
 from tabhyper_update import target as column
@@ -44,4 +44,4 @@ def main() -> list[tuple[Any, ...]] | None:
 
 
 if __name__ == "__main__":
-    print(main())
+    print(show(main()))

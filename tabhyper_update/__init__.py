@@ -5,6 +5,8 @@ The one line in a CDC job::
     build_payload(df).upload().apply(actions)
 """
 
+import logging as _logging
+
 from ._version import __version__
 from .actions import Action, ActionBatch, Delete, Insert, Replace, Update, Upsert
 from .auth import ConnectedAppJWT, PersonalAccessToken, UsernamePassword
@@ -37,6 +39,7 @@ from .errors import (
     JobOutcomeUnknownError,
     JobTimeoutError,
     NotFoundError,
+    PayloadAppliedError,
     PayloadError,
     RequestTimeoutError,
     SchemaDriftError,
@@ -87,6 +90,7 @@ __all__ = [
     "Or",
     "PartUpdate",
     "Payload",
+    "PayloadAppliedError",
     "PayloadError",
     "PayloadPart",
     "PersonalAccessToken",
@@ -118,3 +122,6 @@ __all__ = [
     "source",
     "target",
 ]
+
+# A library stays silent unless its user configures logging (the command line does).
+_logging.getLogger("tabhyper_update").addHandler(_logging.NullHandler())

@@ -75,6 +75,8 @@ from .payload import (
     RowDigest,
     TableInfo,
 )
+from .progress import bar as progress_bar
+from .progress import show_progress
 from .redaction import get_logger
 
 if TYPE_CHECKING:
@@ -151,6 +153,7 @@ def build_payload(
     output_dir: str | os.PathLike[str] | None = None,
     max_payload_mb: float | None = DEFAULT_MAX_PAYLOAD_MB,
     keep_files: bool = False,
+    progress: bool | None = None,
 ) -> Payload:
     """Build a ``.hyper`` payload from one DataFrame or a mapping of table name → DataFrame.
 
@@ -240,23 +243,28 @@ def build_payload(
         shutil.rmtree(stage, ignore_errors=True)
         raise
     try:
-        started = time.perf_counter()
-        staged = _stage(spark_frames, stage)
-        log.debug("Spark staged the change set in %.2f s", time.perf_counter() - started)
-        started = time.perf_counter()
-        _read_bucket_stats(staged, stage)
-        # None: one file whatever its size (a snapshot to publish has no update cap).
-        cap = int(max_payload_mb * _MB) if max_payload_mb is not None else _NO_CAP
-        plan = _plan_parts(staged, cap)
-        parts = _write_parts(
-            staged,
-            plan,
-            owned,
-            schema=schema,
-            database_version=database_version,
-            cap_bytes=cap,
-            drop_empty=change_sets is not None,
-        )
+        with progress_bar(show_progress(progress), total=3, desc="build payload") as shown:
+            _step(shown, "Spark stages the rows")
+            started = time.perf_counter()
+            staged = _stage(spark_frames, stage)
+            log.debug("Spark staged the change set in %.2f s", time.perf_counter() - started)
+            _step(shown, "Hyper reads their statistics")
+            started = time.perf_counter()
+            _read_bucket_stats(staged, stage)
+            # None: one file whatever its size (a snapshot to publish has no update cap).
+            cap = int(max_payload_mb * _MB) if max_payload_mb is not None else _NO_CAP
+            plan = _plan_parts(staged, cap)
+            _step(shown, "Hyper writes the parts")
+            parts = _write_parts(
+                staged,
+                plan,
+                owned,
+                schema=schema,
+                database_version=database_version,
+                cap_bytes=cap,
+                drop_empty=change_sets is not None,
+            )
+            _step(shown, None)
         log.debug("Hyper wrote %d part(s) in %.2f s", len(parts), time.perf_counter() - started)
     except TabHyperError:
         shutil.rmtree(owned, ignore_errors=True)
@@ -711,6 +719,16 @@ def _write_parts(
 
 # ---------------------------------------------------------------------------------------------
 # helpers
+
+
+def _step(shown: Any, what: str | None) -> None:
+    """Move the build's bar on (``what``: the step starting; ``None``: done)."""
+    if shown is None:
+        return
+    if shown.n or what is None:
+        shown.update(1)
+    if what is not None:
+        shown.set_postfix_str(what)
 
 
 def _claim_folders(

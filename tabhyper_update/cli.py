@@ -1,7 +1,9 @@
 """The ``tabhyper-update`` command.
 
-Exit codes: 0 success; 1 invalid input or a failed job; 2 usage error; 3 server or network
-error.
+Exit codes: 0 success; 1 invalid input (a batch, a payload, a change set); 2 usage error
+(options, folders, a missing package); 3 server or network error; 4 not found; 5 the job
+failed, was cancelled, ended with an unknown outcome or did not finish in time. With
+``--json`` every outcome, failures included, is one JSON object on standard output.
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -32,7 +36,7 @@ from .errors import (
     JobOutcomeUnknownError,
     JobTimeoutError,
     NotFoundError,
-    PayloadError,
+    PayloadAppliedError,
     TabHyperError,
     TransportError,
     UnsupportedServerError,
@@ -121,11 +125,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     try:
         text = sys.stdin.read() if args.file == "-" else path.read_text(encoding="utf-8")
     except OSError as err:
-        print(f"cannot read {args.file}: {err.strerror}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(f"cannot read {args.file}: {err.strerror or err}") from None
     except UnicodeDecodeError:
-        print(f"{args.file}: not UTF-8 text", file=sys.stderr)
-        return EXIT_FAILED
+        raise Refused(f"{args.file}: not UTF-8 text") from None
     try:
         batch = ActionBatch.from_wire(text)
     except InvalidActionBatchError as err:
@@ -181,35 +183,28 @@ def _client(args: argparse.Namespace) -> TableauClient:
     if getattr(args, "insecure", False):
         overrides["verify"] = False
     if not overrides.get("server") and not os.environ.get("TABLEAU_SERVER_URL"):
-        raise _UsageError("give --server URL (or set TABLEAU_SERVER_URL)")
+        raise UsageError("give --server URL (or set TABLEAU_SERVER_URL)")
     return TableauClient.from_env(**overrides)
-
-
-def _spark_session() -> Any:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        raise PayloadError(
-            "building a payload needs pyspark: pip install 'tabhyper-update[spark]'"
-        ) from None
-    builder = SparkSession.builder.appName("tabhyper-update")
-    if not os.environ.get("SPARK_REMOTE") and not os.environ.get("MASTER"):
-        builder = builder.master("local[*]").config("spark.ui.enabled", "false")
-    return builder.getOrCreate()
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
     if bool(args.input) == bool(args.spark_table):
-        raise _UsageError("give input files (--input) or a Spark table (--spark-table)")
+        raise UsageError("give input files (--input) or a Spark table (--spark-table)")
     args.change_set = _change_set(args)
     out = Path(args.output_dir)
     check_folder(args.staging_dir, "--staging-dir", create=False)
+    made = not out.exists()
     lock = _claim_output_dir(out)  # before any work: a busy or used folder is refused now
+    built = False
     try:
-        return _build_into(args, out)
+        code = _build_into(args, out)
+        built = True
+        return code
     finally:
         lock.unlink(missing_ok=True)
+        if made and not built:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # the folder this build made, still empty: gone again
 
 
 def _change_set(args: argparse.Namespace) -> ChangeSet | None:
@@ -226,19 +221,19 @@ def _change_set(args: argparse.Namespace) -> ChangeSet | None:
             if v
         ]
         if given:
-            raise _UsageError(f"{', '.join(given)} describe a change set: give --key too")
+            raise UsageError(f"{', '.join(given)} describe a change set: give --key too")
         return None
     op_map: dict[str, str] = {}
     for item in args.op_map or ():
         value, sep, meaning = item.partition("=")
         if not sep:
-            raise _UsageError(f"--op-map takes VALUE=MEANING pairs, got {item!r}")
+            raise UsageError(f"--op-map takes VALUE=MEANING pairs, got {item!r}")
         op_map[value] = meaning
     order_as: dict[str, str] = {}
     for item in args.order_as or ():
         column, sep, how = item.partition("=")
         if not sep:
-            raise _UsageError(f"--order-as takes COLUMN=HOW pairs, got {item!r}")
+            raise UsageError(f"--order-as takes COLUMN=HOW pairs, got {item!r}")
         order_as[column] = how
     return ChangeSet(
         args.key,
@@ -250,22 +245,41 @@ def _change_set(args: argparse.Namespace) -> ChangeSet | None:
 
 
 def _build_into(args: argparse.Namespace, out: Path) -> int:
-    spark = _spark_session()
-    if args.spark_table:
-        df = spark.table(args.spark_table)
-    elif args.format == "csv":
-        df = spark.read.option("header", True).option("inferSchema", True).csv(args.input)
-    else:
-        df = spark.read.parquet(*args.input)
+    _require_pyspark("build reads its input")
+    from .sessions import own_spark
+
+    with own_spark("tabhyper-update", master="local[*]", verbose=args.verbose > 0) as spark:
+        return _build_with(spark, args, out)
+
+
+def _read_input(spark: Any, args: argparse.Namespace) -> Any:
+    """The input as a DataFrame; Spark's refusal (a missing path, a table not in the
+    catalog, unreadable files) is a usage error naming the flag."""
+    try:
+        if args.spark_table:
+            return spark.table(args.spark_table)
+        if args.format == "csv":
+            return spark.read.option("header", True).option("inferSchema", True).csv(args.input)
+        return spark.read.parquet(*args.input)
+    except Exception as err:
+        flag = "--spark-table" if args.spark_table else "--input"
+        first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise UsageError(f"{flag}: Spark cannot read it: {first.strip()}") from None
+
+
+def _build_with(spark: Any, args: argparse.Namespace, out: Path) -> int:
+    df = _read_input(spark, args)
     payload = build_payload(
         df,
         args.change_set,
         table=args.name,
         database_version=args.database_version,
         max_payload_mb=args.max_payload_mb,
+        complex_as_json=args.complex_as_json,
         staging_dir=args.staging_dir,
         output_dir=out,
         keep_files=True,
+        progress=False if args.json or args.quiet else None,  # bars only on a terminal
     )
     if payload.is_empty:
         _emit(args, {"parts": [], "empty": True}, "empty change set: no payload written")
@@ -307,42 +321,59 @@ def _claim_output_dir(out: Path) -> Path:
         lock = out / _BUILD_LOCK
         fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
-        raise _UsageError(
+        raise UsageError(
             f"{str(out)!r} is being written by another build (remove {_BUILD_LOCK} there if "
             "none is running)"
         ) from None
     except OSError as err:
-        raise _UsageError(f"--output-dir {str(out)!r}: {err.strerror or err}") from None
+        raise UsageError(f"--output-dir {str(out)!r}: {err.strerror or err}") from None
     with os.fdopen(fd, "w") as f:
         f.write(str(os.getpid()))
     others = sorted(p.name for p in out.iterdir() if p.name != _BUILD_LOCK)
     if others:
         lock.unlink()
         shown = ", ".join(others[:5]) + (", …" if len(others) > 5 else "")
-        raise _UsageError(
+        raise UsageError(
             f"--output-dir {str(out)!r} is not empty ({shown}): give a new or empty folder"
         )
     return lock
 
 
+def _load_payload(args: argparse.Namespace) -> Payload | None:
+    """``--payload``: a folder (or manifest) saved by ``build``, or any ``.hyper`` file."""
+    if not args.payload:
+        return None
+    path = Path(args.payload)
+    if path.is_file() and path.suffix.lower() == ".hyper":
+        return Payload.from_hyper(path)  # the user's own file: never removed
+    return Payload.load(path, keep_files=args.keep)
+
+
 def _cmd_apply(args: argparse.Namespace) -> int:
-    payload = Payload.load(args.payload, keep_files=args.keep) if args.payload else None
+    try:
+        payload = _load_payload(args)
+    except PayloadAppliedError as err:
+        # A re-run of an apply that finished: nothing to do, and it says so.
+        _emit(
+            args, {"jobs": [], "applied_before": err.jobs, "applied_at": err.applied_at}, str(err)
+        )
+        return EXIT_OK
     actions = None
     if args.actions:
         actions = ActionBatch.from_wire(Path(args.actions).read_text(encoding="utf-8"))
     if actions is not None and (args.target_table or args.target_schema):
-        raise _UsageError(
+        raise UsageError(
             "--target-table and --target-schema choose the target of a change set's derived "
             "actions; the --actions file names its own targets"
         )
     if payload is None:
         if actions is None:
-            raise _UsageError("give --payload, --actions or both")
+            raise UsageError("give --payload, --actions or both")
         if actions.reads_source:
-            raise _UsageError("these actions read payload tables: give --payload")
+            raise UsageError("these actions read payload tables: give --payload")
         payload = Payload([])
     if not args.datasource and not os.environ.get("TABLEAU_DATASOURCE"):
-        raise _UsageError("give --datasource NAME (or set TABLEAU_DATASOURCE)")
+        raise UsageError("give --datasource NAME (or set TABLEAU_DATASOURCE)")
     with _client(args) as client:
         # The verb checks the actions and the target before the first request.
         result = client.update_datasource(
@@ -381,8 +412,10 @@ def _cmd_apply(args: argparse.Namespace) -> int:
             how += ", resumed"
         return f"part {j['part']}: job {j['job_id']} ({how})"
 
-    text = "\n".join(describe(j) for j in jobs) or "nothing to update"
-    _emit(args, {"jobs": jobs}, text)
+    if result.done and not payload.keep_files and payload.parts:
+        payload.mark_applied([str(j["job_id"]) for j in jobs if j["job_id"]])
+    text = "\n".join(describe(j) for j in jobs) or str(result)
+    _emit(args, {"jobs": jobs, "empty": result.empty}, text)
     return EXIT_OK
 
 
@@ -393,7 +426,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     elif source.suffix == ".hyper" and source.is_file():
         what = source
     else:
-        raise _UsageError(
+        raise UsageError(
             f"{str(source)!r} is neither a .hyper file nor a payload folder written by `build`"
         )
     with _client(args) as client:
@@ -415,7 +448,7 @@ def _cmd_job(args: argparse.Namespace) -> int:
         job = client.job(args.job_id)
         if args.action == "cancel":
             if job.is_done:
-                raise _Refused(
+                raise Refused(
                     f"job {job.id} has already finished (finish code {job.finish_code}): "
                     "there is nothing to cancel"
                 )
@@ -460,18 +493,16 @@ def _cmd_state(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    try:
-        import pyspark  # noqa: F401 - only whether it is there
-    except ImportError:
-        raise _UsageError(
-            "the demo builds its change set with Spark: pip install 'tabhyper-update[spark]' "
-            "(and have Java 17+)"
-        ) from None
+    _require_pyspark("the demo builds its change set")
     from .demo import run_demo
 
     return (
         EXIT_OK
-        if run_demo(sys.stdout, progress=False if args.no_progress else None)
+        if run_demo(
+            sys.stdout,
+            progress=False if args.no_progress or args.quiet else None,
+            verbose=args.verbose > 0,
+        )
         else EXIT_FAILED
     )
 
@@ -489,7 +520,7 @@ def _cmd_serve_local(args: argparse.Namespace) -> int:
         for item in args.datasource:
             name, _, path = item.partition("=")
             if not path:
-                raise _UsageError(f"--datasource takes NAME=FILE.hyper, got {item!r}")
+                raise UsageError(f"--datasource takes NAME=FILE.hyper, got {item!r}")
             luid = server.add_datasource(name, path, project=args.project)
             print(f"data source {name!r}: {luid}")
         print(f"keeping files in {server.directory}")
@@ -503,12 +534,47 @@ def _cmd_serve_local(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-class _UsageError(Exception):
-    pass
+class UsageError(ConfigurationError):
+    """The command line asks for something it cannot do (exit code 2)."""
 
 
-class _Refused(TabHyperError):
+class Refused(TabHyperError):
     """A request the command cannot carry out as asked (exit code 1)."""
+
+
+def _require_pyspark(why: str) -> None:
+    try:
+        import pyspark  # noqa: F401 - only whether it is there
+    except ImportError:
+        raise UsageError(
+            f"{why} with Spark: pip install 'tabhyper-update[spark]' (and have Java 17+)"
+        ) from None
+
+
+#: Python keywords in the SDK's messages → this command's flags (messages name an option as
+#: the caller writes it).
+_FLAG_OF = {
+    "complex_as_json": "--complex-as-json",
+    "max_payload_mb": "--max-payload-mb",
+    "staging_dir": "--staging-dir",
+    "output_dir": "--output-dir",
+    "state_dir": "--state-dir",
+    "target_table": "--target-table",
+    "target_schema": "--target-schema",
+    "request_id": "--request-id",
+    "database_version": "--database-version",
+    "op_column": "--op-column",
+    "order_by": "--order-by",
+    "op_map": "--op-map",
+}
+_KEYWORD = re.compile(r"\b(" + "|".join(_FLAG_OF) + r")\b(?:=True\b|=(?=[\s/,.)]|$))?")
+_MODE = re.compile(r"mode='(create|overwrite|append)'")
+
+
+def _as_flags(message: str) -> str:
+    """``message`` with the SDK's Python keywords written as this command's flags."""
+    message = _MODE.sub(r"--mode \1", message)
+    return _KEYWORD.sub(lambda m: _FLAG_OF[m.group(1)], message)
 
 
 def _add_connection_options(p: argparse.ArgumentParser) -> None:
@@ -519,6 +585,43 @@ def _add_connection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def _add_verbosity(p: argparse.ArgumentParser, default: Any) -> None:
+    """-v/-q before or after the command (``default`` SUPPRESS: a subcommand's default must
+    not overwrite what was given before it)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=default,
+        help="say more: the SDK's steps (-v), every request (-vv), Spark's warnings",
+    )
+    g.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default,
+        help="only errors: no warnings, no progress bars",
+    )
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    """The SDK's log lines on stderr: warnings by default, more with -v, none with -q."""
+    verbose, quiet = getattr(args, "verbose", 0) or 0, getattr(args, "quiet", False)
+    level = (
+        logging.ERROR
+        if quiet
+        else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    )
+    logger = logging.getLogger("tabhyper_update")
+    logger.setLevel(level)
+    if not any(getattr(h, "_tabhyper_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("tabhyper-update: %(levelname)s: %(message)s"))
+        handler._tabhyper_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tabhyper-update",
@@ -527,17 +630,20 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _add_verbosity(parser, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("validate", help="check an action batch JSON file")
     p.add_argument("file", help="the action batch (JSON); '-' reads standard input")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("schema", help="print the JSON Schema of an action batch")
     g = p.add_mutually_exclusive_group()
     g.add_argument("-o", "--output", help="write the schema to this file")
     g.add_argument("--check", metavar="FILE", help="fail when FILE differs from the schema")
+    _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_schema)
 
     p = sub.add_parser("build", help="build a .hyper payload from files or a Spark table")
@@ -576,6 +682,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="split the payload into parts under this size (the server's update cap)",
     )
     p.add_argument(
+        "--complex-as-json",
+        action="store_true",
+        help="write array, map and struct columns as JSON text (refused without it)",
+    )
+    p.add_argument(
         "--staging-dir",
         help="where Spark stages the rows (default: the temporary folder); on a cluster, a "
         "path the driver and every executor see",
@@ -586,10 +697,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a new or empty folder: the parts and manifest.json are written there",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser("apply", help="upload a payload and apply actions to a data source")
-    p.add_argument("--payload", help="a payload directory written by `build`")
+    p.add_argument(
+        "--payload",
+        help="a payload folder written by `build`, or any .hyper file (never removed)",
+    )
     p.add_argument("--actions", help="an action batch JSON file (default: derived actions)")
     p.add_argument(
         "--target-table",
@@ -619,6 +734,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="where update records live (default: $XDG_STATE_HOME/tabhyper-update)",
     )
     _add_connection_options(p)
+    _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_apply)
 
     p = sub.add_parser("publish", help="publish a .hyper file or a payload as a data source")
@@ -637,6 +753,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--description", help="the data source's description")
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the publish")
     _add_connection_options(p)
+    _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_publish)
 
     p = sub.add_parser("job", help="show, wait for or cancel a job")
@@ -644,6 +761,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job_id", help="the job's id, as `apply` prints it")
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait (wait)")
     _add_connection_options(p)
+    _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_job)
 
     p = sub.add_parser("state", help="list or clear resume records")
@@ -653,10 +771,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="where update records live (default: $XDG_STATE_HOME/tabhyper-update)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_state)
 
     p = sub.add_parser("demo", help="run the end-to-end demo against the built-in fake server")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("serve-local", help="serve a fake Tableau server on 127.0.0.1")
@@ -686,6 +806,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="count upload bytes without keeping them (transfer benchmarks)",
     )
+    _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_serve_local)
     return parser
 
@@ -697,11 +818,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    args.verbose = getattr(args, "verbose", 0) or 0
+    args.quiet = getattr(args, "quiet", False) or False
+    _configure_logging(args)
     try:
         # A folder flag is checked (and named as written) before the command does anything.
         check_folder(getattr(args, "state_dir", None), "--state-dir", create=False)
         code: int = args.func(args)
-    except _UsageError as err:
+    except UsageError as err:
         return _fail(args, err, EXIT_USAGE)
     except KeyboardInterrupt:
         return 130
@@ -722,12 +846,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _fail(args: argparse.Namespace, err: BaseException, code: int) -> int:
     """Report a failure: one line on stderr, or one JSON object on stdout with --json."""
+    message = _as_flags(str(err))
+    if isinstance(err, OSError) and not isinstance(err, TabHyperError):
+        message = f"{err.filename}: {err.strerror}" if err.filename else message
     if getattr(args, "json", False):
-        error = {"class": type(err).__name__, "message": str(err), "exit_code": code}
+        error = {"class": type(err).__name__, "message": message, "exit_code": code}
         print(json.dumps({"error": error}))
     else:
         prefix = "error: " if code == EXIT_USAGE else ""
-        print(f"tabhyper-update: {prefix}{err}", file=sys.stderr)
+        print(f"tabhyper-update: {prefix}{message}", file=sys.stderr)
     return code
 
 

@@ -29,6 +29,7 @@ from .actions import ActionBatch
 from .auth import ConnectedAppJWT, Credentials, PersonalAccessToken, UsernamePassword
 from .errors import (
     ApiError,
+    ArgumentTypeError,
     AuthenticationError,
     ConfigurationError,
     InvalidArgumentError,
@@ -698,6 +699,16 @@ class TableauClient:
         from .payload import Payload as _Payload
         from .roundtrip import upload_payload
 
+        if payload is not None and not isinstance(payload, _Payload):
+            hint = (
+                "; pass an action batch as actions=..."
+                if not isinstance(payload, (str, os.PathLike))
+                else "; for a .hyper file use Payload.from_hyper(path)"
+            )
+            raise ArgumentTypeError(
+                "update_datasource's second argument is a Payload (from build_payload(...)), "
+                f"got {type(payload).__name__}{hint}"
+            )
         chosen = payload if payload is not None else _Payload([])
         if payload is None and actions is None:
             raise InvalidArgumentError("give a payload, actions, or both")

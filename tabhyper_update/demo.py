@@ -10,7 +10,6 @@ temporary directory that is removed at the end.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -22,6 +21,7 @@ from typing import Any, TextIO
 from ._hyper import connect, quote_name, table_ref
 from .auth import PersonalAccessToken
 from .client import TableauClient
+from .sessions import own_spark
 
 __all__ = ["local_spark", "run_demo"]
 
@@ -95,34 +95,17 @@ def _publishable(path: Path) -> Path:
 
 
 @contextmanager
-def local_spark() -> Iterator[Any]:
-    """A local Spark session (loopback only, no UI), or the application's active one."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:  # inside an application that has one: borrow it, never stop it
-        yield active
-        return
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("tabhyper-update-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
+def local_spark(verbose: bool = False) -> Iterator[Any]:
+    """A quiet local Spark session (loopback only, no UI), or the application's active one."""
+    with own_spark(
+        "tabhyper-update-demo",
+        verbose=verbose,
+        **{"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"},
+    ) as spark:
         yield spark
-    finally:
-        spark.stop()
 
 
-def run_demo(out: TextIO, *, progress: bool | None = None) -> bool:
+def run_demo(out: TextIO, *, progress: bool | None = None, verbose: bool = False) -> bool:
     """Run the demo, printing to ``out``; returns whether the result matched."""
     from .build import build_payload
     from .cdc import ChangeSet
@@ -144,7 +127,7 @@ def run_demo(out: TextIO, *, progress: bool | None = None) -> bool:
             print("\nBefore:", file=out)
             print(_table_text(_read(srv.datasource_path(luid))), file=out)
 
-            with local_spark() as spark:
+            with local_spark(verbose) as spark:
                 changes = step(
                     "Spark change set",
                     lambda: spark.createDataFrame(
@@ -172,6 +155,7 @@ def run_demo(out: TextIO, *, progress: bool | None = None) -> bool:
                         ChangeSet("order_id", op_column="op", order_by="seq"),
                         staging_dir=work / "stage",
                         output_dir=work / "payload",
+                        progress=progress,
                     ),
                 )
             with TableauClient(srv.url, "", PersonalAccessToken("demo", "demo-secret")) as client:

@@ -32,6 +32,7 @@ __all__ = [
     "JobOutcomeUnknownError",
     "JobTimeoutError",
     "NotFoundError",
+    "PayloadAppliedError",
     "PayloadError",
     "Problem",
     "RequestTimeoutError",
@@ -119,6 +120,22 @@ class ConfigurationError(TabHyperError, ValueError):
 
 class PayloadError(TabHyperError, ValueError):
     """A change set or payload that cannot be turned into a valid upload."""
+
+
+class PayloadAppliedError(PayloadError):
+    """A saved payload was applied already and its part files removed after: nothing is
+    left to apply. ``applied_at`` (ISO time) and ``jobs`` say when and how."""
+
+    def __init__(self, manifest: str, applied_at: str, jobs: Sequence[str]) -> None:
+        self.manifest = manifest
+        self.applied_at = applied_at
+        self.jobs = list(jobs)
+        super().__init__(
+            f"the payload of {manifest!r} was applied at {applied_at} (job(s) "
+            f"{', '.join(self.jobs) or 'none'}) and its part files were removed after it: "
+            "nothing is left to apply. To apply a payload more than once, keep its files "
+            "(keep_files=True; command line: --keep)"
+        )
 
 
 class SchemaDriftError(PayloadError):

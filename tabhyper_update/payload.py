@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -33,8 +34,10 @@ from .errors import (
     ConfigurationError,
     InvalidActionBatchError,
     InvalidArgumentError,
+    PayloadAppliedError,
     PayloadError,
     Problem,
+    TabHyperError,
 )
 from .folders import check_folder
 from .redaction import get_logger
@@ -170,6 +173,8 @@ class Payload:
     #: A multi-table change set: each target table's ChangeSet, naming its payload tables.
     change_sets: Mapping[str, ChangeSet] | None = None
     _owned_dir: Path | None = field(default=None, repr=False)
+    #: The manifest this payload was loaded from, if any.
+    _manifest: Path | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Files nobody cleaned up go when the payload is garbage-collected or at exit.
@@ -366,6 +371,25 @@ class Payload:
     # -- manifest (for the command line) ------------------------------------------------------
     MANIFEST = "manifest.json"
 
+    def mark_applied(self, jobs: list[str]) -> None:
+        """Note in the saved manifest (when this payload was loaded from one) that it was
+        applied, so that a later load says so instead of finding its files missing."""
+        manifest = self._manifest
+        if manifest is None:
+            return
+        try:
+            doc = json.loads(manifest.read_text(encoding="utf-8"))
+            doc["applied"] = {
+                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "jobs": jobs,
+            }
+            tmp = manifest.with_name(f".{manifest.name}.tmp")
+            tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
+            tmp.chmod(0o600)
+            os.replace(tmp, manifest)
+        except (OSError, ValueError) as err:
+            log.warning("could not note in %s that it was applied: %s", manifest, err)
+
     def save_manifest(self, directory: str | os.PathLike[str] | None = None) -> Path:
         """Write ``manifest.json`` beside the parts: what :meth:`load` needs to apply the
         payload later, e.g. from ``tabhyper-update apply``. With ``directory``, the part
@@ -423,6 +447,76 @@ class Payload:
         return path
 
     @classmethod
+    def from_hyper(cls, path: str | os.PathLike[str], *, schema: str | None = None) -> Payload:
+        """A payload of one existing ``.hyper`` file (made by the Hyper API, pantab, Tableau
+        Prep or an earlier build), to update a data source without Spark::
+
+            Payload.from_hyper("orders.hyper").upload("Orders").apply(
+                [Insert(source_table="Extract", target_table="Extract")])
+
+        Its tables are read from the file; ``schema`` picks one when the file has tables in
+        several schemas. The file is yours: it is never changed, moved or removed."""
+        from tableauhyperapi import Nullability
+
+        from ._hyper import connect
+
+        file = Path(path)
+        if not file.is_file():
+            raise PayloadError(f"{str(file)!r} is not a file: give the path of a .hyper file")
+        try:
+            with connect(file) as connection:
+                catalog = connection.catalog
+                found = [
+                    (str(s.name.unescaped), catalog.get_table_definition(t))
+                    for s in catalog.get_schema_names()
+                    for t in catalog.get_table_names(s)
+                ]
+                counts = {
+                    (sch, str(d.table_name.name.unescaped)): int(
+                        connection.execute_scalar_query(f"SELECT COUNT(*) FROM {d.table_name}")
+                    )
+                    for sch, d in found
+                }
+        except Exception as err:  # Hyper's own error for a file that is not a Hyper file
+            if isinstance(err, TabHyperError):
+                raise
+            raise PayloadError(
+                f"{str(file)!r} cannot be read as a .hyper file: {str(err).splitlines()[0]}"
+            ) from None
+        schemas = sorted({sch for sch, _ in found})
+        if not found:
+            raise PayloadError(f"{str(file)!r} holds no table")
+        if schema is None and len(schemas) > 1:
+            raise PayloadError(
+                f"{str(file)!r} has tables in several schemas ({', '.join(map(repr, schemas))}): "
+                "pass schema= to pick one"
+            )
+        chosen = schema if schema is not None else schemas[0]
+        if chosen not in schemas:
+            raise PayloadError(
+                f"{str(file)!r} has no schema {chosen!r} (its schemas: "
+                f"{', '.join(map(repr, schemas))})"
+            )
+        sha = _sha256(file)
+        tables: dict[str, TableInfo] = {}
+        for sch, definition in found:
+            if sch != chosen:
+                continue
+            name = str(definition.table_name.name.unescaped)
+            columns = tuple(
+                ColumnInfo(
+                    str(c.name.unescaped),
+                    _sql_type_text(c.type),
+                    c.nullability == Nullability.NULLABLE,
+                )
+                for c in definition.columns
+            )
+            # The file's SHA-256 stands for its rows: the same file, the same identity.
+            tables[name] = TableInfo(sch, name, columns, counts[(sch, name)], f"sha256:{sha}")
+        part = PayloadPart(file, file.stat().st_size, tables)
+        return cls([part], schema=chosen, keep_files=True)
+
+    @classmethod
     def load(cls, path: str | os.PathLike[str], *, keep_files: bool = True) -> Payload:
         """A payload from a directory (or manifest file) written by :meth:`save_manifest`.
 
@@ -471,7 +565,15 @@ class Payload:
                     "folder; refused"
                 )
             if not file.is_file():
-                raise PayloadError(f"payload part {str(file)!r} is missing")
+                applied = doc.get("applied")
+                if isinstance(applied, dict):
+                    raise PayloadAppliedError(
+                        str(manifest), str(applied.get("at")), list(applied.get("jobs") or [])
+                    )
+                raise PayloadError(
+                    f"payload part {str(file)!r} is missing (moved or removed since the payload "
+                    "was saved)"
+                )
             if file.stat().st_size != int(item["size_bytes"]):
                 raise PayloadError(f"payload part {str(file)!r} changed size since it was built")
             tables = {
@@ -501,6 +603,7 @@ class Payload:
             keep_files=keep_files,
             change_set=change_set,
             change_sets=change_sets,
+            _manifest=manifest,
         )
 
     # -- the round trip ----------------------------------------------------------------------
@@ -576,6 +679,22 @@ class Payload:
         tb: TracebackType | None,
     ) -> None:
         self.cleanup()
+
+
+_SQL_TYPE_TEXT = {
+    "BIG_INT": "BIGINT",
+    "SMALL_INT": "SMALLINT",
+    "INT": "INTEGER",
+    "DOUBLE": "DOUBLE PRECISION",
+    "BOOL": "BOOLEAN",
+    "TIMESTAMP_TZ": "TIMESTAMP WITH TIME ZONE",
+}
+
+
+def _sql_type_text(sql_type: Any) -> str:
+    """Hyper's SQL spelling of a Hyper API type (``BIG_INT`` → ``BIGINT``)."""
+    text = str(sql_type).replace(", ", ",")
+    return _SQL_TYPE_TEXT.get(text, text)
 
 
 def _sha256(path: Path) -> str:

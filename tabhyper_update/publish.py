@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .client import DataSourceRef
 from .errors import (
+    ApiError,
     InvalidArgumentError,
     NotFoundError,
     PayloadError,
@@ -142,15 +143,23 @@ def publish(
     )
     # Only an overwrite is safe to send twice: a repeated create meets its own data source,
     # a repeated append adds the rows again.
-    _, answer = client.request(
-        "POST",
-        "datasources",
-        retry=mode == "overwrite",
-        params=params,
-        data=body,
-        headers={"Content-Type": content_type},
-        expected=(200, 201, 202),
-    )
+    try:
+        _, answer = client.request(
+            "POST",
+            "datasources",
+            retry=mode == "overwrite",
+            params=params,
+            data=body,
+            headers={"Content-Type": content_type},
+            expected=(200, 201, 202),
+        )
+    except ApiError as err:
+        if err.status != 409 or mode != "create":
+            raise
+        raise err.with_hint(
+            f"a data source named {name!r} already exists in project {target.path!r}: publish "
+            "with mode='overwrite' to replace its data, or mode='append' to add rows"
+        ) from None
     answer = answer or {}
     if "job" in answer:
         job = Job.from_response(answer, client)

@@ -16,15 +16,13 @@ first part not yet applied and never applies one twice.
 from __future__ import annotations
 
 import os
-import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .actions import DEFAULT_SCHEMA, ActionBatch
+from .actions import DEFAULT_SCHEMA, ActionBatch, Replace
 from .client import DataSourceRef, TableauClient, check_job_target, check_request_id
 from .errors import (
     ConfigurationError,
@@ -40,6 +38,8 @@ from .errors import (
 )
 from .identity import MAX_REQUEST_ID, created_before, new_record, next_attempt
 from .jobs import FINISH_CANCELLED, FINISH_FAILED, Job
+from .progress import bar as progress_bar
+from .progress import show_progress
 from .redaction import get_logger
 from .state import PartState, RecordKind, StateStore, UpdateRecord
 
@@ -92,24 +92,6 @@ def _annotate(err: TabHyperError, step: str, consequence: str) -> None:
         err.args = (f"{err.args[0]} {note}", *err.args[1:])
 
 
-def _show_progress(progress: bool | None) -> bool:
-    return sys.stderr.isatty() if progress is None else progress
-
-
-@contextmanager
-def _bar(enabled: bool, **kwargs: Any) -> Iterator[Any]:
-    if not enabled:
-        yield None
-        return
-    from tqdm import tqdm
-
-    bar = tqdm(file=sys.stderr, leave=False, **kwargs)
-    try:
-        yield bar
-    finally:
-        bar.close()
-
-
 @dataclass
 class PartUpdate:
     """One part's update: its RequestID, job, and how it came about.
@@ -157,6 +139,12 @@ class UpdateResult:
         return [p.job for p in self.parts if p.job is not None]
 
     @property
+    def empty(self) -> bool:
+        """True when there was nothing to update (an empty change set, or a payload without
+        rows for actions that read it): no request was sent."""
+        return not self.parts
+
+    @property
     def deduplicated(self) -> bool:
         """True when no part applied anything new: the whole update had been applied (or
         submitted) before under the same identity."""
@@ -184,7 +172,7 @@ class UpdateResult:
 
     def __str__(self) -> str:
         if not self.parts:
-            return "nothing to update"
+            return "nothing to update: the payload holds no rows"
         lines = []
         for p in self.summary():
             how = (
@@ -241,7 +229,7 @@ class UploadedPayload:
         self.client = client
         self._target_spec = target
         self._target: DataSourceRef | None = target if isinstance(target, DataSourceRef) else None
-        self.progress = _show_progress(progress)
+        self.progress = show_progress(progress)
         self.state = state or StateStore()
         #: The first part's upload session, sent by ``upload()`` and not yet used, and the
         #: seconds its upload took.
@@ -300,10 +288,15 @@ class UploadedPayload:
         """
         given = ActionBatch.coerce(actions) if actions is not None else None
         target = derived_target(self.payload, given, target_table, target_schema)
-        if given is not None:
-            self.payload.validate(given)
         if request_id is not None:
             check_request_id(request_id, most=MAX_REQUEST_ID)
+        if not self.payload.parts and given is not None and given.reads_source:
+            _refuse_replace_from_nothing(given)
+            log.info("empty payload: no rows to insert, upsert or delete by; nothing to update")
+            self._cleanup()
+            return UpdateResult([], done=True)
+        if given is not None:
+            self.payload.validate(given)
         units: list[tuple[PayloadPart | None, ActionBatch]]
         if self.payload.parts:
             units = [
@@ -439,7 +432,7 @@ class UploadedPayload:
     def _upload_part(self, index: int, part: PayloadPart) -> str:
         started = time.perf_counter()
         label = f"upload part {index + 1}/{len(self.payload.parts)}"
-        with _bar(
+        with progress_bar(
             self.progress, total=part.size_bytes, unit="B", unit_scale=True, desc=label
         ) as bar:
             seen = [0]
@@ -624,7 +617,7 @@ class UploadedPayload:
     ) -> None:
         assert update.job is not None
         started = time.perf_counter()
-        with _bar(
+        with progress_bar(
             self.progress, total=100, unit="%", desc=f"job for part {update.part + 1}"
         ) as bar:
 
@@ -666,6 +659,18 @@ class UploadedPayload:
     def _cleanup(self) -> None:
         if not self.payload.keep_files:
             self.payload.cleanup()
+
+
+def _refuse_replace_from_nothing(batch: ActionBatch) -> None:
+    """A replace from an empty payload would empty its target: never done by omission."""
+    for action in batch.actions:
+        if isinstance(action, Replace):
+            raise PayloadError(
+                f"the payload holds no rows, so replacing table {action.target_table!r} from it "
+                "would empty that table; the SDK does not do that by omission. Skip the update "
+                "when the source is empty, or empty the table on purpose with "
+                "Delete(target_table=..., condition=...)"
+            )
 
 
 def derived_target(

@@ -273,7 +273,7 @@ def test_cli_failures_are_one_line_of_ours_never_a_traceback(
         (["apply", "--payload", str(hostile), "--datasource", "D"], 1, "outside the manifest"),
         (["apply", "--actions", str(bad), "--datasource", "D"], 1, "'source-table'"),
         (["apply", "--actions", str(tmp_path / "none.json")], 2, "none.json"),
-        (["state", "list", "--state-dir", str(bad)], 0, "no records"),
+        (["state", "list", "--state-dir", str(bad)], 2, "is a file, not a folder"),
     ]
     for argv, code, words in runs:
         assert main(argv) == code, argv

@@ -49,6 +49,7 @@ EXPECTED = {
     "NotFoundError",
     "Or",
     "Payload",
+    "PayloadAppliedError",
     "PayloadError",
     "PayloadPart",
     "PersonalAccessToken",
@@ -97,7 +98,7 @@ def test_public_surface_is_pinned() -> None:
         (
             build_payload,
             "source, changes, *, table, schema, database_version, complex_as_json, "
-            "staging_dir, output_dir, max_payload_mb, keep_files",
+            "staging_dir, output_dir, max_payload_mb, keep_files, progress",
         ),
         (
             ChangeSet,

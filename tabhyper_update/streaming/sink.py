@@ -47,16 +47,19 @@ from ..actions import ActionBatch, Insert, Upsert
 from ..build import build_payload
 from ..cdc import ChangeSet
 from ..client import DataSourceRef, TableauClient
-from ..errors import ArgumentTypeError, ConfigurationError, InvalidArgumentError
+from ..errors import ArgumentTypeError, ConfigurationError, InvalidArgumentError, TabHyperError
+from ..folders import check_folder
 from ..payload import DEFAULT_MAX_PAYLOAD_MB, Payload
 from ..redaction import get_logger
-from ..roundtrip import UpdateResult, check_target, upload_payload
+from ..roundtrip import UpdateResult, check_target, resolve_target, upload_payload
 from .debezium import Debezium
 
 if TYPE_CHECKING:
     from typing import TypeAlias
 
     from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
     Changes: TypeAlias = ChangeSet | Debezium | Mapping[str, ChangeSet | Debezium]
     Prepare: TypeAlias = Callable[[DataFrame], DataFrame | Mapping[str, DataFrame]]
@@ -172,6 +175,8 @@ class TableauSink:
         self.last_result: UpdateResult | None = None
         #: Batches this sink applied, found applied before (replays), and found empty.
         self.counts = {"applied": 0, "replayed": 0, "empty": 0}
+        #: The SDK's error that failed the last batch (``None`` once a batch succeeds).
+        self.error: TabHyperError | None = None
 
     def __repr__(self) -> str:
         shown = (
@@ -181,11 +186,55 @@ class TableauSink:
         )
         return f"TableauSink(target={shown!r}, changes={self.changes!r}, sink_id={self.sink_id!r})"
 
+    # -- before and around the query ----------------------------------------------------------
+    def check(self) -> DataSourceRef:
+        """Check, before the query starts, what every batch needs: the folders, the sign-in and
+        the target data source (raises the SDK's error, e.g. :class:`NotFoundError`)."""
+        check_folder(self.staging_dir, "staging_dir", create=False)
+        check_folder(self.state_dir, "state_dir", create=False)
+        with self._lock:
+            target = self._target
+            if isinstance(target, DataSourceRef):
+                self.client.datasource(target.id)  # still there, by its LUID
+                found = target
+            else:
+                found = resolve_target(self.client, target)
+            self._target = found
+        return found
+
+    def start(self, writer: DataStreamWriter) -> StreamingQuery:
+        """:meth:`check`, then start ``writer`` (``df.writeStream`` with its options) with
+        this sink as its ``foreachBatch`` function; returns the running query. A bad target
+        fails here, before the query starts, with the SDK's error."""
+        self.check()
+        return writer.foreachBatch(self).start()
+
+    def await_termination(self, query: StreamingQuery, timeout: float | None = None) -> bool:
+        """``query.awaitTermination(timeout)``, raising the SDK's own error (the one that
+        failed a batch, e.g. :class:`JobFailedError`) rather than Spark's wrapper of it, so
+        ``except TabHyperError`` (or a narrower class) catches it. Returns whether the query
+        ended (always true without ``timeout``)."""
+        try:
+            if timeout is None:
+                query.awaitTermination()
+                return True
+            return bool(query.awaitTermination(timeout))  # type: ignore[arg-type]
+        except Exception as err:
+            failed = self.error
+            if failed is not None:
+                raise failed from err
+            raise
+
     # -- one batch ----------------------------------------------------------------------------
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Apply micro-batch ``batch_id`` (what ``foreachBatch`` calls)."""
         with self._lock:
-            result = self._apply(batch, int(batch_id))
+            try:
+                result = self._apply(batch, int(batch_id))
+            except TabHyperError as err:
+                self.error = err
+                raise
+            self.error = None
             self.last_result = result
             kind = "empty" if result is None else "replayed" if result.deduplicated else "applied"
             self.counts[kind] += 1
@@ -199,6 +248,7 @@ class TableauSink:
             change_sets,
             max_payload_mb=self.max_payload_mb,
             staging_dir=self.staging_dir,
+            progress=False,
         )
         with payload:
             actions = self.actions

@@ -1,0 +1,66 @@
+"""The Spark sessions the SDK starts itself (the command line, the demo, the examples).
+
+Loopback only, no UI, no console progress bars, and quiet: the JVM's start-up lines and
+Spark's log4j output are kept off the terminal unless ``verbose``. A session the caller
+already has is used as it is and never changed or stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["own_spark"]
+
+
+@contextlib.contextmanager
+def _stderr_silenced(silenced: bool) -> Iterator[None]:
+    """While the JVM starts, file descriptor 2 points to /dev/null: the JVM keeps that as
+    its stderr (its warnings and log4j console), the Python process gets its own back."""
+    if not silenced:
+        yield
+        return
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+@contextlib.contextmanager
+def own_spark(
+    app_name: str, *, master: str = "local[2]", verbose: bool = False, **conf: str
+) -> Iterator[Any]:
+    """The application's active session, or a new quiet local one (stopped at the end)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:  # inside an application that has one: borrow it, never stop it
+        yield active
+        return
+    builder = SparkSession.builder.appName(app_name)
+    if not os.environ.get("SPARK_REMOTE") and not os.environ.get("MASTER"):
+        builder = builder.master(master)
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        **conf,
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    with _stderr_silenced(not verbose):
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    try:
+        yield spark
+    finally:
+        spark.stop()
