@@ -205,6 +205,28 @@ class TableauClient:
         self._token: str | None = None
         self._site_id: str | None = None
         self._lock = threading.RLock()
+        #: What a copy of this client is made from (see :meth:`__reduce__`).
+        self._settings: dict[str, Any] = {
+            "server": server,
+            "site": site,
+            "auth": auth,
+            "api_version": api_version,
+            "verify": verify,
+            "timeout": timeout,
+            "retry": retry,
+            "chunk_size_mb": chunk_size_mb,
+            "poll": poll,
+            "max_upload_restarts": max_upload_restarts,
+            "session": session,
+            "sleep": sleep,
+            "clock": clock,
+        }
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A pickled client is its settings, credentials included (Spark Connect pickles a
+        ``foreachBatch`` function to run it on the server): the copy signs in afresh, and
+        no session token travels."""
+        return (_client_from_settings, (self._settings,))
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -802,3 +824,8 @@ class TableauClient:
 
     def cancel_job(self, job_id: str) -> None:
         self.request("PUT", f"jobs/{job_id}", retry=True, expected=(200, 204))
+
+
+def _client_from_settings(settings: dict[str, Any]) -> TableauClient:
+    """A client made again from :meth:`TableauClient.__reduce__`'s settings."""
+    return TableauClient(**settings)

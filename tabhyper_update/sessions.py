@@ -2,7 +2,8 @@
 
 Loopback only, no UI, no console progress bars, and quiet: the JVM's start-up lines and
 Spark's log4j output are kept off the terminal unless ``verbose``. A session the caller
-already has is used as it is and never changed or stopped.
+already has is used as it is and never changed or stopped. With ``SPARK_REMOTE`` set the
+session is a Spark Connect one (``SPARK_REMOTE=local[2]`` starts a local Connect server).
 """
 
 from __future__ import annotations
@@ -45,21 +46,28 @@ def own_spark(
     if active is not None:  # inside an application that has one: borrow it, never stop it
         yield active
         return
+    remote = os.environ.get("SPARK_REMOTE")
     builder = SparkSession.builder.appName(app_name)
-    if not os.environ.get("SPARK_REMOTE") and not os.environ.get("MASTER"):
-        builder = builder.master(master)
-    settings = {
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        **conf,
-    }
+    if remote:
+        # Spark Connect: the server has its own settings (a local one is started quiet).
+        builder = builder.remote(remote)
+        settings = dict(conf)
+    else:
+        if not os.environ.get("MASTER"):
+            builder = builder.master(master)
+        settings = {
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            **conf,
+        }
     for key, value in settings.items():
         builder = builder.config(key, value)
     with _stderr_silenced(not verbose):
         spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    if not remote:
+        spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     try:
         yield spark
     finally:

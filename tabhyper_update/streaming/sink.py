@@ -37,21 +37,26 @@ query; restarting it retries the batch. Each batch is built with :func:`build_pa
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import errors
 from ..actions import ActionBatch, Insert, Upsert
 from ..build import build_payload
 from ..cdc import ChangeSet
 from ..client import DataSourceRef, TableauClient
 from ..errors import ArgumentTypeError, ConfigurationError, InvalidArgumentError, TabHyperError
-from ..folders import check_folder
+from ..folders import check_folder, refuse_symlink
 from ..payload import DEFAULT_MAX_PAYLOAD_MB, Payload
 from ..redaction import get_logger
 from ..roundtrip import UpdateResult, check_target, resolve_target, upload_payload
+from ..state import StateStore
 from .debezium import Debezium
 
 if TYPE_CHECKING:
@@ -177,6 +182,21 @@ class TableauSink:
         self.counts = {"applied": 0, "replayed": 0, "empty": 0}
         #: The SDK's error that failed the last batch (``None`` once a batch succeeds).
         self.error: TabHyperError | None = None
+        self._resolved_id: str | None = sink_id
+        self._started_at = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickled sink carries (Spark Connect runs a copy on the server): its
+        settings and client, not its lock nor the last batch's result or error."""
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        state["last_result"] = None
+        state["error"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         shown = (
@@ -205,8 +225,12 @@ class TableauSink:
     def start(self, writer: DataStreamWriter) -> StreamingQuery:
         """:meth:`check`, then start ``writer`` (``df.writeStream`` with its options) with
         this sink as its ``foreachBatch`` function; returns the running query. A bad target
-        fails here, before the query starts, with the SDK's error."""
+        fails here, before the query starts, with the SDK's error. Over Spark Connect the
+        sink needs ``sink_id=`` (the query's id is not known inside a batch there)."""
+        if self.sink_id is None and _is_connect(writer):
+            raise ConfigurationError(_CONNECT_NEEDS_SINK_ID)
         self.check()
+        self._started_at = time.time()
         return writer.foreachBatch(self).start()
 
     def await_termination(self, query: StreamingQuery, timeout: float | None = None) -> bool:
@@ -220,10 +244,27 @@ class TableauSink:
                 return True
             return bool(query.awaitTermination(timeout))  # type: ignore[arg-type]
         except Exception as err:
-            failed = self.error
+            failed = self.error or self._recorded_error()
             if failed is not None:
                 raise failed from err
             raise
+
+    def _recorded_error(self) -> TabHyperError | None:
+        """The error a batch recorded in the progress file since :meth:`start` (over Spark
+        Connect it was raised in the server's copy of the sink): the same class and message."""
+        try:
+            found = self.progress()
+        except ConfigurationError:
+            return None
+        said = (found or {}).get("error")
+        if not isinstance(said, dict) or (found or {}).get("updated_at", 0) < self._started_at:
+            return None
+        cls = getattr(errors, str(said.get("class")), None)
+        if not (isinstance(cls, type) and issubclass(cls, TabHyperError)):
+            cls = TabHyperError
+        rebuilt = cls.__new__(cls)
+        TabHyperError.__init__(rebuilt, str(said.get("message")))
+        return rebuilt
 
     # -- one batch ----------------------------------------------------------------------------
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -233,14 +274,75 @@ class TableauSink:
                 result = self._apply(batch, int(batch_id))
             except TabHyperError as err:
                 self.error = err
+                self._save_progress(int(batch_id), "failed", None, err)
                 raise
             self.error = None
             self.last_result = result
             kind = "empty" if result is None else "replayed" if result.deduplicated else "applied"
             self.counts[kind] += 1
+            self._save_progress(int(batch_id), kind, result)
+
+    # -- progress, readable where the batches do not run (Spark Connect) --------------------------
+    def _progress_path(self, sink_id: str) -> Path:
+        return StateStore(self.state_dir).directory / "sinks" / f"{sink_id}.json"
+
+    def _save_progress(
+        self,
+        batch_id: int,
+        kind: str,
+        result: UpdateResult | None,
+        error: TabHyperError | None = None,
+    ) -> None:
+        sink_id = self._resolved_id
+        if sink_id is None:
+            return
+        path = self._progress_path(sink_id)
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            refuse_symlink(path.parent, "state_dir")
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(
+                    {
+                        "sink_id": sink_id,
+                        "counts": self.counts,
+                        "last_batch": batch_id,
+                        "last_kind": kind,
+                        "last_result": None if result is None else str(result),
+                        "error": None
+                        if error is None
+                        else {"class": type(error).__name__, "message": str(error)},
+                        "updated_at": time.time(),
+                    },
+                    f,
+                )
+            os.replace(tmp, path)
+        except (OSError, ConfigurationError) as err:
+            log.warning("could not record the sink's progress in %s: %s", path, err)
+
+    def progress(self) -> dict[str, Any] | None:
+        """What the sink's batches recorded in the state folder: ``counts`` (applied,
+        replayed, empty), ``last_batch``, ``last_kind``, ``last_result`` (text) and
+        ``updated_at``; ``None`` before the first batch. Over Spark Connect the batches run
+        in a copy of the sink on the server, so its ``counts`` attribute stays at zero here:
+        read this instead (with ``sink_id=`` and a ``state_dir`` both sides see)."""
+        sink_id = self.sink_id or self._resolved_id
+        if sink_id is None:
+            return None
+        try:
+            fd = os.open(self._progress_path(sink_id), os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, encoding="utf-8") as f:
+                found = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            raise ConfigurationError(f"the sink's progress record cannot be read: {err}") from None
+        return found if isinstance(found, dict) else None
 
     def _apply(self, batch: DataFrame, batch_id: int) -> UpdateResult | None:
         sink_id = self.sink_id or _query_id(batch)
+        self._resolved_id = sink_id
         frames = self.prepare(batch) if self.prepare is not None else batch
         source, change_sets = self._source(frames)
         payload = build_payload(
@@ -364,7 +466,20 @@ def _routed(
     }
 
 
+_CONNECT_NEEDS_SINK_ID = (
+    "over Spark Connect a batch cannot read its query's id: pass TableauSink(..., "
+    "sink_id=...) naming this sink (a new one whenever the checkpoint is replaced)"
+)
+
+
+def _is_connect(thing: Any) -> bool:
+    """Whether ``thing`` (a DataFrame, writer or session) belongs to Spark Connect."""
+    return type(thing).__module__.startswith("pyspark.sql.connect")
+
+
 def _query_id(batch: DataFrame) -> str:
+    if _is_connect(batch):
+        raise ConfigurationError(_CONNECT_NEEDS_SINK_ID)
     context = batch.sparkSession.sparkContext
     query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
     if not query_id:

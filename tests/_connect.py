@@ -1,0 +1,91 @@
+"""``python -m tests._connect URL WORK STEP...``: steps run over a local Spark Connect
+server (``SparkSession.builder.remote("local[2]")``), one JSON line printed per step.
+
+Steps: ``roundtrip`` (build a change set, upload, apply), ``no-sink-id`` (a sink without
+``sink_id`` is refused before its query starts), ``sink`` (run the query over what
+``WORK/in`` holds), ``replay`` (the last commit removed, then ``sink``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def main(argv: list[str]) -> int:
+    from pyspark.sql import SparkSession
+
+    from tabhyper_update import (
+        ChangeSet,
+        PersonalAccessToken,
+        TabHyperError,
+        TableauClient,
+        build_payload,
+    )
+    from tabhyper_update.streaming import TableauSink
+
+    from ._streaming import PAT, SCHEMA, uncommit_last
+
+    url, work_dir, *steps = argv
+    work = Path(work_dir)
+    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    client = TableauClient(url, "", PersonalAccessToken(*PAT))
+    changes = ChangeSet("id", op_column="op", order_by="seq")
+
+    def sink(sink_id: str | None) -> TableauSink:
+        return TableauSink(
+            "Orders",
+            changes,
+            client=client,
+            target_table="Extract",
+            state_dir=work / "state",
+            sink_id=sink_id,
+        )
+
+    def writer() -> Any:
+        return (
+            spark.readStream.schema(SCHEMA)
+            .json(str(work / "in"))
+            .selectExpr("id", "name", "qty", "op", "seq")
+            .writeStream.option("checkpointLocation", str(work / "checkpoint"))
+            .trigger(availableNow=True)
+        )
+
+    for step in steps:
+        said: dict[str, Any] = {"step": step, "connect": type(spark).__module__}
+        try:
+            if step == "roundtrip":
+                df = spark.createDataFrame(
+                    [(7, "g", 70, "I", 1)], "id long, name string, qty int, op string, seq long"
+                )
+                result = (
+                    build_payload(df, changes)
+                    .upload("Orders", client=client)
+                    .apply(target_table="Extract")
+                )
+                said["jobs"] = len(result.jobs)
+            elif step == "no-sink-id":
+                sink(None).start(writer())
+            else:
+                if step == "replay":
+                    said["uncommitted"] = uncommit_last(work / "checkpoint")
+                running = sink("orders-sink")
+                query = running.start(writer())
+                running.await_termination(query, timeout=240)
+                said["counts_here"] = running.counts
+                said["progress"] = running.progress()
+        except Exception as err:
+            said["error"] = type(err).__name__
+            said["message"] = str(err).splitlines()[0]
+            said["ours"] = isinstance(err, TabHyperError)
+        print(json.dumps(said), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    sys.exit(main(sys.argv[1:]))

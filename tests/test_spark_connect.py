@@ -1,0 +1,111 @@
+"""The SDK over Spark Connect: a local Connect server (the one in pyspark's own packages)
+runs a change set's round trip and the streaming sink, whose batches run in a copy of the
+sink on the server; the fake server checks the table after each step."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper, read_table
+
+from ._streaming import PAT, START, TABLE_DDL, expected_state, start_rows, write_batch
+
+pytest.importorskip("pyspark.sql.connect.session")
+pytest.importorskip("grpc")
+
+ROOT = Path(__file__).resolve().parent.parent
+B1 = [(1, "a1", 11, "U", 1), (4, "d", 40, "I", 2)]
+B2 = [(2, None, None, "D", 3), (4, "d2", 41, "U", 4)]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[FakeTableauServer]:
+    with FakeTableauServer(pats=dict([PAT]), directory=tmp_path / "server") as srv:
+        srv.add_datasource(
+            "Orders", make_hyper(tmp_path / "start.hyper", {"Extract": (TABLE_DDL, start_rows())})
+        )
+        yield srv
+
+
+def over_connect(server: FakeTableauServer, work: Path, *steps: str) -> list[dict[str, Any]]:
+    """Run ``steps`` in a process of their own (a Connect client beside this test's
+    classic session); every JVM it starts stops with it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests._connect", server.url, str(work), *steps],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        cwd=ROOT,
+        check=False,
+    )
+    said = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(said) == len(steps), done.stdout + done.stderr[-3000:]
+    return said
+
+
+def table(server: FakeTableauServer) -> list[tuple[Any, ...]]:
+    (luid,) = [ds.id for ds in server.backend.sources.values() if ds.name == "Orders"]
+    return sorted(read_table(server.datasource_path(luid), "Extract"))
+
+
+def test_the_round_trip_and_the_sink_over_spark_connect(
+    server: FakeTableauServer, tmp_path: Path
+) -> None:
+    write_batch(tmp_path / "in", 0, B1)
+    roundtrip, refused, first = over_connect(server, tmp_path, "roundtrip", "no-sink-id", "sink")
+    assert roundtrip["connect"].startswith("pyspark.sql.connect")
+    assert roundtrip.get("error") is None, roundtrip
+    assert roundtrip["jobs"] == 1
+    # Without sink_id the sink is refused before its query starts, with the SDK's error.
+    assert refused["error"] == "ConfigurationError"
+    assert "pass TableauSink(..., sink_id=...)" in refused["message"]
+    # The batch ran in the server's copy of the sink: the client's own counts stay at zero,
+    # the progress the batches recorded says what happened.
+    assert first.get("error") is None, first
+    assert first["counts_here"] == {"applied": 0, "replayed": 0, "empty": 0}
+    assert first["progress"]["counts"] == {"applied": 1, "replayed": 0, "empty": 0}
+    assert first["progress"]["last_kind"] == "applied"
+    expected = expected_state([B1], {**START, 7: ("g", 70)})
+    assert table(server) == expected
+    assert server.counts["update"] == 2
+
+
+@pytest.mark.slow
+def test_a_restarted_and_replayed_sink_over_spark_connect_applies_each_batch_once(
+    server: FakeTableauServer, tmp_path: Path
+) -> None:
+    write_batch(tmp_path / "in", 0, B1)
+    (first,) = over_connect(server, tmp_path, "sink")
+    write_batch(tmp_path / "in", 1, B2)
+    restarted, replayed = over_connect(server, tmp_path, "sink", "replay")
+    for said in (first, restarted, replayed):
+        assert said.get("error") is None, said
+    assert replayed["uncommitted"] == 1
+    # A new process is a new copy of the sink: the progress record counts its batches.
+    assert restarted["progress"]["counts"]["applied"] == 1
+    assert replayed["progress"]["last_kind"] == "replayed"
+    assert table(server) == expected_state([B1, B2])
+    assert server.counts["update"] == 2  # the replay sent no update
+
+
+@pytest.mark.slow
+def test_a_failed_batch_over_spark_connect_is_the_sdks_error(
+    server: FakeTableauServer, tmp_path: Path
+) -> None:
+    write_batch(tmp_path / "in", 0, B1)
+    failed: dict[str, Any] = {"job": {"id": "0" * 8 + "-0000-0000-0000-" + "0" * 12}}
+    failed["job"]["finishCode"] = "1"
+    failed["job"]["updateUploadedFileJob"] = {"notes": "the worker ran out of memory"}
+    server.inject("job", content_type="application/json", body=json.dumps(failed).encode())
+    (said,) = over_connect(server, tmp_path, "sink")
+    # Raised in the server's copy of the sink, and still the SDK's own error here.
+    assert (said.get("error"), said.get("ours")) == ("JobFailedError", True), said
+    assert "the worker ran out of memory" in said["message"]
