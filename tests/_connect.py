@@ -3,7 +3,8 @@ server (``SparkSession.builder.remote("local[2]")``), one JSON line printed per 
 
 Steps: ``roundtrip`` (build a change set, upload, apply), ``no-sink-id`` (a sink without
 ``sink_id`` is refused before its query starts), ``sink`` (run the query over what
-``WORK/in`` holds), ``replay`` (the last commit removed, then ``sink``)."""
+``WORK/in`` holds), ``replay`` (the last commit removed, then ``sink``), ``multi`` (Debezium
+events of two tables in ``WORK/events`` into data source ``Shop``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def main(argv: list[str]) -> int:
         TableauClient,
         build_payload,
     )
-    from tabhyper_update.streaming import TableauSink
+    from tabhyper_update.streaming import Debezium, TableauSink
 
     from ._streaming import PAT, SCHEMA, uncommit_last
 
@@ -68,6 +69,23 @@ def main(argv: list[str]) -> int:
                 said["jobs"] = len(result.jobs)
             elif step == "no-sink-id":
                 sink(None).start(writer())
+            elif step == "multi":
+                # Debezium events of two tables, each routed by its source.table.
+                described = Debezium("id BIGINT, a STRING, b BIGINT", key="id")
+                shop = TableauSink(
+                    "Shop",
+                    {"Sales": described, "Customers": described},
+                    client=client,
+                    sink_id="shop",
+                    state_dir=work / "state",
+                )
+                query = shop.start(
+                    spark.readStream.text(str(work / "events"))
+                    .writeStream.option("checkpointLocation", str(work / "shop-checkpoint"))
+                    .trigger(availableNow=True)
+                )
+                shop.await_termination(query, timeout=240)
+                said["progress"] = shop.progress()
             else:
                 if step == "replay":
                     said["uncommitted"] = uncommit_last(work / "checkpoint")

@@ -35,6 +35,14 @@ def server(tmp_path: Path) -> Iterator[FakeTableauServer]:
         yield srv
 
 
+SHOP = "id BIGINT NOT NULL, a TEXT, b BIGINT"
+
+
+def event(table: str, key: int, a: str, lsn: int) -> str:
+    after = {"id": key, "a": a, "b": lsn}
+    return json.dumps({"op": "c", "after": after, "source": {"lsn": lsn, "table": table}})
+
+
 def over_connect(server: FakeTableauServer, work: Path, *steps: str) -> list[dict[str, Any]]:
     """Run ``steps`` in a process of their own (a Connect client beside this test's
     classic session); every JVM it starts stops with it."""
@@ -52,6 +60,7 @@ def over_connect(server: FakeTableauServer, work: Path, *steps: str) -> list[dic
 
 
 def table(server: FakeTableauServer) -> list[tuple[Any, ...]]:
+    server.wait_idle()
     (luid,) = [ds.id for ds in server.backend.sources.values() if ds.name == "Orders"]
     return sorted(read_table(server.datasource_path(luid), "Extract"))
 
@@ -60,7 +69,18 @@ def test_the_round_trip_and_the_sink_over_spark_connect(
     server: FakeTableauServer, tmp_path: Path
 ) -> None:
     write_batch(tmp_path / "in", 0, B1)
-    roundtrip, refused, first = over_connect(server, tmp_path, "roundtrip", "no-sink-id", "sink")
+    shop = make_hyper(
+        tmp_path / "shop.hyper",
+        {"Sales": (SHOP, ["(1, 's', 1)"]), "Customers": (SHOP, ["(1, 'c', 1)"])},
+    )
+    shop_luid = server.add_datasource("Shop", shop)
+    (tmp_path / "events").mkdir()
+    (tmp_path / "events" / "0.json").write_text(
+        event("Sales", 2, "sale", 10) + "\n" + event("Customers", 5, "customer", 11) + "\n"
+    )
+    roundtrip, refused, first, multi = over_connect(
+        server, tmp_path, "roundtrip", "no-sink-id", "sink", "multi"
+    )
     assert roundtrip["connect"].startswith("pyspark.sql.connect")
     assert roundtrip.get("error") is None, roundtrip
     assert roundtrip["jobs"] == 1
@@ -75,7 +95,14 @@ def test_the_round_trip_and_the_sink_over_spark_connect(
     assert first["progress"]["last_kind"] == "applied"
     expected = expected_state([B1], {**START, 7: ("g", 70)})
     assert table(server) == expected
-    assert server.counts["update"] == 2
+    # A multi-table Debezium sink: each event lands in the table its source names.
+    assert multi.get("error") is None, multi
+    assert multi["progress"]["counts"]["applied"] == 1
+    server.wait_idle()
+    shop_file = server.datasource_path(shop_luid)
+    assert read_table(shop_file, "Sales") == [(1, "s", 1), (2, "sale", 10)]
+    assert read_table(shop_file, "Customers") == [(1, "c", 1), (5, "customer", 11)]
+    assert server.counts["update"] == 3
 
 
 @pytest.mark.slow
