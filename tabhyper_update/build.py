@@ -78,6 +78,7 @@ from .payload import (
 from .progress import bar as progress_bar
 from .progress import show_progress
 from .redaction import get_logger
+from .staging import StagingMode, check_staging, write_on_driver
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -154,6 +155,7 @@ def build_payload(
     max_payload_mb: float | None = DEFAULT_MAX_PAYLOAD_MB,
     keep_files: bool = False,
     progress: bool | None = None,
+    staging: StagingMode = "shared",
 ) -> Payload:
     """Build a ``.hyper`` payload from one DataFrame or a mapping of table name → DataFrame.
 
@@ -181,6 +183,7 @@ def build_payload(
             f"max_payload_mb must be positive (or None: one file), got {max_payload_mb!r}"
         )
     # Folders first: a bad one is known before any Spark job (nothing is created yet).
+    check_staging(staging)
     check_folder(staging_dir, "staging_dir", create=False)
     check_folder(output_dir, "output_dir", create=False)
     if database_version not in SUPPORTED_DATABASE_VERSIONS:
@@ -246,7 +249,7 @@ def build_payload(
         with progress_bar(show_progress(progress), total=3, desc="build payload") as shown:
             _step(shown, "Spark stages the rows")
             started = time.perf_counter()
-            staged = _stage(spark_frames, stage)
+            staged = _stage(spark_frames, stage, staging)
             log.debug("Spark staged the change set in %.2f s", time.perf_counter() - started)
             _step(shown, "Hyper reads their statistics")
             started = time.perf_counter()
@@ -315,7 +318,12 @@ def _row_hash(values: Sequence[str], extra: Sequence[str] = ()) -> str:
     return f"xxhash64({', '.join([*values, *extra, *flags])})"
 
 
-def _write_staged(df: DataFrame, target: Path, partition_by: str | None = None) -> None:
+def _write_staged(
+    df: DataFrame, target: Path, staging: StagingMode, partition_by: str | None = None
+) -> None:
+    if staging == "driver":
+        write_on_driver(df, target, partition_by)
+        return
     # A file URI of the raw path: Hadoop quotes it itself, so the files land at exactly this
     # path whatever it holds (spaces, %, #, ?, quotes, non-ASCII). ``Path.as_uri()`` would
     # percent-encode it and Spark would take the escapes literally.
@@ -325,7 +333,7 @@ def _write_staged(df: DataFrame, target: Path, partition_by: str | None = None) 
     writer.parquet("file://" + str(target.resolve()))
 
 
-def _stage(frames: Sequence[_Frame], stage: Path) -> list[_Staged]:
+def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[_Staged]:
     """Write the change sets (or tables) to Parquet with Spark; nothing is collected.
 
     The projections are Spark SQL text (one call each): a plan built from column objects
@@ -350,7 +358,7 @@ def _stage(frames: Sequence[_Frame], stage: Path) -> list[_Staged]:
                 size,
                 f"CAST(pmod({row_hash}, {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
             ).observe(observed, F.expr("count(1)").alias("rows"))
-            _write_staged(rows, target)
+            _write_staged(rows, target, staging)
             staged.append(
                 _Staged(
                     name, plans, staged_names, _parquet_files(target), _metric(observed, "rows")
@@ -387,7 +395,7 @@ def _stage(frames: Sequence[_Frame], stage: Path) -> list[_Staged]:
                 ),
             )
         )
-        _write_staged(rows, target, partition_by=KIND_COLUMN)
+        _write_staged(rows, target, staging, partition_by=KIND_COLUMN)
         _raise_on_change_set_errors(spec, plans, staged_names, target)
         key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
         upserts = _parquet_files(target / f"{KIND_COLUMN}={KIND_UPSERT}")
@@ -529,7 +537,9 @@ def _read_bucket_stats(staged: Sequence[_Staged], stage: Path) -> None:
                     f"Spark wrote {t.written} row(s) for table {t.name!r} but {found} were "
                     f"found in the staging directory {str(stage)!r} ({len(t.files)} Parquet "
                     "file(s)): on a cluster, staging_dir must be a shared path that the "
-                    "executors write and the driver reads at the same place"
+                    "executors write and the driver reads at the same place, or pass "
+                    "staging='driver' to send the rows through the driver instead (no shared "
+                    "path needed)"
                 )
 
 

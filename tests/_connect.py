@@ -1,7 +1,8 @@
 """``python -m tests._connect URL WORK STEP...``: steps run over a local Spark Connect
 server (``SparkSession.builder.remote("local[2]")``), one JSON line printed per step.
 
-Steps: ``roundtrip`` (build a change set, upload, apply), ``no-sink-id`` (a sink without
+Steps: ``roundtrip`` (build a change set, upload, apply; ``roundtrip-driver`` with
+``staging="driver"``: the rows come to this client as Arrow), ``no-sink-id`` (a sink without
 ``sink_id`` is refused before its query starts), ``sink`` (run the query over what
 ``WORK/in`` holds), ``replay`` (the last commit removed, then ``sink``), ``multi`` (Debezium
 events of two tables in ``WORK/events`` into data source ``Shop``)."""
@@ -57,15 +58,15 @@ def main(argv: list[str]) -> int:
     for step in steps:
         said: dict[str, Any] = {"step": step, "connect": type(spark).__module__}
         try:
-            if step == "roundtrip":
+            if step in ("roundtrip", "roundtrip-driver"):
+                key = 7 if step == "roundtrip" else 8
                 df = spark.createDataFrame(
-                    [(7, "g", 70, "I", 1)], "id long, name string, qty int, op string, seq long"
+                    [(key, "g", 70, "I", 1)], "id long, name string, qty int, op string, seq long"
                 )
-                result = (
-                    build_payload(df, changes)
-                    .upload("Orders", client=client)
-                    .apply(target_table="Extract")
+                payload = build_payload(
+                    df, changes, staging="shared" if step == "roundtrip" else "driver"
                 )
+                result = payload.upload("Orders", client=client).apply(target_table="Extract")
                 said["jobs"] = len(result.jobs)
             elif step == "no-sink-id":
                 sink(None).start(writer())

@@ -5,6 +5,8 @@ whole. Slow: the cluster takes seconds to start; every JVM it starts is stopped 
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +39,20 @@ def _wait_for(log: Path, words: str, timeout: float) -> None:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[str]:
+    yield from _cluster(tmp_path, hidden=None)
+
+
+@pytest.fixture
+def isolated_cluster(tmp_path: Path) -> Iterator[str]:
+    """Workers in a mount namespace of their own, where ``tmp_path / "shared"`` is another,
+    empty file system: they cannot see what the driver stages there, nor it theirs."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("mounts a file system in the workers' own mount namespace (needs root)")
+    (tmp_path / "shared").mkdir()
+    yield from _cluster(tmp_path, hidden=tmp_path / "shared")
+
+
+def _cluster(tmp_path: Path, hidden: Path | None) -> Iterator[str]:
     import pyspark
 
     home = Path(pyspark.__file__).parent
@@ -51,12 +67,17 @@ def cluster(tmp_path: Path) -> Iterator[str]:
     url = f"spark://127.0.0.1:{port}"
     started: list[subprocess.Popen[bytes]] = []
 
-    def launch(name: str, *argv: str) -> Path:
+    def launch(name: str, *argv: str, own_mounts: bool = False) -> Path:
         log = tmp_path / f"{name}.log"
+        command = [str(home / "bin" / "spark-class"), *argv]
+        if own_mounts and hidden is not None:
+            mount = f'mount -t tmpfs tmpfs {shlex.quote(str(hidden))} && exec "$@"'
+            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount]
+            command += ["sh", str(home / "bin" / "spark-class"), *argv]
         with log.open("wb") as out:
             started.append(
                 subprocess.Popen(
-                    [str(home / "bin" / "spark-class"), *argv],
+                    command,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     env=env,
@@ -75,7 +96,7 @@ def cluster(tmp_path: Path) -> Iterator[str]:
             worker = launch(
                 f"worker-{i}", "org.apache.spark.deploy.worker.Worker", url, "--host",
                 "127.0.0.1", "--webui-port", str(_free_port()), "--cores", "1", "--memory",
-                "1g", "--work-dir", str(tmp_path / f"work-{i}"),
+                "1g", "--work-dir", str(tmp_path / f"work-{i}"), own_mounts=True,
             )  # fmt: skip
             _wait_for(worker, "Successfully registered with master", 60)
         yield url
@@ -99,7 +120,7 @@ from tabhyper_update import ChangeSet, PersonalAccessToken, TableauClient, build
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
 
-url, work = sys.argv[1], Path(sys.argv[2])
+url, work, staging = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 spark = (SparkSession.builder.master(url).config("spark.ui.enabled", "false")
          .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
          .config("spark.executor.memory", "512m").getOrCreate())
@@ -109,8 +130,12 @@ with FakeTableauServer(pats={"ci": "pat-secret"}) as server:
     df = spark.range(20000).selectExpr(
         "id", "CAST(id * 7 AS STRING) AS v", "'U' AS op", "id AS seq"
     )
-    payload = build_payload(df, ChangeSet("id", op_column="op", order_by="seq"),
-                            staging_dir=work / "stage", max_payload_mb=0.1)
+    try:
+        payload = build_payload(df, ChangeSet("id", op_column="op", order_by="seq"),
+                                staging_dir=work / "shared", max_payload_mb=0.1, staging=staging)
+    except Exception as err:
+        print(f"error={type(err).__name__}", str(err).replace(chr(10), " ")[:600])
+        sys.exit(0)
     with TableauClient(server.url, "", PersonalAccessToken("ci", "pat-secret")) as client:
         payload.upload("Orders", client=client, progress=False).apply(target_table="Extract")
     server.wait_idle()
@@ -122,11 +147,10 @@ spark.stop()
 """
 
 
-def test_a_split_change_set_built_on_a_standalone_cluster_lands_whole(
-    cluster: str, tmp_path: Path
-) -> None:
+def run_job(cluster: str, work: Path, staging: str) -> dict[str, str]:
+    (work / "shared").mkdir(exist_ok=True)
     done = subprocess.run(
-        [sys.executable, "-c", JOB, cluster, str(tmp_path)],
+        [sys.executable, "-c", JOB, cluster, str(work), staging],
         capture_output=True,
         text=True,
         timeout=300,
@@ -134,9 +158,32 @@ def test_a_split_change_set_built_on_a_standalone_cluster_lands_whole(
         env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable},
         check=False,
     )
-    said = [line for line in done.stdout.splitlines() if line.startswith("parts=")]
+    said = [line for line in done.stdout.splitlines() if line.startswith(("parts=", "error="))]
     assert said, done.stdout + done.stderr[-3000:]
-    facts = dict(item.split("=") for item in said[0].split())
+    if said[0].startswith("error="):
+        name, _, message = said[0].partition(" ")
+        return {"error": name.removeprefix("error="), "message": message}
+    return dict(item.split("=") for item in said[0].split())
+
+
+def test_a_split_change_set_built_on_a_standalone_cluster_lands_whole(
+    cluster: str, tmp_path: Path
+) -> None:
+    facts = run_job(cluster, tmp_path, "shared")
+    assert int(facts["parts"]) > 1
+    assert int(facts["executors"]) == 2
+    assert (facts["rows"], facts["ok"]) == ("20000", "True")
+
+
+def test_workers_that_cannot_see_the_staging_folder_build_through_the_driver(
+    isolated_cluster: str, tmp_path: Path
+) -> None:
+    refused = run_job(isolated_cluster, tmp_path, "shared")
+    assert refused.get("error") == "PayloadError", refused
+    assert "but 0 were found in the staging directory" in refused["message"]
+    assert "or pass staging='driver'" in refused["message"]
+    facts = run_job(isolated_cluster, tmp_path, "driver")
+    assert facts.get("error") is None, facts
     assert int(facts["parts"]) > 1
     assert int(facts["executors"]) == 2
     assert (facts["rows"], facts["ok"]) == ("20000", "True")

@@ -98,7 +98,7 @@ def test_public_surface_is_pinned() -> None:
         (
             build_payload,
             "source, changes, *, table, schema, database_version, complex_as_json, "
-            "staging_dir, output_dir, max_payload_mb, keep_files, progress",
+            "staging_dir, output_dir, max_payload_mb, keep_files, progress, staging",
         ),
         (
             ChangeSet,
@@ -119,7 +119,7 @@ def test_public_surface_is_pinned() -> None:
         (
             TableauSink,
             "target, changes, *, client, actions, prepare, target_table, target_schema, "
-            "sink_id, max_payload_mb, staging_dir, state_dir, timeout",
+            "sink_id, max_payload_mb, staging_dir, state_dir, timeout, staging",
         ),
         (Debezium, "row_schema, *, key, connector, position, table, truncate"),
     ],

@@ -78,9 +78,10 @@ def test_the_round_trip_and_the_sink_over_spark_connect(
     (tmp_path / "events" / "0.json").write_text(
         event("Sales", 2, "sale", 10) + "\n" + event("Customers", 5, "customer", 11) + "\n"
     )
-    roundtrip, refused, first, multi = over_connect(
-        server, tmp_path, "roundtrip", "no-sink-id", "sink", "multi"
+    roundtrip, by_driver, refused, first, multi = over_connect(
+        server, tmp_path, "roundtrip", "roundtrip-driver", "no-sink-id", "sink", "multi"
     )
+    assert by_driver.get("error") is None, by_driver
     assert roundtrip["connect"].startswith("pyspark.sql.connect")
     assert roundtrip.get("error") is None, roundtrip
     assert roundtrip["jobs"] == 1
@@ -93,7 +94,7 @@ def test_the_round_trip_and_the_sink_over_spark_connect(
     assert first["counts_here"] == {"applied": 0, "replayed": 0, "empty": 0}
     assert first["progress"]["counts"] == {"applied": 1, "replayed": 0, "empty": 0}
     assert first["progress"]["last_kind"] == "applied"
-    expected = expected_state([B1], {**START, 7: ("g", 70)})
+    expected = expected_state([B1], {**START, 7: ("g", 70), 8: ("g", 70)})
     assert table(server) == expected
     # A multi-table Debezium sink: each event lands in the table its source names.
     assert multi.get("error") is None, multi
@@ -102,7 +103,7 @@ def test_the_round_trip_and_the_sink_over_spark_connect(
     shop_file = server.datasource_path(shop_luid)
     assert read_table(shop_file, "Sales") == [(1, "s", 1), (2, "sale", 10)]
     assert read_table(shop_file, "Customers") == [(1, "c", 1), (5, "customer", 11)]
-    assert server.counts["update"] == 3
+    assert server.counts["update"] == 4
 
 
 @pytest.mark.slow

@@ -56,6 +56,7 @@ from ..folders import check_folder, refuse_symlink
 from ..payload import DEFAULT_MAX_PAYLOAD_MB, Payload
 from ..redaction import get_logger
 from ..roundtrip import UpdateResult, check_target, resolve_target, upload_payload
+from ..staging import StagingMode, check_staging
 from ..state import StateStore
 from .debezium import Debezium
 
@@ -121,6 +122,7 @@ class TableauSink:
         staging_dir: str | os.PathLike[str] | None = None,
         state_dir: str | os.PathLike[str] | None = None,
         timeout: float | None = None,
+        staging: StagingMode = "shared",
     ) -> None:
         if not isinstance(target, (DataSourceRef, str)) or not target:
             raise ArgumentTypeError(
@@ -172,6 +174,8 @@ class TableauSink:
         self.sink_id = sink_id
         self.max_payload_mb = max_payload_mb
         self.staging_dir = staging_dir
+        check_staging(staging)
+        self.staging = staging
         self.state_dir = state_dir
         self.timeout = timeout
         self._target = target
@@ -350,6 +354,7 @@ class TableauSink:
             change_sets,
             max_payload_mb=self.max_payload_mb,
             staging_dir=self.staging_dir,
+            staging=self.staging,
             progress=False,
         )
         with payload:
