@@ -5,7 +5,8 @@ Steps: ``roundtrip`` (build a change set, upload, apply; ``roundtrip-driver`` wi
 ``staging="driver"``: the rows come to this client as Arrow), ``no-sink-id`` (a sink without
 ``sink_id`` is refused before its query starts), ``sink`` (run the query over what
 ``WORK/in`` holds), ``replay`` (the last commit removed, then ``sink``), ``multi`` (Debezium
-events of two tables in ``WORK/events`` into data source ``Shop``)."""
+events of two tables in ``WORK/events`` into data source ``Shop``), ``plain`` (rows in
+``WORK/plain`` appended to data source ``Events`` by an ``Insert``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def main(argv: list[str]) -> int:
 
     from tabhyper_update import (
         ChangeSet,
+        Insert,
         PersonalAccessToken,
         TabHyperError,
         TableauClient,
@@ -70,6 +72,23 @@ def main(argv: list[str]) -> int:
                 said["jobs"] = len(result.jobs)
             elif step == "no-sink-id":
                 sink(None).start(writer())
+            elif step == "plain":
+                # A plain stream: each batch's rows appended by the caller's own action.
+                appender = TableauSink(
+                    "Events",
+                    actions=[Insert(source_table="Extract", target_table="Extract")],
+                    client=client,
+                    sink_id="events",
+                    state_dir=work / "state",
+                )
+                query = appender.start(
+                    spark.readStream.schema("id BIGINT, what STRING")
+                    .json(str(work / "plain"))
+                    .writeStream.option("checkpointLocation", str(work / "plain-checkpoint"))
+                    .trigger(availableNow=True)
+                )
+                appender.await_termination(query, timeout=240)
+                said["progress"] = appender.progress()
             elif step == "multi":
                 # Debezium events of two tables, each routed by its source.table.
                 described = Debezium("id BIGINT, a STRING, b BIGINT", key="id")

@@ -36,6 +36,7 @@ def server(tmp_path: Path) -> Iterator[FakeTableauServer]:
 
 
 SHOP = "id BIGINT NOT NULL, a TEXT, b BIGINT"
+EVENTS = "id BIGINT, what TEXT"
 
 
 def event(table: str, key: int, a: str, lsn: int) -> str:
@@ -78,8 +79,13 @@ def test_the_round_trip_and_the_sink_over_spark_connect(
     (tmp_path / "events" / "0.json").write_text(
         event("Sales", 2, "sale", 10) + "\n" + event("Customers", 5, "customer", 11) + "\n"
     )
-    roundtrip, by_driver, refused, first, multi = over_connect(
-        server, tmp_path, "roundtrip", "roundtrip-driver", "no-sink-id", "sink", "multi"
+    events = server.add_datasource(
+        "Events", make_hyper(tmp_path / "events.hyper", {"Extract": (EVENTS, ["(1, 'old')"])})
+    )
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "0.json").write_text('{"id": 2, "what": "new"}\n')
+    roundtrip, by_driver, refused, first, multi, plain = over_connect(
+        server, tmp_path, "roundtrip", "roundtrip-driver", "no-sink-id", "sink", "multi", "plain"
     )
     assert by_driver.get("error") is None, by_driver
     assert roundtrip["connect"].startswith("pyspark.sql.connect")
@@ -103,7 +109,11 @@ def test_the_round_trip_and_the_sink_over_spark_connect(
     shop_file = server.datasource_path(shop_luid)
     assert read_table(shop_file, "Sales") == [(1, "s", 1), (2, "sale", 10)]
     assert read_table(shop_file, "Customers") == [(1, "c", 1), (5, "customer", 11)]
-    assert server.counts["update"] == 4
+    # A plain stream's rows appended by the caller's own action.
+    assert plain.get("error") is None, plain
+    assert plain["progress"]["counts"]["applied"] == 1
+    assert read_table(server.datasource_path(events), "Extract") == [(1, "old"), (2, "new")]
+    assert server.counts["update"] == 5
 
 
 @pytest.mark.slow
@@ -137,3 +147,20 @@ def test_a_failed_batch_over_spark_connect_is_the_sdks_error(
     # Raised in the server's copy of the sink, and still the SDK's own error here.
     assert (said.get("error"), said.get("ours")) == ("JobFailedError", True), said
     assert "the worker ran out of memory" in said["message"]
+
+
+@pytest.mark.slow
+def test_the_demo_runs_over_spark_connect(tmp_path: Path) -> None:
+    import os
+
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "tabhyper-update"), "demo"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "SPARK_REMOTE": "local[2]", "PYSPARK_PYTHON": sys.executable},
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert "OK: the data source matches the expected table." in done.stdout
