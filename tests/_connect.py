@@ -6,7 +6,8 @@ Steps: ``roundtrip`` (build a change set, upload, apply; ``roundtrip-driver`` wi
 ``sink_id`` is refused before its query starts), ``sink`` (run the query over what
 ``WORK/in`` holds), ``replay`` (the last commit removed, then ``sink``), ``multi`` (Debezium
 events of two tables in ``WORK/events`` into data source ``Shop``), ``plain`` (rows in
-``WORK/plain`` appended to data source ``Events`` by an ``Insert``)."""
+``WORK/plain`` appended to data source ``Events`` by an ``Insert``), ``multi-changes``
+(change sets of two tables in ``WORK/changes``, split by ``prepare=``, into ``Shop``)."""
 
 from __future__ import annotations
 
@@ -89,6 +90,34 @@ def main(argv: list[str]) -> int:
                 )
                 appender.await_termination(query, timeout=240)
                 said["progress"] = appender.progress()
+            elif step == "multi-changes":
+                # Change sets of two tables in one stream, split by the caller's prepare=.
+                def split(batch: Any) -> dict[str, Any]:
+                    rows = batch.selectExpr("id", "a", "b", "op", "seq")
+                    return {
+                        "Sales": rows.where("tbl = 'Sales'"),
+                        "Customers": rows.where("tbl = 'Customers'"),
+                    }
+
+                by_table = ChangeSet("id", op_column="op", order_by="seq")
+                shop = TableauSink(
+                    "Shop",
+                    {"Sales": by_table, "Customers": by_table},
+                    client=client,
+                    prepare=split,
+                    sink_id="shop-changes",
+                    state_dir=work / "state",
+                )
+                query = shop.start(
+                    spark.readStream.schema(
+                        "tbl STRING, id BIGINT, a STRING, b BIGINT, op STRING, seq BIGINT"
+                    )
+                    .json(str(work / "changes"))
+                    .writeStream.option("checkpointLocation", str(work / "changes-checkpoint"))
+                    .trigger(availableNow=True)
+                )
+                shop.await_termination(query, timeout=240)
+                said["progress"] = shop.progress()
             elif step == "multi":
                 # Debezium events of two tables, each routed by its source.table.
                 described = Debezium("id BIGINT, a STRING, b BIGINT", key="id")

@@ -135,6 +135,32 @@ def test_a_restarted_and_replayed_sink_over_spark_connect_applies_each_batch_onc
 
 
 @pytest.mark.slow
+def test_a_multi_table_change_set_sink_over_spark_connect(
+    server: FakeTableauServer, tmp_path: Path
+) -> None:
+    shop = server.add_datasource(
+        "Shop",
+        make_hyper(
+            tmp_path / "shop.hyper",
+            {"Sales": (SHOP, ["(1, 's', 1)"]), "Customers": (SHOP, ["(1, 'c', 1)"])},
+        ),
+    )
+    (tmp_path / "changes").mkdir()
+    lines = [
+        {"tbl": "Sales", "id": 2, "a": "sale", "b": 10, "op": "U", "seq": 1},
+        {"tbl": "Customers", "id": 1, "a": None, "b": None, "op": "D", "seq": 2},
+        {"tbl": "Customers", "id": 5, "a": "customer", "b": 11, "op": "U", "seq": 3},
+    ]
+    (tmp_path / "changes" / "0.json").write_text("\n".join(map(json.dumps, lines)) + "\n")
+    (said,) = over_connect(server, tmp_path, "multi-changes")
+    assert said.get("error") is None, said
+    assert said["progress"]["counts"]["applied"] == 1
+    server.wait_idle()
+    assert read_table(server.datasource_path(shop), "Sales") == [(1, "s", 1), (2, "sale", 10)]
+    assert read_table(server.datasource_path(shop), "Customers") == [(5, "customer", 11)]
+
+
+@pytest.mark.slow
 def test_a_failed_batch_over_spark_connect_is_the_sdks_error(
     server: FakeTableauServer, tmp_path: Path
 ) -> None:
