@@ -11,11 +11,12 @@ folder itself is created when missing (its parent must exist).
 **Leases.** Each folder a build makes (``tabhyper-stage-*`` for Spark's staging,
 ``tabhyper-payload-*`` for the payload files) holds a lease file that the building process
 touches every :data:`LEASE_REFRESH_SECONDS`. A leftover of a killed build is removed by a
-later build's sweep only when it is dead: its lease has not been touched for
-:data:`LEASE_EXPIRY_SECONDS`, or it was written on this machine, in this process namespace,
-by a process that is gone. A build in another container or on another host that shares the
-staging path keeps its lease fresh, so its folder is never swept while it runs; a folder
-of a dead build elsewhere is swept once its lease expires. Only folders of the sweeping
+later build's sweep only when it is dead. A lease written on this machine, in this pid
+namespace, is dead when its process is gone (a pid started after the lease is another
+process); while that process lives its folders stay, however old. A lease written
+elsewhere (another container, another host sharing the staging path) is dead once it has
+not been touched for :data:`LEASE_EXPIRY_SECONDS`: a running build keeps it fresh, so its
+folder is never swept while it runs. Only folders of the sweeping
 user are touched, and never through a symbolic link.
 """
 
@@ -302,17 +303,39 @@ def is_dead(folder: Path, now: float | None = None) -> bool:
         return False
     if not stat.S_ISREG(info.st_mode):
         return False  # not a lease of ours: leave the folder alone
-    if now - info.st_mtime > LEASE_EXPIRY_SECONDS:
-        return True
     try:
         holder = json.loads(lease.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
+        holder = None
     here = _identity()
-    same_place = isinstance(holder, dict) and all(
-        holder.get(k) == here[k] and here[k] for k in ("host", "boot", "pid_ns")
-    )
-    return same_place and isinstance(holder.get("pid"), int) and not _alive(holder["pid"])
+    if (
+        isinstance(holder, dict)
+        and isinstance(holder.get("pid"), int)
+        and all(holder.get(k) == here[k] and here[k] for k in ("host", "boot", "pid_ns"))
+    ):
+        # Written here: its process decides, whatever the lease's age (a payload can be
+        # kept for long after its build). A pid started after the lease is another process.
+        started = _process_start(holder["pid"])
+        lease_started = holder.get("started")
+        if started is None or not isinstance(lease_started, (int, float)):
+            return True
+        return started > lease_started + 1.0
+    return now - info.st_mtime > LEASE_EXPIRY_SECONDS
+
+
+def _process_start(pid: int) -> float | None:
+    """When process ``pid`` started (epoch seconds), ``None`` when there is none."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, StopIteration, ValueError):
+        return None if not _alive(pid) else 0.0  # no /proc: alive is all that is known
+    ticks = int(stat_line.rsplit(")", 1)[1].split()[19])
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def sweep_leftovers(parent: str | os.PathLike[str] | None) -> int:

@@ -151,11 +151,17 @@ def test_leftovers_of_dead_builds_are_swept_and_nothing_else(tmp_path: Path) -> 
     # ... and once its lease is older than the bound, it is dead wherever it ran.
     expired = tmp_path / f"tabhyper-stage-{gone}-vwx"
     _lease(expired, pid=gone, host="builder-7", age=folders.LEASE_EXPIRY_SECONDS + 60)
+    # A lease of this machine whose pid now belongs to a process started after it: reused.
+    reused = tmp_path / f"tabhyper-stage-{os.getpid()}-rus"
+    _lease(reused, pid=os.getpid())
+    holder = json.loads((reused / folders.LEASE_NAME).read_text())
+    holder["started"] = 1_000_000.0  # 1970: before this process started
+    (reused / folders.LEASE_NAME).write_text(json.dumps(holder))
     no_lease_yet = tmp_path / f"tabhyper-stage-{gone}-yz0"  # killed before its lease: young
     no_lease_yet.mkdir()
     unrelated = tmp_path / "tabhyper-stage-notes"
     unrelated.mkdir()
-    assert sweep_leftovers(tmp_path) == 4
+    assert sweep_leftovers(tmp_path) == 5
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         p.name for p in (kept, alive, container, other_host, no_lease_yet, unrelated)
     )
@@ -376,5 +382,7 @@ def test_a_running_build_keeps_its_lease_fresh_until_released(
     folders._wake.set()
     time.sleep(0.3)
     assert lease_file.stat().st_mtime == pytest.approx(long_ago, abs=1)  # no longer touched
-    # Its process lives, but the lease is long expired: the folder is a leftover now.
-    assert sweep_leftovers(tmp_path) == 1
+    # Written here by a process that still lives: kept, however old its lease (a payload
+    # may be uploaded long after its build).
+    assert sweep_leftovers(tmp_path) == 0
+    assert folder.is_dir()
