@@ -4,9 +4,9 @@
 
 In one fresh local Spark session (``local[2]``): the first build after the session starts,
 then warm builds of 10 rows, plain and as a change set, the change set also with
-``staging="driver"`` (median of the runs after two warm-ups), each beside the floor of the same rows through Spark into a no-op sink. The
-first build's excess over a warm one is the JVM warming up (class loading, code
-generation), not the SDK's own work.
+``staging="driver"`` (median of the runs after two warm-ups), beside the floor of the same
+rows through Spark into a no-op sink. The first build's excess over a warm one is the JVM
+warming up (class loading, code generation), not the SDK's own work.
 """
 
 from __future__ import annotations
