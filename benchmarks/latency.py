@@ -2,6 +2,7 @@
 
     python benchmarks/latency.py                    # 1,000 changes, 15 batches
     python benchmarks/latency.py --changes 10000 --batches 9
+    python benchmarks/latency.py --staging driver   # the sink with staging="driver"
 
 A streaming CDC job pays this on every trigger. One run measures, in Spark ``local[2]`` with
 a warm session and a warm Hyper, against the built-in fake server on 127.0.0.1:
@@ -40,6 +41,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=15, help="measured micro-batches")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="log each step's time")
+    parser.add_argument(
+        "--staging",
+        choices=["shared", "driver"],
+        default="shared",
+        help="the sink's staging mode (staging='driver' skips Spark's Parquet write)",
+    )
     args = parser.parse_args()
     if args.profile:
         logging.basicConfig(
@@ -101,7 +108,12 @@ def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
                 "0L AS seq",
             )
             sink = TableauSink(
-                "Orders", changes, client=client, sink_id="bench", state_dir=work / "state"
+                "Orders",
+                changes,
+                client=client,
+                sink_id="bench",
+                state_dir=work / "state",
+                staging=args.staging,
             )
             sink(seed, 0)
             spec = CdcSpec.create(batch(0).columns, changes)
