@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -35,38 +34,27 @@ def _jvm_peak_mb(pid: int) -> float:
 
 
 def child(rows: int, staging: StagingMode, partitions: int) -> None:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     sys.path.insert(0, str(Path(__file__).parent))
     from payload_build import synthetic
-    from pyspark.sql import SparkSession
 
     from tabhyper_update import build_payload
+    from tabhyper_update.sessions import own_spark
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    with build_payload(synthetic(spark, 1000), staging=staging, progress=False):
-        pass  # warm-up
-    started = time.perf_counter()
-    rows_df = synthetic(spark, rows).repartition(partitions)
-    with build_payload(rows_df, staging=staging, progress=False) as payload:
-        seconds = time.perf_counter() - started
-        size = payload.size_bytes
-    jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
-    said = {
-        "seconds": seconds,
-        "bytes": size,
-        "python_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "jvm_peak_mb": _jvm_peak_mb(jvm),
-    }
-    spark.stop()
+    with own_spark("staging-modes", conf={"spark.driver.memory": "1g"}) as spark:
+        with build_payload(synthetic(spark, 1000), staging=staging, progress=False):
+            pass  # warm-up
+        started = time.perf_counter()
+        rows_df = synthetic(spark, rows).repartition(partitions)
+        with build_payload(rows_df, staging=staging, progress=False) as payload:
+            seconds = time.perf_counter() - started
+            size = payload.size_bytes
+        jvm = spark.sparkContext._gateway.proc.pid
+        said = {
+            "seconds": seconds,
+            "bytes": size,
+            "python_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "jvm_peak_mb": _jvm_peak_mb(jvm),
+        }
     print("RESULT " + json.dumps(said), flush=True)
 
 

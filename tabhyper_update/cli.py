@@ -223,18 +223,8 @@ def _change_set(args: argparse.Namespace) -> ChangeSet | None:
         if given:
             raise UsageError(f"{', '.join(given)} describe a change set: give --key too")
         return None
-    op_map: dict[str, str] = {}
-    for item in args.op_map or ():
-        value, sep, meaning = item.partition("=")
-        if not sep:
-            raise UsageError(f"--op-map takes VALUE=MEANING pairs, got {item!r}")
-        op_map[value] = meaning
-    order_as: dict[str, str] = {}
-    for item in args.order_as or ():
-        column, sep, how = item.partition("=")
-        if not sep:
-            raise UsageError(f"--order-as takes COLUMN=HOW pairs, got {item!r}")
-        order_as[column] = how
+    op_map = _pairs(args.op_map, "--op-map", "VALUE=MEANING")
+    order_as = _pairs(args.order_as, "--order-as", "COLUMN=HOW")
     return ChangeSet(
         args.key,
         op_column=args.op_column,
@@ -242,6 +232,17 @@ def _change_set(args: argparse.Namespace) -> ChangeSet | None:
         op_map=op_map or None,
         order_as=order_as or None,
     )
+
+
+def _pairs(items: Sequence[str] | None, flag: str, shape: str) -> dict[str, str]:
+    """``NAME=VALUE`` items of ``flag`` as a mapping."""
+    found: dict[str, str] = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"{flag} takes {shape} pairs, got {item!r}")
+        found[name] = value
+    return found
 
 
 def _build_into(args: argparse.Namespace, out: Path) -> int:
@@ -349,11 +350,29 @@ def _load_payload(args: argparse.Namespace) -> Payload | None:
     return Payload.load(path, keep_files=args.keep)
 
 
+def _where(args: argparse.Namespace) -> dict[str, str]:
+    """The server, site and data source this command names (flags, else environment)."""
+    site = args.site if getattr(args, "site", None) is not None else None
+    return {
+        "server": (args.server or os.environ.get("TABLEAU_SERVER_URL", "")).rstrip("/"),
+        "site": site if site is not None else os.environ.get("TABLEAU_SITE", ""),
+        "datasource": args.datasource or os.environ.get("TABLEAU_DATASOURCE", ""),
+    }
+
+
 def _cmd_apply(args: argparse.Namespace) -> int:
     try:
         payload = _load_payload(args)
     except PayloadAppliedError as err:
-        # A re-run of an apply that finished: nothing to do, and it says so.
+        if err.target != _where(args):
+            # Applied, but elsewhere: this target never got it, and the files are gone.
+            raise Refused(
+                f"the payload of {err.manifest!r} was applied at {err.applied_at} to "
+                f"{err.target or 'another target'}, not to {_where(args)}, and its part "
+                "files were removed after it: build it again (keep the files with --keep to "
+                "apply one payload to several data sources)"
+            ) from None
+        # A re-run of an apply that finished on this target: nothing to do, and it says so.
         _emit(
             args, {"jobs": [], "applied_before": err.jobs, "applied_at": err.applied_at}, str(err)
         )
@@ -413,7 +432,7 @@ def _cmd_apply(args: argparse.Namespace) -> int:
         return f"part {j['part']}: job {j['job_id']} ({how})"
 
     if result.done and not payload.keep_files and payload.parts:
-        payload.mark_applied([str(j["job_id"]) for j in jobs if j["job_id"]])
+        payload.mark_applied([str(j["job_id"]) for j in jobs if j["job_id"]], _where(args))
     text = "\n".join(describe(j) for j in jobs) or str(result)
     _emit(args, {"jobs": jobs, "empty": result.empty}, text)
     return EXIT_OK

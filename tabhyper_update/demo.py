@@ -100,7 +100,7 @@ def local_spark(verbose: bool = False) -> Iterator[Any]:
     with own_spark(
         "tabhyper-update-demo",
         verbose=verbose,
-        **{"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"},
+        conf={"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"},
     ) as spark:
         yield spark
 

@@ -124,12 +124,20 @@ class PayloadError(TabHyperError, ValueError):
 
 class PayloadAppliedError(PayloadError):
     """A saved payload was applied already and its part files removed after: nothing is
-    left to apply. ``applied_at`` (ISO time) and ``jobs`` say when and how."""
+    left to apply. ``applied_at`` (ISO time), ``jobs`` and ``target`` (the server, site and
+    data source it was applied to, as the command named them) say when, how and where."""
 
-    def __init__(self, manifest: str, applied_at: str, jobs: Sequence[str]) -> None:
+    def __init__(
+        self,
+        manifest: str,
+        applied_at: str,
+        jobs: Sequence[str],
+        target: dict[str, str] | None = None,
+    ) -> None:
         self.manifest = manifest
         self.applied_at = applied_at
         self.jobs = list(jobs)
+        self.target = target
         super().__init__(
             f"the payload of {manifest!r} was applied at {applied_at} (job(s) "
             f"{', '.join(self.jobs) or 'none'}) and its part files were removed after it: "

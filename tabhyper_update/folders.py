@@ -91,10 +91,7 @@ def check_folder(
     except FileNotFoundError:
         info = None
     except NotADirectoryError:
-        raise ConfigurationError(
-            f"{what} {shown!r} lies under {_file_above(folder)!r}, which is a file, not a "
-            "folder: pass a folder path"
-        ) from None
+        raise _under_a_file(what, shown, _file_above(folder)) from None
     except OSError as err:
         raise _unusable(what, shown, err) from None
     if info is not None and stat.S_ISLNK(info.st_mode):
@@ -114,17 +111,11 @@ def check_folder(
                 "create it first, or pass a folder whose parent exists"
             ) from None
         except NotADirectoryError:
-            raise ConfigurationError(
-                f"{what} {shown!r} lies under {_file_above(folder)!r}, which is a file, not "
-                "a folder: pass a folder path"
-            ) from None
+            raise _under_a_file(what, shown, _file_above(folder)) from None
         except OSError as err:
             raise _unusable(what, shown, err) from None
         if not stat.S_ISDIR(parent.st_mode):
-            raise ConfigurationError(
-                f"{what} {shown!r} lies under {str(existing)!r}, which is a file, not a "
-                "folder: pass a folder path"
-            )
+            raise _under_a_file(what, shown, str(existing))
     _check_access(existing, what, shown)
     try:
         free = shutil.disk_usage(existing).free
@@ -182,6 +173,12 @@ def _read_only(folder: Path) -> bool:
         return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
     except OSError:
         return False
+
+
+def _under_a_file(what: str, shown: str, file: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"{what} {shown!r} lies under {file!r}, which is a file, not a folder: pass a folder path"
+    )
 
 
 def _file_above(folder: Path) -> str:

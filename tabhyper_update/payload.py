@@ -371,9 +371,10 @@ class Payload:
     # -- manifest (for the command line) ------------------------------------------------------
     MANIFEST = "manifest.json"
 
-    def mark_applied(self, jobs: list[str]) -> None:
+    def mark_applied(self, jobs: list[str], target: dict[str, str] | None = None) -> None:
         """Note in the saved manifest (when this payload was loaded from one) that it was
-        applied, so that a later load says so instead of finding its files missing."""
+        applied (by ``jobs``, to ``target``), so that a later load says so instead of
+        finding its files missing."""
         manifest = self._manifest
         if manifest is None:
             return
@@ -382,6 +383,7 @@ class Payload:
             doc["applied"] = {
                 "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "jobs": jobs,
+                "target": target,
             }
             tmp = manifest.with_name(f".{manifest.name}.tmp")
             tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -567,8 +569,12 @@ class Payload:
             if not file.is_file():
                 applied = doc.get("applied")
                 if isinstance(applied, dict):
+                    target = applied.get("target")
                     raise PayloadAppliedError(
-                        str(manifest), str(applied.get("at")), list(applied.get("jobs") or [])
+                        str(manifest),
+                        str(applied.get("at")),
+                        list(applied.get("jobs") or []),
+                        target if isinstance(target, dict) else None,
                     )
                 raise PayloadError(
                     f"payload part {str(file)!r} is missing (moved or removed since the payload "

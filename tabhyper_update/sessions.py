@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 __all__ = ["own_spark"]
@@ -36,9 +36,14 @@ def _stderr_silenced(silenced: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def own_spark(
-    app_name: str, *, master: str = "local[2]", verbose: bool = False, **conf: str
+    app_name: str,
+    *,
+    master: str = "local[2]",
+    verbose: bool = False,
+    conf: Mapping[str, str] | None = None,
 ) -> Iterator[Any]:
-    """The application's active session, or a new quiet local one (stopped at the end)."""
+    """The application's active session, or a new quiet local one (stopped at the end),
+    with ``conf`` on top of the SDK's own settings."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
@@ -51,7 +56,7 @@ def own_spark(
     if remote:
         # Spark Connect: the server has its own settings (a local one is started quiet).
         builder = builder.remote(remote)
-        settings = dict(conf)
+        settings = dict(conf or {})
     else:
         if not os.environ.get("MASTER"):
             builder = builder.master(master)
@@ -60,7 +65,7 @@ def own_spark(
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
-            **conf,
+            **(conf or {}),
         }
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -158,6 +158,7 @@ class StateStore:
         #: Whether the folder is the caller's (checked as a folder argument) or the default.
         self._given = directory is not None
         self.directory = Path(directory) if directory is not None else default_state_dir()
+        self._ready = False
 
     @property
     def records_dir(self) -> Path:
@@ -197,7 +198,14 @@ class StateStore:
         try:
             # Everything relative to the records folder opened without following a link, so
             # a link swapped in after the check is never written through.
-            folder = os.open(self.records_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            folder = self._open_records()
+        except FileNotFoundError:
+            self._ready = False  # removed since it was made: made again
+            self._ensure_dirs()
+            try:
+                folder = self._open_records()
+            except OSError as err:
+                raise self._unwritable(err) from None
         except OSError as err:
             raise self._unwritable(err) from None
         try:
@@ -216,6 +224,9 @@ class StateStore:
             raise self._unwritable(err) from None
         finally:
             os.close(folder)
+
+    def _open_records(self) -> int:
+        return os.open(self.records_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
 
     def _unwritable(self, err: OSError) -> ConfigurationError:
         if err.errno == errno.ELOOP or (
@@ -254,6 +265,10 @@ class StateStore:
 
     def _ensure_dirs(self) -> None:
         # Create what is missing, owner-only; never change the mode of an existing folder.
+        # Checked once per store: every save then opens the records folder without following
+        # a link, so a link swapped in later is still refused there.
+        if self._ready:
+            return
         self.check()
         try:
             if self._given:
@@ -268,6 +283,7 @@ class StateStore:
                 f"state_dir: cannot create {str(self.records_dir)!r}: {err.strerror or err}"
             ) from None
         self.check()
+        self._ready = True
 
     def remove(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -58,6 +58,20 @@ def main(argv: list[str]) -> int:
             .trigger(availableNow=True)
         )
 
+    def stream(reader: Any, folder: str) -> Any:
+        """``reader``'s stream once through ``WORK/folder``, checkpointed beside it."""
+        return (
+            reader(str(work / folder))
+            .writeStream.option("checkpointLocation", str(work / f"{folder}-checkpoint"))
+            .trigger(availableNow=True)
+        )
+
+    def run(running: TableauSink, writer: Any) -> Any:
+        """Start the sink's query, wait for it; what the batches recorded."""
+        query = running.start(writer)
+        running.await_termination(query, timeout=240)
+        return running.progress()
+
     for step in steps:
         said: dict[str, Any] = {"step": step, "connect": type(spark).__module__}
         try:
@@ -82,14 +96,8 @@ def main(argv: list[str]) -> int:
                     sink_id="events",
                     state_dir=work / "state",
                 )
-                query = appender.start(
-                    spark.readStream.schema("id BIGINT, what STRING")
-                    .json(str(work / "plain"))
-                    .writeStream.option("checkpointLocation", str(work / "plain-checkpoint"))
-                    .trigger(availableNow=True)
-                )
-                appender.await_termination(query, timeout=240)
-                said["progress"] = appender.progress()
+                reader = spark.readStream.schema("id BIGINT, what STRING").json
+                said["progress"] = run(appender, stream(reader, "plain"))
             elif step == "multi-changes":
                 # Change sets of two tables in one stream, split by the caller's prepare=.
                 def split(batch: Any) -> dict[str, Any]:
@@ -108,16 +116,8 @@ def main(argv: list[str]) -> int:
                     sink_id="shop-changes",
                     state_dir=work / "state",
                 )
-                query = shop.start(
-                    spark.readStream.schema(
-                        "tbl STRING, id BIGINT, a STRING, b BIGINT, op STRING, seq BIGINT"
-                    )
-                    .json(str(work / "changes"))
-                    .writeStream.option("checkpointLocation", str(work / "changes-checkpoint"))
-                    .trigger(availableNow=True)
-                )
-                shop.await_termination(query, timeout=240)
-                said["progress"] = shop.progress()
+                ddl = "tbl STRING, id BIGINT, a STRING, b BIGINT, op STRING, seq BIGINT"
+                said["progress"] = run(shop, stream(spark.readStream.schema(ddl).json, "changes"))
             elif step == "multi":
                 # Debezium events of two tables, each routed by its source.table.
                 described = Debezium("id BIGINT, a STRING, b BIGINT", key="id")
@@ -128,25 +128,18 @@ def main(argv: list[str]) -> int:
                     sink_id="shop",
                     state_dir=work / "state",
                 )
-                query = shop.start(
-                    spark.readStream.text(str(work / "events"))
-                    .writeStream.option("checkpointLocation", str(work / "shop-checkpoint"))
-                    .trigger(availableNow=True)
-                )
-                shop.await_termination(query, timeout=240)
-                said["progress"] = shop.progress()
+                said["progress"] = run(shop, stream(spark.readStream.text, "events"))
             else:
                 if step == "replay":
                     said["uncommitted"] = uncommit_last(work / "checkpoint")
                 running = sink("orders-sink")
-                query = running.start(writer())
-                running.await_termination(query, timeout=240)
+                said["progress"] = run(running, writer())
                 said["counts_here"] = running.counts
-                said["progress"] = running.progress()
         except Exception as err:
             said["error"] = type(err).__name__
             said["message"] = str(err).splitlines()[0]
             said["ours"] = isinstance(err, TabHyperError)
+            said["job_id"] = getattr(err, "job_id", None)
         print(json.dumps(said), flush=True)
     spark.stop()
     return 0

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tabhyper_update import ChangeSet, PersonalAccessToken, TableauClient, build_payload
+from tabhyper_update import ChangeSet, Payload, PersonalAccessToken, TableauClient, build_payload
 from tabhyper_update.streaming import Debezium, TableauSink
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
@@ -133,12 +133,17 @@ def run_delta(
         payload = build_payload(changes, ChangeSet("id"), max_payload_mb=SPLIT_MB if split else 100)
         if split and i == 0:
             assert len(payload.parts) > 1, "the first slice was meant to split"
-        if not payload.is_empty:
-            payload.upload(
-                target.luid, client=target.client, progress=False, state_dir=target.state
-            ).apply(target_table="Extract")
+        send(target, payload)
         compare(tally, f"delta step {i}", target.table(), model)
     tally.histories += 1
+
+
+def send(target: Target, payload: Payload) -> None:
+    """One slice's payload through the public chain (an empty slice sends nothing)."""
+    if not payload.is_empty:
+        payload.upload(
+            target.luid, client=target.client, progress=False, state_dir=target.state
+        ).apply(target_table="Extract")
 
 
 def run_debezium(
@@ -159,10 +164,7 @@ def run_debezium(
         applied = dict(model)
         df = spark.createDataFrame([(line,) for line in lines], "value string")
         payload = build_payload(events.changes(df), events.change_set)
-        if not payload.is_empty:
-            payload.upload(
-                target.luid, client=target.client, progress=False, state_dir=target.state
-            ).apply(target_table="Extract")
+        send(target, payload)
         compare(tally, f"{connector} step {i}", target.table(), model)
     tally.histories += 1
 

@@ -217,6 +217,15 @@ def test_a_second_apply_of_a_saved_payload_says_it_was_applied(
     assert said["applied_before"] == [json.loads(first.stdout)["jobs"][0]["job_id"]]
     assert server.counts["update"] == 1
     assert rows(server) == [(1, "a"), (2, "b")]
+    # Applied to Orders is not applied to another data source: that is refused, not "done".
+    elsewhere = [a if a != "Orders" else "Orders copy" for a in apply]
+    other = run(*elsewhere, env=env)
+    assert other.returncode == 1, other.stdout + other.stderr
+    error = json.loads(other.stdout)["error"]
+    assert "'datasource': 'Orders'" in error["message"]
+    assert "not to" in error["message"]
+    assert "build it again" in error["message"]
+    assert server.counts["update"] == 1
 
 
 # 5, 7, 8. advice that names what the caller can type; misuse in the tree; --json is JSON

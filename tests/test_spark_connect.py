@@ -173,6 +173,7 @@ def test_a_failed_batch_over_spark_connect_is_the_sdks_error(
     # Raised in the server's copy of the sink, and still the SDK's own error here.
     assert (said.get("error"), said.get("ours")) == ("JobFailedError", True), said
     assert "the worker ran out of memory" in said["message"]
+    assert said["job_id"] == failed["job"]["id"]  # its fields came along too
 
 
 @pytest.mark.slow

@@ -268,6 +268,8 @@ class TableauSink:
             cls = TabHyperError
         rebuilt = cls.__new__(cls)
         TabHyperError.__init__(rebuilt, str(said.get("message")))
+        for name, value in (said.get("fields") or {}).items():
+            setattr(rebuilt, name, value)  # job_id, notes, status, code, ...
         return rebuilt
 
     # -- one batch ----------------------------------------------------------------------------
@@ -314,9 +316,7 @@ class TableauSink:
                         "last_batch": batch_id,
                         "last_kind": kind,
                         "last_result": None if result is None else str(result),
-                        "error": None
-                        if error is None
-                        else {"class": type(error).__name__, "message": str(error)},
+                        "error": None if error is None else _error_record(error),
                         "updated_at": time.time(),
                     },
                     f,
@@ -469,6 +469,17 @@ def _routed(
         name: how if not isinstance(how, Debezium) or how.table is not None else how.for_table(name)
         for name, how in tables.items()
     }
+
+
+def _error_record(error: TabHyperError) -> dict[str, Any]:
+    """What a batch's error leaves in the progress record: its class, its message and its
+    plain fields, so that :meth:`TableauSink.await_termination` raises the same error."""
+    fields = {
+        name: value
+        for name, value in vars(error).items()
+        if not name.startswith("_") and isinstance(value, (str, int, float, bool, type(None)))
+    }
+    return {"class": type(error).__name__, "message": str(error), "fields": fields}
 
 
 _CONNECT_NEEDS_SINK_ID = (
