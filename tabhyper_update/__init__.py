@@ -12,7 +12,7 @@ from .actions import Action, ActionBatch, Delete, Insert, Replace, Update, Upser
 from .auth import ConnectedAppJWT, PersonalAccessToken, UsernamePassword
 from .build import build_payload
 from .cdc import ChangeSet
-from .client import DataSourceRef, TableauClient
+from .client import TableauClient
 from .conditions import (
     And,
     Comparison,
@@ -40,6 +40,7 @@ from .errors import (
     JobTimeoutError,
     NotFoundError,
     PayloadAppliedError,
+    PayloadArgumentError,
     PayloadError,
     RequestTimeoutError,
     SchemaDriftError,
@@ -55,7 +56,9 @@ from .payload import ColumnInfo, Payload, PayloadPart, TableInfo
 from .policies import PollPolicy, RetryPolicy
 from .projects import Project
 from .publish import BootstrapResult
-from .roundtrip import PartUpdate, UpdateResult, UploadedPayload
+from .refs import DataSourceRef
+from .results import PartUpdate, UpdateResult
+from .roundtrip import BoundPayload, UploadedPayload
 from .streaming import Debezium, TableauSink
 
 __all__ = [
@@ -67,6 +70,7 @@ __all__ = [
     "ArgumentTypeError",
     "AuthenticationError",
     "BootstrapResult",
+    "BoundPayload",
     "ChangeSet",
     "ColumnInfo",
     "Comparison",
@@ -91,6 +95,7 @@ __all__ = [
     "PartUpdate",
     "Payload",
     "PayloadAppliedError",
+    "PayloadArgumentError",
     "PayloadError",
     "PayloadPart",
     "PersonalAccessToken",

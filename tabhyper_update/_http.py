@@ -258,7 +258,7 @@ def _retry_after(response: requests.Response | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _redact_url(url: str) -> str:
+def _without_fragment(url: str) -> str:
     # Query strings here carry upload-session ids and filters, never credentials; the
     # fragment is dropped in case a caller put one there.
     return url.split("#", 1)[0]
@@ -330,7 +330,7 @@ class Transport:
     ) -> tuple[requests.Response, dict[str, Any] | None]:
         """One request, no retry. Errors come back as our exceptions."""
         url = self.url(path)
-        shown = _redact_url(url)
+        shown = _without_fragment(url)
         all_headers = dict(headers or {})
         if token is not None:
             all_headers[AUTH_HEADER] = token
@@ -394,7 +394,7 @@ class Transport:
             if response.status_code in (301, 302, 303) and method not in ("GET", "HEAD"):
                 raise TransportError(
                     f"{method} {out.shown}: the server answered HTTP {response.status_code} (a "
-                    f"redirect to {_redact_url(location)} that would turn the request into a "
+                    f"redirect to {_without_fragment(location)} that would turn the request into a "
                     "GET); not followed",
                     method=method,
                     url=out.shown,
@@ -408,8 +408,8 @@ class Transport:
                         url=out.shown,
                     )
                 data.seek(0)
-            log.info("%s %s redirected to %s", method, out.shown, _redact_url(location))
-            out = replace(out, url=location, shown=_redact_url(location), params=None)
+            log.info("%s %s redirected to %s", method, out.shown, _without_fragment(location))
+            out = replace(out, url=location, shown=_without_fragment(location), params=None)
         raise TransportError(
             f"{method} {out.shown}: more than {MAX_REDIRECTS} redirects",
             method=method,
@@ -532,7 +532,7 @@ class Transport:
             log.warning(
                 "%s %s failed (%s); retrying (attempt %d of %d)",
                 method,
-                _redact_url(self.url(path)),
+                _without_fragment(self.url(path)),
                 error,
                 state.attempt_number + 1,
                 policy.max_attempts,
@@ -558,8 +558,6 @@ class Transport:
                     return self.send_once(method, path, timeout=limit, **kwargs)
         except TabHyperError as err:
             err.attempts = attempts
-            if attempts > 1:
-                err.args = (f"{err.args[0] if err.args else err} (after {attempts} attempts)",)
             raise
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -21,7 +21,7 @@ by :meth:`ActionBatch.to_json` reads back to an equal batch and writes out uncha
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
 from pydantic import (
@@ -33,7 +33,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, ErrorDetails
+from pydantic_core import CoreSchema
 
 from .conditions import (
     MAX_CONDITION_DEPTH,
@@ -45,12 +45,15 @@ from .conditions import (
     condition_depth,
 )
 from .errors import InvalidActionBatchError, InvalidArgumentError, Problem
+from .problems import ACTION_NAMES, problems_from
 
 __all__ = [
     "ACTION_NAMES",
     "DEFAULT_SCHEMA",
+    "DEFAULT_TABLE",
     "Action",
     "ActionBatch",
+    "BatchLike",
     "Delete",
     "Insert",
     "Replace",
@@ -59,8 +62,14 @@ __all__ = [
     "wire_problems",
 ]
 
+#: The schema and the table a published extract keeps its rows in, by Tableau's convention
+#: (``Extract.Extract``): the defaults of a payload's schema and of derived actions' target.
 DEFAULT_SCHEMA = "Extract"
-ACTION_NAMES: tuple[str, ...] = ("insert", "update", "delete", "replace", "upsert")
+DEFAULT_TABLE = "Extract"
+
+#: What a function taking an action batch accepts: a batch, a list of actions (models or
+#: parsed JSON), a parsed JSON object, or JSON text (read by :meth:`ActionBatch.from_json`).
+BatchLike: TypeAlias = "ActionBatch | Iterable[Any] | Mapping[str, Any] | str | bytes"
 
 ActionCondition: TypeAlias = Annotated[
     Annotated[Comparison, Tag("comparison")]
@@ -201,8 +210,6 @@ Action: TypeAlias = Annotated[
     ),
 ]
 
-_TAGS = frozenset({*ACTION_NAMES, "comparison", "and", "or", "true"})
-
 
 class ActionBatch(_Model):
     """An ordered list of actions, applied by the server in one transaction.
@@ -232,7 +239,10 @@ class ActionBatch(_Model):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ActionBatch:
-        """Read a batch from JSON; every problem is reported with its JSON path."""
+        """Read a batch from JSON text exactly as Tableau takes it: an object with
+        ``actions`` and kebab-case keys (what ``schemas/`` describes); every problem is
+        reported with its JSON path. The one reader of JSON text: the command line and the
+        fake server read with it too. (Python values go through :meth:`from_dict`.)"""
         try:
             data = json.loads(text)
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -247,20 +257,18 @@ class ActionBatch(_Model):
                     )
                 ]
             ) from None
+        problems = wire_problems(data)
+        if problems:
+            # Every problem at once: what the wire format forbids, then what the batch
+            # would still lack were it written the wire's way.
+            problems += [p for p in cls.problems(data) if p not in problems]
+            raise InvalidActionBatchError(problems)
         return cls.from_dict(data)
 
     @classmethod
     def from_wire(cls, text: str | bytes) -> ActionBatch:
-        """Read a request body exactly as Tableau takes it: a JSON object with ``actions``
-        and kebab-case keys (what ``schemas/`` describes). :meth:`from_json` is lenient."""
-        try:
-            data = json.loads(text)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            return cls.from_json(text)  # the same error, worded once
-        problems = wire_problems(data)
-        if problems:
-            raise InvalidActionBatchError(problems)
-        return cls.from_dict(data)
+        """:meth:`from_json`, by the name it had when a lenient reader stood beside it."""
+        return cls.from_json(text)
 
     @classmethod
     def from_dict(cls, data: object) -> ActionBatch:
@@ -285,7 +293,7 @@ class ActionBatch(_Model):
             raise InvalidActionBatchError(problems_from(err)) from None
 
     @classmethod
-    def coerce(cls, value: ActionBatch | Iterable[Any] | Mapping[str, Any] | str) -> ActionBatch:
+    def coerce(cls, value: BatchLike) -> ActionBatch:
         """Accept a batch, a list of actions, parsed JSON or JSON text."""
         if isinstance(value, ActionBatch):
             return value
@@ -306,79 +314,6 @@ class ActionBatch(_Model):
         return []
 
 
-def _json_path(loc: Sequence[int | str]) -> str:
-    path = "$"
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part in _TAGS:
-            continue  # union tags are pydantic's bookkeeping, not part of the document
-        else:
-            path += f".{part}"
-    return path
-
-
-def _problem(error: ErrorDetails) -> Problem:
-    loc = list(error["loc"])
-    kind = error["type"]
-    message = error["msg"].removeprefix("Value error, ")
-    if kind == "missing":
-        field = loc.pop() if loc else "?"
-        message = f"missing required field '{field}'"
-    elif kind == "extra_forbidden":
-        field = loc.pop() if loc else "?"
-        message = f"unknown key '{field}'"
-    elif kind == "invalid_action":
-        given = error.get("input")
-        if not isinstance(given, dict):
-            message = f"an action must be a JSON object, got {given!r}"
-        elif "action" not in given:
-            message = f"missing required field 'action' ({', '.join(ACTION_NAMES)})"
-        else:
-            message = (
-                f"unknown action {given['action']!r}; expected one of {', '.join(ACTION_NAMES)}"
-            )
-    elif kind == "invalid_condition":
-        given = error.get("input")
-        if isinstance(given, dict) and "op" not in given:
-            message = "a condition needs an 'op'"
-        elif not isinstance(given, dict):
-            message = f"a condition must be an object with an 'op' (or true), got {given!r}"
-    elif kind in ("too_short",) and loc and loc[-1] in ("actions", "args"):
-        what = (
-            "an action batch needs at least one action"
-            if loc[-1] == "actions"
-            else ("'and' / 'or' need at least one condition in 'args'")
-        )
-        message = what
-    elif kind not in ("value_error", "invalid_action", "invalid_condition"):
-        shown = error.get("input")
-        if not isinstance(shown, (dict, list)):
-            message = f"{message} (got {shown!r})"
-    return Problem(_json_path(loc), message)
-
-
-def problems_from(err: ValidationError) -> list[Problem]:
-    """Our problems (JSON path + message) from a pydantic validation error."""
-    seen: list[Problem] = []
-    for e in err.errors(include_url=False):
-        inner = (e.get("ctx") or {}).get("error")
-        if isinstance(inner, InvalidActionBatchError):
-            # Raised by one of our models inside this validation: keep its problems, under
-            # this error's place in the document.
-            base = _json_path(e["loc"])
-            found = [
-                Problem(base + p.path[1:] if p.path.startswith("$") else base, p.message)
-                for p in inner.problems
-            ]
-        else:
-            found = [_problem(e)]
-        for p in found:
-            if p not in seen:
-                seen.append(p)
-    return seen
-
-
 _WIRE_NAMES = {
     "target_table": "target-table",
     "target_schema": "target-schema",
@@ -390,8 +325,9 @@ _WIRE_NAMES = {
 
 
 def wire_problems(data: object) -> list[Problem]:
-    """Where parsed JSON departs from Tableau's wire format in ways the lenient reader
-    forgives: a bare list instead of ``{"actions": [...]}``, snake_case instead of kebab-case."""
+    """Where parsed JSON departs from Tableau's wire format in ways :meth:`ActionBatch.from_dict`
+    forgives Python values: a bare list instead of ``{"actions": [...]}``, snake_case
+    instead of kebab-case."""
     if isinstance(data, list):
         return [Problem("$", 'a batch is an object with "actions": [...], not a bare list')]
     problems: list[Problem] = []

@@ -31,7 +31,6 @@ storage such as ``/dbfs``) on a cluster. It is removed in every case, failures i
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -43,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._hyper import connect, quote_literal, quote_name, table_ref
+from ._hyper import connect, quote_name
 from .actions import DEFAULT_SCHEMA
 from .cdc import (
     KIND_COLUMN,
@@ -56,28 +55,37 @@ from .cdc import (
     CdcSpec,
     ChangeSet,
     resolve_change_sets,
-    sql_name,
 )
-from .errors import ArgumentTypeError, PayloadError, TabHyperError
+from .errors import ArgumentTypeError, PayloadArgumentError, PayloadError, TabHyperError
 from .folders import check_folder, private_dir, sweep_leftovers
+from .hyper_parts import (
+    BUCKET_COLUMN,
+    NO_CAP,
+    ROWHASH_COLUMN,
+    SIZE_COLUMN,
+    Staged,
+    external,
+    plan_parts,
+    read_bucket_stats,
+    size_sql,
+)
+from .hyper_parts import write_parts as _write_parts
 from .hyper_types import (
     DEFAULT_DATABASE_VERSION,
     SUPPORTED_DATABASE_VERSIONS,
     ColumnPlan,
     plan_column,
 )
+from .parts import PayloadPart
 from .payload import (
     BUCKETS,
     DEFAULT_MAX_PAYLOAD_MB,
-    ColumnInfo,
     Payload,
-    PayloadPart,
-    RowDigest,
-    TableInfo,
 )
 from .progress import bar as progress_bar
 from .progress import show_progress
 from .redaction import get_logger
+from .spark_sql import sql_name
 from .staging import StagingMode, check_staging, write_on_driver
 
 if TYPE_CHECKING:
@@ -87,31 +95,7 @@ __all__ = ["build_payload"]
 
 log = get_logger(__name__)
 
-BUCKET_COLUMN = "__tabhyper_bucket"
-#: A per-row hash staged beside the data. Its sums are the payload's content digest (Hyper
-#: files of the same rows differ byte for byte from one build to the next). It covers every
-#: value with its NULL flag (so NULLs in different columns never collide), and for a change
-#: set also the op and the ordering values: the position of the change in its source.
-ROWHASH_COLUMN = "__tabhyper_rowhash"
-#: An upper estimate of each row's bytes in a Hyper file, staged for the split plan.
-SIZE_COLUMN = "__tabhyper_size"
 _MB = 1024 * 1024
-#: Parts are planned a little under the cap, for the estimate's sake.
-_SPLIT_HEADROOM = 0.9
-#: A Hyper file's own size before any row (measured: 64 KiB with up to five empty tables).
-_FILE_OVERHEAD = 64 * 1024
-#: Bytes a value takes at most in a Hyper file, by type (text and bytes: their length + 8).
-_FIXED_WIDTH = {
-    "BOOLEAN": 1,
-    "SMALLINT": 2,
-    "INTEGER": 4,
-    "REAL": 4,
-    "DATE": 4,
-    "BIGINT": 8,
-    "DOUBLE PRECISION": 8,
-    "TIMESTAMP": 8,
-}
-_VARIABLE_OVERHEAD = 8
 #: Staging Parquet options. Dictionary encoding is off: measured on 2M rows it doubled
 #: Spark's write time and slowed Hyper's read, for files that live a few seconds.
 _PARQUET_OPTIONS = {"compression": "snappy", "parquet.enable.dictionary": "false"}
@@ -126,20 +110,6 @@ class _Frame:
     plans: list[ColumnPlan]
     spec: CdcSpec | None = None
     delete_table: str = ""
-
-
-@dataclass
-class _Staged:
-    """A payload table whose rows sit in staged Parquet files."""
-
-    name: str
-    plans: list[ColumnPlan]
-    staged_names: list[str]
-    files: list[Path]
-    #: How many rows Spark says it wrote for this table.
-    written: int
-    #: bucket → (rows, estimated bytes, row digest), filled in from the staged files.
-    buckets: dict[int, tuple[int, int, RowDigest]] | None = None
 
 
 def build_payload(
@@ -170,122 +140,15 @@ def build_payload(
                                                    order_by="_commit_version"))
         payload.upload().apply(target_table="Orders")
     """
-    if changes is not None and not isinstance(changes, (ChangeSet, Mapping)):
-        raise ArgumentTypeError(
-            f"build_payload's second argument is a ChangeSet(key=..., op_column=..., "
-            f"order_by=...) or a mapping of table name → ChangeSet, got "
-            f"{type(changes).__name__}"
-        )
-    if max_payload_mb is not None and (
-        not isinstance(max_payload_mb, (int, float)) or not max_payload_mb > 0
-    ):
-        raise PayloadError(
-            f"max_payload_mb must be positive (or None: one file), got {max_payload_mb!r}"
-        )
-    # Folders first: a bad one is known before any Spark job (nothing is created yet).
-    check_staging(staging)
-    check_folder(staging_dir, "staging_dir", create=False)
-    check_folder(output_dir, "output_dir", create=False)
-    if database_version not in SUPPORTED_DATABASE_VERSIONS:
-        raise PayloadError(
-            f"database_version must be one of {SUPPORTED_DATABASE_VERSIONS}, got "
-            f"{database_version!r}"
-        )
-    for value, what in ((schema, "schema"), (table, "table")):
-        _check_names(value, what)
-    if isinstance(source, Mapping):
-        frames = dict(source)
-        if not frames:
-            raise PayloadError("build_payload needs at least one DataFrame")
-        for name in frames:
-            _check_names(name, "a table name")
-    else:
-        frames = {table: source}
-    for name, df in frames.items():
-        if not hasattr(df, "schema") or not hasattr(df, "write"):
-            raise PayloadError(
-                f"table {name!r}: expected a Spark DataFrame, got {type(df).__name__}"
-            )
+    options = _Options(schema, database_version, complex_as_json, max_payload_mb, staging)
+    _check_arguments(changes, options, table, staging_dir, output_dir)
+    frames = _frames_of(source, table)
     change_sets = resolve_change_sets(list(frames), changes)
-
     # Plan every column before any Spark job or file write: bad types fail here.
-    spark_frames: list[_Frame] = []
-    for name, df in frames.items():
-        cs = change_sets.get(name) if change_sets is not None else None
-        if cs is None:
-            plans = _plans(
-                df,
-                name,
-                df.columns,
-                database_version=database_version,
-                complex_as_json=complex_as_json,
-            )
-            spark_frames.append(_Frame(name, df, plans))
-            continue
-        spec = CdcSpec.create(
-            df.columns,
-            cs,
-            table=name if len(frames) > 1 else None,
-            types={f.name: f.dataType.simpleString() for f in df.schema.fields},
-        )
-        plans = _plans(
-            df,
-            cs.upsert_table,
-            spec.data_columns(df.columns),
-            database_version=database_version,
-            complex_as_json=complex_as_json,
-        )
-        spark_frames.append(_Frame(cs.upsert_table, df, plans, spec, cs.delete_table))
-
-    stage_parent, out = _claim_folders(staging_dir, output_dir)
-    stage, stage_lease = private_dir(stage_parent, "tabhyper-stage-")
-    try:
-        owned, owned_lease = private_dir(out, "tabhyper-payload-")
-    except BaseException:
-        stage_lease.release()
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    try:
-        with progress_bar(show_progress(progress), total=3, desc="build payload") as shown:
-            _step(shown, "Spark stages the rows")
-            started = time.perf_counter()
-            staged = _stage(spark_frames, stage, staging)
-            log.debug("Spark staged the change set in %.2f s", time.perf_counter() - started)
-            _step(shown, "Hyper reads their statistics")
-            started = time.perf_counter()
-            _read_bucket_stats(staged, stage)
-            # None: one file whatever its size (a snapshot to publish has no update cap).
-            cap = int(max_payload_mb * _MB) if max_payload_mb is not None else _NO_CAP
-            plan = _plan_parts(staged, cap)
-            _step(shown, "Hyper writes the parts")
-            parts = _write_parts(
-                staged,
-                plan,
-                owned,
-                schema=schema,
-                database_version=database_version,
-                cap_bytes=cap,
-                drop_empty=change_sets is not None,
-            )
-            _step(shown, None)
-        log.debug("Hyper wrote %d part(s) in %.2f s", len(parts), time.perf_counter() - started)
-    except TabHyperError:
-        shutil.rmtree(owned, ignore_errors=True)
-        raise
-    except Exception as err:
-        # Spark's and Hyper's own errors (Py4J, analysis, HyperException) become ours.
-        shutil.rmtree(owned, ignore_errors=True)
-        raise _build_failure(err, spark_frames, stage, owned) from err
-    except BaseException:
-        shutil.rmtree(owned, ignore_errors=True)
-        raise
-    finally:
-        stage_lease.release()
-        owned_lease.release()
-        shutil.rmtree(stage, ignore_errors=True)
-    if not parts:
-        shutil.rmtree(owned, ignore_errors=True)
-        log.info("the change set is empty (Spark wrote no rows): nothing to upload")
+    spark_frames = _plan_frames(frames, change_sets, options)
+    parts, owned = _build_parts(
+        spark_frames, staging_dir, output_dir, options, progress, drop_empty=change_sets is not None
+    )
     payload = Payload(
         parts,
         schema=schema,
@@ -301,6 +164,170 @@ def build_payload(
         {n: t.row_count for n, t in payload.tables.items()},
     )
     return payload
+
+
+@dataclass(frozen=True)
+class _Options:
+    """How the tables are written: what travels from the arguments to every step."""
+
+    schema: str
+    database_version: int
+    complex_as_json: bool
+    max_payload_mb: float | None
+    staging: StagingMode
+
+    @property
+    def cap_bytes(self) -> int:
+        # None: one file whatever its size (a snapshot to publish has no update cap).
+        return int(self.max_payload_mb * _MB) if self.max_payload_mb is not None else NO_CAP
+
+
+def _check_arguments(
+    changes: object,
+    options: _Options,
+    table: str,
+    staging_dir: str | os.PathLike[str] | None,
+    output_dir: str | os.PathLike[str] | None,
+) -> None:
+    """Refuse bad arguments before any Spark job or file write (nothing is created yet)."""
+    if changes is not None and not isinstance(changes, (ChangeSet, Mapping)):
+        raise ArgumentTypeError(
+            f"build_payload's second argument is a ChangeSet(key=..., op_column=..., "
+            f"order_by=...) or a mapping of table name → ChangeSet, got "
+            f"{type(changes).__name__}",
+            argument="changes",
+        )
+    cap = options.max_payload_mb
+    if cap is not None and (not isinstance(cap, (int, float)) or not cap > 0):
+        raise PayloadArgumentError(
+            f"max_payload_mb must be positive (or None: one file), got {cap!r}",
+            argument="max_payload_mb",
+        )
+    check_staging(options.staging)
+    check_folder(staging_dir, "staging_dir", create=False)
+    check_folder(output_dir, "output_dir", create=False)
+    if options.database_version not in SUPPORTED_DATABASE_VERSIONS:
+        raise PayloadArgumentError(
+            f"database_version must be one of {SUPPORTED_DATABASE_VERSIONS}, got "
+            f"{options.database_version!r}",
+            argument="database_version",
+        )
+    for value, what in ((options.schema, "schema"), (table, "table")):
+        _check_names(value, what)
+
+
+def _frames_of(source: DataFrame | Mapping[str, DataFrame], table: str) -> dict[str, DataFrame]:
+    """Table name → DataFrame, each checked to be one."""
+    if isinstance(source, Mapping):
+        frames = dict(source)
+        if not frames:
+            raise PayloadArgumentError("build_payload needs at least one DataFrame")
+        for name in frames:
+            _check_names(name, "a table name")
+    else:
+        frames = {table: source}
+    for name, df in frames.items():
+        if not hasattr(df, "schema") or not hasattr(df, "write"):
+            raise PayloadArgumentError(
+                f"table {name!r}: expected a Spark DataFrame, got {type(df).__name__}"
+            )
+    return frames
+
+
+def _plan_frames(
+    frames: Mapping[str, DataFrame],
+    change_sets: Mapping[str, ChangeSet] | None,
+    options: _Options,
+) -> list[_Frame]:
+    """Each DataFrame with the plan of its columns (and, for a change set, how to read it)."""
+    planned: list[_Frame] = []
+    for name, df in frames.items():
+        cs = change_sets.get(name) if change_sets is not None else None
+        if cs is None:
+            planned.append(_Frame(name, df, _plans(df, name, df.columns, options)))
+            continue
+        spec = CdcSpec.create(
+            df.columns,
+            cs,
+            table=name if len(frames) > 1 else None,
+            types={f.name: f.dataType.simpleString() for f in df.schema.fields},
+        )
+        plans = _plans(df, cs.upsert_table, spec.data_columns(df.columns), options)
+        planned.append(_Frame(cs.upsert_table, df, plans, spec, cs.delete_table))
+    return planned
+
+
+def _build_parts(
+    frames: Sequence[_Frame],
+    staging_dir: str | os.PathLike[str] | None,
+    output_dir: str | os.PathLike[str] | None,
+    options: _Options,
+    progress: bool | None,
+    *,
+    drop_empty: bool,
+) -> tuple[list[PayloadPart], Path]:
+    """Stage the rows with Spark and write the parts with Hyper, in private folders: the
+    parts and the folder that holds them (removed again on any failure)."""
+    stage_parent, out = _claim_folders(staging_dir, output_dir)
+    stage, stage_lease = private_dir(stage_parent, "tabhyper-stage-")
+    try:
+        owned, owned_lease = private_dir(out, "tabhyper-payload-")
+    except BaseException:
+        stage_lease.release()
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    try:
+        parts = _stage_and_write(frames, stage, owned, options, progress, drop_empty)
+    except TabHyperError:
+        shutil.rmtree(owned, ignore_errors=True)
+        raise
+    except Exception as err:
+        # Spark's and Hyper's own errors (Py4J, analysis, HyperException) become ours.
+        shutil.rmtree(owned, ignore_errors=True)
+        raise _build_failure(err, frames, stage, owned) from err
+    except BaseException:
+        shutil.rmtree(owned, ignore_errors=True)
+        raise
+    finally:
+        stage_lease.release()
+        owned_lease.release()
+        shutil.rmtree(stage, ignore_errors=True)
+    if not parts:
+        shutil.rmtree(owned, ignore_errors=True)
+        log.info("the change set is empty (Spark wrote no rows): nothing to upload")
+    return parts, owned
+
+
+def _stage_and_write(
+    frames: Sequence[_Frame],
+    stage: Path,
+    owned: Path,
+    options: _Options,
+    progress: bool | None,
+    drop_empty: bool,
+) -> list[PayloadPart]:
+    with progress_bar(show_progress(progress), total=3, desc="build payload") as shown:
+        _step(shown, "Spark stages the rows")
+        started = time.perf_counter()
+        staged = _stage(frames, stage, options.staging)
+        log.debug("Spark staged the change set in %.2f s", time.perf_counter() - started)
+        _step(shown, "Hyper reads their statistics")
+        started = time.perf_counter()
+        read_bucket_stats(staged, stage)
+        plan = plan_parts(staged, options.cap_bytes)
+        _step(shown, "Hyper writes the parts")
+        parts = _write_parts(
+            staged,
+            plan,
+            owned,
+            schema=options.schema,
+            database_version=options.database_version,
+            cap_bytes=options.cap_bytes,
+            drop_empty=drop_empty,
+        )
+        _step(shown, None)
+    log.debug("Hyper wrote %d part(s) in %.2f s", len(parts), time.perf_counter() - started)
+    return parts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,7 +360,7 @@ def _write_staged(
     writer.parquet("file://" + str(target.resolve()))
 
 
-def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[_Staged]:
+def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[Staged]:
     """Write the change sets (or tables) to Parquet with Spark; nothing is collected.
 
     The projections are Spark SQL text (one call each): a plan built from column objects
@@ -341,13 +368,13 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    staged: list[_Staged] = []
+    staged: list[Staged] = []
     for index, frame in enumerate(frames):
         name, df, plans, spec = frame.name, frame.df, frame.plans, frame.spec
         staged_names = [f"c{i}" for i in range(len(plans))]
         values = [p.spark_sql(sql_name(p.name)) for p in plans]
         columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]
-        size = f"{_size_sql(plans, values)} AS {sql_name(SIZE_COLUMN)}"
+        size = f"{size_sql(plans, values)} AS {sql_name(SIZE_COLUMN)}"
         target = stage / f"t{index}"
         observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
         if spec is None:
@@ -360,9 +387,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             ).observe(observed, F.expr("count(1)").alias("rows"))
             _write_staged(rows, target, staging)
             staged.append(
-                _Staged(
-                    name, plans, staged_names, _parquet_files(target), _metric(observed, "rows")
-                )
+                Staged(name, plans, staged_names, _parquet_files(target), _metric(observed, "rows"))
             )
             continue
         keys = ", ".join(sql_name(k) for k in spec.key)
@@ -400,9 +425,9 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
         key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
         upserts = _parquet_files(target / f"{KIND_COLUMN}={KIND_UPSERT}")
         deletes = _parquet_files(target / f"{KIND_COLUMN}={KIND_DELETE}")
-        staged.append(_Staged(name, plans, staged_names, upserts, _metric(observed, "upserts")))
+        staged.append(Staged(name, plans, staged_names, upserts, _metric(observed, "upserts")))
         staged.append(
-            _Staged(
+            Staged(
                 frame.delete_table,
                 [plans[i] for i in key_idx],
                 [staged_names[i] for i in key_idx],
@@ -474,7 +499,7 @@ def _raise_on_change_set_errors(
             continue
         by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
         key_cols = ", ".join(quote_name(by_name[k]) for k in spec.key)
-        source = _external(files)
+        source = external(files)
         with connect() as conn:
             count = int(conn.execute_scalar_query(f"SELECT COUNT(*) FROM {source}"))
             if count == 0:
@@ -489,242 +514,6 @@ def _raise_on_change_set_errors(
 
 # ---------------------------------------------------------------------------------------------
 # Hyper: statistics, the split plan, the part files
-
-
-def _external(files: Sequence[Path]) -> str:
-    return (
-        f"external(ARRAY[{', '.join(quote_literal(str(f)) for f in files)}], FORMAT => 'parquet')"
-    )
-
-
-def _size_sql(plans: Sequence[ColumnPlan], values: Sequence[str]) -> str:
-    """An upper estimate of the bytes one row takes in a Hyper file, computed by Spark (so
-    that Hyper's statistics read three small columns, not the text); Spark SQL text."""
-    fixed = 0
-    variable: list[str] = []
-    for plan, value in zip(plans, values, strict=True):
-        width = _FIXED_WIDTH.get(plan.hyper_type)
-        if width is None and plan.hyper_type.startswith("NUMERIC"):
-            width = 16
-        if width is not None:
-            fixed += width + 1
-        else:
-            fixed += _VARIABLE_OVERHEAD
-            variable.append(f"CAST(coalesce(octet_length({value}), 0) AS BIGINT)")
-    return " + ".join([f"CAST({fixed} AS BIGINT)", *variable])
-
-
-def _read_bucket_stats(staged: Sequence[_Staged], stage: Path) -> None:
-    """Per-bucket row counts, size estimates and digests; checks Spark's count."""
-    h, b = quote_name(ROWHASH_COLUMN), quote_name(BUCKET_COLUMN)
-    sums = ", ".join(f"SUM({h} % {m})" for m in RowDigest.MODULI)
-    size = quote_name(SIZE_COLUMN)
-    with connect() as conn:
-        for t in staged:
-            buckets: dict[int, tuple[int, int, RowDigest]] = {}
-            if t.files:
-                rows = conn.execute_list_query(
-                    f"SELECT {b}, COUNT(*), SUM({size}), {sums} FROM {_external(t.files)} "
-                    f"GROUP BY {b}"
-                )
-                for bucket, count, nbytes, *residues in rows:
-                    digest = RowDigest(int(count), tuple(int(r) for r in residues))
-                    buckets[int(bucket)] = (int(count), int(nbytes), digest)
-            t.buckets = buckets
-            found = sum(c for c, _, _ in buckets.values())
-            if found != t.written:
-                raise PayloadError(
-                    f"Spark wrote {t.written} row(s) for table {t.name!r} but {found} were "
-                    f"found in the staging directory {str(stage)!r} ({len(t.files)} Parquet "
-                    "file(s)): on a cluster, staging_dir must be a shared path that the "
-                    "executors write and the driver reads at the same place, or pass "
-                    "staging='driver' to send the rows through the driver instead (no shared "
-                    "path needed)"
-                )
-
-
-_NO_CAP = 1 << 62
-
-
-def _plan_parts(staged: Sequence[_Staged], cap_bytes: int) -> list[tuple[int, int]]:
-    """Consecutive bucket ranges whose estimated size stays under the cap.
-
-    A function of the data alone (the per-bucket statistics), so a rebuilt change set gets
-    the same plan.
-    """
-    per_bucket = [0] * BUCKETS
-    for t in staged:
-        assert t.buckets is not None
-        for bucket, (_, nbytes, _) in t.buckets.items():
-            per_bucket[bucket] += nbytes
-    budget = max(1, int(cap_bytes * _SPLIT_HEADROOM) - _FILE_OVERHEAD)
-    ranges: list[tuple[int, int]] = []
-    lo, used = 0, 0
-    for bucket, nbytes in enumerate(per_bucket):
-        if used and used + nbytes > budget:
-            ranges.append((lo, bucket - 1))
-            lo, used = bucket, 0
-        used += nbytes
-    ranges.append((lo, BUCKETS - 1))
-    return ranges
-
-
-def _range_stats(t: _Staged, lo: int, hi: int) -> tuple[int, RowDigest]:
-    assert t.buckets is not None
-    rows, digest = 0, RowDigest()
-    for bucket in range(lo, hi + 1):
-        found = t.buckets.get(bucket)
-        if found is not None:
-            rows += found[0]
-            digest = digest + found[2]
-    return rows, digest
-
-
-def _write_part(
-    path: Path,
-    staged: Sequence[_Staged],
-    *,
-    schema: str,
-    buckets: tuple[int, int],
-    database_version: int,
-    drop_empty: bool,
-) -> dict[str, TableInfo]:
-    """Write one ``.hyper`` file from staged Parquet; returns its tables."""
-    lo, hi = buckets
-    tables: dict[str, TableInfo] = {}
-    with connect(path, create=True, database_version=database_version) as conn:
-        conn.execute_command(f"CREATE SCHEMA {quote_name(schema)}")
-        for t in staged:
-            expected, digest = _range_stats(t, lo, hi)
-            if expected == 0 and drop_empty:
-                continue
-            ref = table_ref(schema, t.name)
-            columns = ", ".join(f"{quote_name(p.name)} {p.sql_definition_type}" for p in t.plans)
-            conn.execute_command(f"CREATE TABLE {ref} ({columns})")
-            rows = 0
-            if expected:
-                select = ", ".join(
-                    p.hyper_expression(quote_name(s))
-                    for p, s in zip(t.plans, t.staged_names, strict=True)
-                )
-                where = (
-                    ""
-                    if (lo, hi) == (0, BUCKETS - 1)
-                    else f" WHERE {quote_name(BUCKET_COLUMN)} BETWEEN {lo} AND {hi}"
-                )
-                rows = int(
-                    conn.execute_command(
-                        f"INSERT INTO {ref} SELECT {select} FROM {_external(t.files)}{where}"
-                    )
-                    or 0
-                )
-            if rows != expected:
-                raise PayloadError(
-                    f"table {t.name!r}: Hyper wrote {rows} row(s) for buckets {lo}-{hi} where "
-                    f"the staged statistics say {expected}"
-                )
-            tables[t.name] = TableInfo(
-                schema,
-                t.name,
-                tuple(ColumnInfo(p.name, p.hyper_type, p.nullable) for p in t.plans),
-                rows,
-                str(digest) if rows else "",
-            )
-    return tables
-
-
-def _write_parts(
-    staged: Sequence[_Staged],
-    plan: Sequence[tuple[int, int]],
-    directory: Path,
-    *,
-    schema: str,
-    database_version: int,
-    cap_bytes: int,
-    drop_empty: bool,
-) -> list[PayloadPart]:
-    """Write the planned parts; a part the estimate got wrong is halved (and logged)."""
-
-    def write(buckets: tuple[int, int]) -> tuple[Path, dict[str, TableInfo]]:
-        tmp = directory / f".part-{uuid.uuid4().hex}.hyper.tmp"
-        try:
-            tables = _write_part(
-                tmp,
-                staged,
-                schema=schema,
-                buckets=buckets,
-                database_version=database_version,
-                drop_empty=drop_empty,
-            )
-            tmp.chmod(0o600)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            raise
-        return tmp, tables
-
-    def rows_in(lo: int, hi: int) -> int:
-        return sum(_range_stats(t, lo, hi)[0] for t in staged)
-
-    pending = [r for r in plan if rows_in(*r)]
-    done: list[tuple[tuple[int, int], Path, dict[str, TableInfo]]] = []
-    if len(pending) > 1:
-        # The estimate is an upper bound, and Hyper compresses well: a payload estimated
-        # over the cap often fits in one file. Only a file really over the cap is split.
-        whole = (0, BUCKETS - 1)
-        path, tables = write(whole)
-        if path.stat().st_size <= cap_bytes:
-            pending, done = [], [(whole, path, tables)]
-        else:
-            path.unlink()
-            log.info(
-                "payload over %.1f MB: split into %d parts by the size estimate",
-                cap_bytes / _MB,
-                len(pending),
-            )
-    try:
-        while pending:
-            lo, hi = pending.pop(0)
-            path, tables = write((lo, hi))
-            size = path.stat().st_size
-            if size <= cap_bytes:
-                done.append(((lo, hi), path, tables))
-                continue
-            path.unlink()
-            if lo == hi:
-                raise PayloadError(
-                    f"the payload cannot be split under max_payload_mb={cap_bytes / _MB:g}: one "
-                    f"split unit alone takes {size / _MB:.1f} MB (a single key, or one of "
-                    f"{BUCKETS} buckets of rows); raise max_payload_mb together with the "
-                    "server's api.server.update_uploaded_file.max_size_in_mb"
-                )
-            mid = (lo + hi) // 2
-            log.warning(
-                "payload part for buckets %d-%d is %.1f MB, over the %.1f MB cap although "
-                "its estimate was under it: halving it (this split depends on Hyper's file "
-                "size, not on the data alone)",
-                lo,
-                hi,
-                size / _MB,
-                cap_bytes / _MB,
-            )
-            pending[:0] = [r for r in ((lo, mid), (mid + 1, hi)) if rows_in(*r)]
-    except BaseException:
-        for _, path, _ in done:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        raise
-
-    done.sort(key=lambda d: d[0])
-    total = len(done)
-    parts: list[PayloadPart] = []
-    for index, (buckets, tmp, tables) in enumerate(done, start=1):
-        final = directory / (
-            "payload.hyper" if total == 1 else f"payload-part-{index:03d}-of-{total:03d}.hyper"
-        )
-        os.replace(tmp, final)
-        parts.append(PayloadPart(final, final.stat().st_size, tables, buckets))
-    return parts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -762,16 +551,11 @@ def _parquet_files(directory: Path) -> list[Path]:
 
 def _check_names(name: str, what: str) -> None:
     if not isinstance(name, str) or not name:
-        raise PayloadError(f"{what} must be a non-empty string, got {name!r}")
+        raise PayloadArgumentError(f"{what} must be a non-empty string, got {name!r}")
 
 
 def _plans(
-    df: DataFrame,
-    table: str,
-    columns: Sequence[str],
-    *,
-    database_version: int,
-    complex_as_json: bool,
+    df: DataFrame, table: str, columns: Sequence[str], options: _Options
 ) -> list[ColumnPlan]:
     by_name = {f.name: f for f in df.schema.fields}
     seen: set[str] = set()
@@ -791,8 +575,8 @@ def _plans(
         plan_column(
             by_name[c],
             table=table,
-            database_version=database_version,
-            complex_as_json=complex_as_json,
+            database_version=options.database_version,
+            complex_as_json=options.complex_as_json,
         )
         for c in columns
     ]

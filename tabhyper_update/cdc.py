@@ -34,13 +34,15 @@ and written aside, never collected, and reported from there.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from .actions import Delete, Upsert, _Action
 from .conditions import keys_match
-from .errors import ArgumentTypeError, PayloadError
+from .errors import ArgumentTypeError, PayloadArgumentError, PayloadError
+from .positions import OrderAs, check_order_as, order_sql
+from .spark_sql import sql_name, sql_text
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -58,16 +60,6 @@ __all__ = [
 ]
 
 OpMeaning = Literal["upsert", "delete", "preimage", "ignore"]
-OrderAs = Literal["number", "text", "binlog-file", "hex-lsn", "number-list"]
-#: How ``order_as`` reads a text position (Spark SQL of the value ``{v}``'s text).
-ORDER_AS: dict[str, str] = {
-    "number": "whole numbers written as text, compared as numbers",
-    "text": "compared as text",
-    "binlog-file": "a MySQL/MariaDB binlog file name, ordered by its sequence number",
-    "hex-lsn": "colon-separated hexadecimal parts (SQL Server, Db2), compared part by part",
-    "number-list": "a JSON array of whole numbers (PostgreSQL's source.sequence)",
-}
-
 DEFAULT_OP_MAP: dict[str, OpMeaning] = {
     # Delta Change Data Feed
     "insert": "upsert",
@@ -106,17 +98,6 @@ OP_TEXT_COLUMN = "__tabhyper_op"
 ORDER_TEXT_COLUMN = "__tabhyper_order"
 
 
-def sql_name(name: str) -> str:
-    """A column name quoted for Spark SQL (a dot or a backtick in it stays part of it)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def sql_text(value: str) -> str:
-    """A Spark SQL string literal of ``value`` that means the same whatever the parser's
-    escaping settings: the UTF-8 bytes in hexadecimal, decoded."""
-    return f"decode(unhex('{value.encode('utf-8').hex()}'), 'UTF-8')"
-
-
 def _normalise_op_map(op_map: Mapping[str, str] | None) -> dict[str, OpMeaning]:
     if op_map is None:
         return dict(DEFAULT_OP_MAP)
@@ -131,13 +112,13 @@ def _normalise_op_map(op_map: Mapping[str, str] | None) -> dict[str, OpMeaning]:
     result: dict[str, OpMeaning] = {}
     for value, meaning in op_map.items():
         if meaning not in synonyms:
-            raise PayloadError(
+            raise PayloadArgumentError(
                 f"op_map[{value!r}] is {meaning!r}; expected 'upsert' (or 'insert' / "
                 "'update'), 'delete', 'preimage' or 'ignore'"
             )
         result[str(value)] = synonyms[meaning]
     if not result:
-        raise PayloadError("op_map is empty")
+        raise PayloadArgumentError("op_map is empty")
     return result
 
 
@@ -152,31 +133,6 @@ def _names(value: Any, what: str, *, allow_none: bool = False) -> tuple[str, ...
     raise ArgumentTypeError(
         f"ChangeSet {what}= takes a column name or a list of column names, got {value!r}"
     )
-
-
-def _order_as(
-    order_as: Mapping[str, str] | None, orders: tuple[str, ...] | None
-) -> dict[str, OrderAs] | None:
-    """``order_as`` checked: each names an ``order_by`` column and says ``number`` or ``text``."""
-    if order_as is None:
-        return None
-    if not isinstance(order_as, Mapping):
-        raise ArgumentTypeError(
-            f"ChangeSet order_as= takes a mapping of order_by column → 'number' or 'text', "
-            f"got {order_as!r}"
-        )
-    result: dict[str, OrderAs] = {}
-    for column, how in order_as.items():
-        if orders is None or column not in orders:
-            raise PayloadError(
-                f"ChangeSet order_as names {column!r}, which is not an order_by column "
-                f"(order_by: {list(orders) if orders is not None else 'not given'})"
-            )
-        if how not in ORDER_AS:
-            kinds = "; ".join(f"{k!r}: {v}" for k, v in ORDER_AS.items())
-            raise PayloadError(f"ChangeSet order_as[{column!r}] is {how!r}; expected {kinds}")
-        result[column] = how  # type: ignore[assignment]
-    return result
 
 
 @dataclass(frozen=True, init=False)
@@ -223,10 +179,10 @@ class ChangeSet:
         keys = _names(key, "key")
         assert keys is not None
         if not keys:
-            raise PayloadError("ChangeSet key= must name at least one column")
+            raise PayloadArgumentError("ChangeSet key= must name at least one column")
         orders = _names(order_by, "order_by", allow_none=True)
         if orders is not None and not orders:
-            raise PayloadError("ChangeSet order_by= must name at least one column")
+            raise PayloadArgumentError("ChangeSet order_by= must name at least one column")
         for value, what in (
             (op_column, "op_column"),
             (upsert_table, "upsert_table"),
@@ -235,13 +191,13 @@ class ChangeSet:
             if value is not None and not isinstance(value, str):
                 raise ArgumentTypeError(f"ChangeSet {what}= takes a name, got {value!r}")
         if upsert_table == delete_table:
-            raise PayloadError(
+            raise PayloadArgumentError(
                 f"ChangeSet upsert_table and delete_table must differ (both {upsert_table!r})"
             )
         if op_map is not None and not isinstance(op_map, Mapping):
             raise ArgumentTypeError(f"ChangeSet op_map= takes a mapping, got {op_map!r}")
         kept = _names(keep_columns, "keep_columns")
-        ordering = _order_as(order_as, orders)
+        ordering = check_order_as(order_as, orders)
         object.__setattr__(self, "key", keys)
         object.__setattr__(self, "op_column", op_column)
         object.__setattr__(self, "order_by", orders)
@@ -291,7 +247,7 @@ def resolve_change_sets(
         return None
     if isinstance(changes, ChangeSet):
         if len(tables) != 1:
-            raise PayloadError(
+            raise PayloadArgumentError(
                 f"one ChangeSet reads one DataFrame, and {len(tables)} were given "
                 f"({', '.join(map(repr, tables))}): give a mapping of the same table names to "
                 "their ChangeSets, e.g. {'Orders': ChangeSet('order_id'), 'Customers': "
@@ -300,7 +256,7 @@ def resolve_change_sets(
         resolved = {tables[0]: changes}
     else:
         if not changes:
-            raise PayloadError("the mapping of change sets is empty")
+            raise PayloadArgumentError("the mapping of change sets is empty")
         for name, cs in changes.items():
             if not isinstance(cs, ChangeSet):
                 raise ArgumentTypeError(
@@ -316,7 +272,7 @@ def resolve_change_sets(
                 said.append(f"no ChangeSet for table(s) {', '.join(map(repr, missing))}")
             if extra:
                 said.append(f"no DataFrame for change set(s) {', '.join(map(repr, extra))}")
-            raise PayloadError(
+            raise PayloadArgumentError(
                 f"{'; '.join(said)}: a multi-table change set maps the same table names to "
                 "DataFrames and to ChangeSets"
             )
@@ -330,71 +286,14 @@ def resolve_change_sets(
     for name, cs in resolved.items():
         for value, what in ((cs.upsert_table, "upsert_table"), (cs.delete_table, "delete_table")):
             if not isinstance(value, str) or not value or "\x00" in value:
-                raise PayloadError(f"change set {name!r}: {what} must be a non-empty name")
+                raise PayloadArgumentError(f"change set {name!r}: {what} must be a non-empty name")
             if value in owner:
-                raise PayloadError(
+                raise PayloadArgumentError(
                     f"change sets {owner[value]!r} and {name!r} both write payload table "
                     f"{value!r}: give them different upsert_table / delete_table names"
                 )
             owner[value] = name
     return resolved
-
-
-_TEXT_TYPES = ("string", "varchar", "char")
-#: Whole numbers written as text, as many digits as DECIMAL(38, 0) holds.
-_WHOLE_NUMBER = "^[0-9]{1,38}$"
-
-
-def number_from_text(sql: str) -> str:
-    """Spark SQL: the whole number written in ``sql``'s text, or NULL when it is none."""
-    text = f"CAST({sql} AS STRING)"
-    return f"CASE WHEN {text} RLIKE '{_WHOLE_NUMBER}' THEN CAST({text} AS DECIMAL(38, 0)) END"
-
-
-def _position_sql(quoted: str, how: OrderAs) -> str:
-    """Spark SQL ranking a position written as text by its meaning (NULL: unreadable)."""
-    text = f"CAST({quoted} AS STRING)"
-    if how == "number":
-        return number_from_text(quoted)
-    if how == "binlog-file":
-        # mysql-bin.000123: the sequence after the last dot (rolls over to 7 digits and more).
-        sequence = f"regexp_extract({text}, '[.]([0-9]{{1,38}})$', 1)"
-        found = f"{text} RLIKE '[.][0-9]{{1,38}}$'"
-        return f"CASE WHEN {found} THEN CAST({sequence} AS DECIMAL(38, 0)) END"
-    if how == "hex-lsn":
-        hex_part = "[0-9a-fA-F]{1,16}"
-        return (
-            f"CASE WHEN {text} RLIKE '^{hex_part}(:{hex_part})*$' THEN "
-            f"transform(split({text}, ':'), part -> CAST(conv(part, 16, 10) AS DECIMAL(38, 0))) "
-            "END"
-        )
-    if how == "number-list":
-        return f"transform(from_json({text}, 'array<string>'), part -> {number_from_text('part')})"
-    return quoted
-
-
-def _order_sql(
-    column: str,
-    spark_type: str | None,
-    order_as: OrderAs | None,
-    fail: Callable[[str], PayloadError],
-) -> str:
-    """How ``column`` is ranked: as itself, or as the position its text means."""
-    quoted = sql_name(column)
-    if spark_type is not None and (spark_type == "binary" or spark_type.startswith("map")):
-        raise fail(f"order_by column {column!r} is {spark_type}, which has no order")
-    if order_as is not None:
-        return _position_sql(quoted, order_as)
-    if spark_type is None or not spark_type.startswith(_TEXT_TYPES):
-        return quoted
-    raise fail(
-        f"order_by column {column!r} is text ({spark_type}): as text '999' sorts after "
-        f"'1000', so the SDK will not guess. Say how it orders: order_as={{{column!r}: "
-        f"'number'}} for whole numbers written as text, {{{column!r}: 'text'}} when its text "
-        "order is its meaning (e.g. ISO timestamps of one width), or another of "
-        f"{', '.join(map(repr, ORDER_AS))}; or cast the column (command line: --order-as "
-        f"{column}=number)"
-    )
 
 
 @dataclass(frozen=True)
@@ -471,11 +370,11 @@ class CdcSpec:
         metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in present)}
         dropped = tuple(c for c in columns if c in metadata and c not in keep_columns)
         op_map = change_set.op_map if change_set.op_map is not None else DEFAULT_OP_MAP
-        order_sql = tuple(
-            _order_sql(o, (types or {}).get(o), (change_set.order_as or {}).get(o), fail)
+        positions = tuple(
+            order_sql(o, (types or {}).get(o), (change_set.order_as or {}).get(o), fail)
             for o in orders
         )
-        return cls(keys, op_column, orders, dict(op_map), dropped, table, order_sql)
+        return cls(keys, op_column, orders, dict(op_map), dropped, table, positions)
 
     def data_columns(self, columns: Sequence[str]) -> list[str]:
         """The payload's columns (everything but the change-feed metadata)."""

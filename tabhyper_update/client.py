@@ -12,12 +12,10 @@ No network I/O happens in the constructor: the client signs in on first use (or 
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -25,127 +23,35 @@ from urllib.parse import quote
 import requests
 
 from ._http import RetryPolicy, Transport, as_list
-from .actions import ActionBatch
-from .auth import ConnectedAppJWT, Credentials, PersonalAccessToken, UsernamePassword
+from .actions import ActionBatch, BatchLike
+from .auth import Credentials
+from .environment import check_verify, client_settings
 from .errors import (
-    ApiError,
-    ArgumentTypeError,
     AuthenticationError,
     ConfigurationError,
     InvalidArgumentError,
-    NotFoundError,
-    TargetMismatchError,
     TransportError,
-    UnsupportedServerError,
 )
 from .jobs import Job, PollPolicy
-from .projects import LUID, Project, find_project
+from .projects import Project
 from .redaction import get_logger, remember
+from .refs import DataSourceRef, check_job_target, check_request_id
+from .uploads import MAX_CHUNK_MB, MB, ProgressCallback, upload_file
+from .versions import MIN_API_VERSION, PROBE_VERSION, check_api_version, server_api_version
 
 if TYPE_CHECKING:
-    from .payload import Payload
+    from .parts import PayloadLike
     from .publish import BootstrapResult, PublishMode
     from .roundtrip import UpdateResult
-from .uploads import MAX_CHUNK_MB, MB, ProgressCallback, upload_file
 
-__all__ = ["MIN_API_VERSION", "DataSourceRef", "TableauClient"]
+__all__ = ["MIN_API_VERSION", "DataSourceRef", "TableauClient", "client_for"]
 
 log = get_logger("tabhyper_update")
 
-MIN_API_VERSION = (3, 12)
-#: serverinfo answers at every version; this one exists on every server.
-PROBE_VERSION = "2.4"
 SESSION_EXPIRED = "401002"
 #: Listing pages: their size, and how many are read at most for one lookup.
 PAGE_SIZE = 100
 MAX_PAGES = 50
-
-
-@dataclass(frozen=True)
-class DataSourceRef:
-    """A published data source (and, for several connections, the one to update), and the
-    client it was found with: ``payload.upload(client.datasource("Orders"))`` uploads through
-    that client."""
-
-    id: str
-    name: str | None = None
-    project: str | None = None
-    connection_id: str | None = None
-    client: TableauClient | None = field(default=None, repr=False, compare=False)
-    #: The columns of the data source's tables (table name → column names), when known: the
-    #: SDK published it, or the caller said. An update whose payload has other columns is
-    #: refused before anything is sent (:class:`SchemaDriftError`).
-    columns: Mapping[str, tuple[str, ...]] | None = field(default=None, repr=False, compare=False)
-    #: The LUID of the project the data source lives in, when known.
-    project_id: str | None = field(default=None, repr=False, compare=False)
-
-
-def _version_tuple(text: str) -> tuple[int, int]:
-    major, _, minor = str(text).partition(".")
-    return int(major), int(minor or 0)
-
-
-_TRUE = ("1", "true", "yes", "y", "on", "enable", "enabled")
-_FALSE = ("0", "false", "no", "n", "off", "disable", "disabled")
-#: What a RequestID may hold: printable ASCII, no spaces at the ends, at most 200 characters
-#: (a header value; CR or LF would split the request).
-_REQUEST_ID = re.compile(r"^[\x21-\x7e](?:[\x20-\x7e]{0,198}[\x21-\x7e])?$")
-
-
-def _env_flag(value: str | None, default: bool | str) -> bool | str:
-    if value is None or value == "":
-        return default
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    return value  # a path to a CA bundle
-
-
-def _check_verify(verify: bool | str, where: str) -> None:
-    if isinstance(verify, bool):
-        return
-    if not isinstance(verify, str) or not verify or not os.path.exists(verify):
-        raise ConfigurationError(
-            f"{where} is {verify!r}: give true or false, or the path of an existing CA "
-            "bundle (file or directory)"
-        )
-
-
-def check_request_id(request_id: object, *, most: int = 200) -> str:
-    """``request_id`` if it can travel as a RequestID header (``most`` characters at most),
-    else an error naming it."""
-    if (
-        not isinstance(request_id, str)
-        or not _REQUEST_ID.match(request_id)
-        or len(request_id) > most
-    ):
-        raise InvalidArgumentError(
-            f"request_id must be 1-{most} printable ASCII characters (no CR, LF or other "
-            f"control characters, no spaces at the ends), got {request_id!r}"
-        )
-    return request_id
-
-
-def check_job_target(job: Job, target: DataSourceRef, request_id: str | None) -> Job:
-    """``job`` when it is an update job of ``target`` (or does not say), else an error: the
-    server answered with another data source's job (a RequestID it had run elsewhere)."""
-    kind = (job.type or "").lower()
-    owner = job.datasource_id
-    if (kind and kind != "updateuploadedfile") or (
-        owner is not None and owner.lower() != target.id.lower()
-    ):
-        what = f"data source {owner}" if owner is not None else f"a {job.type} job"
-        raise TargetMismatchError(
-            f"the server answered the update of data source {target.name or target.id!r} "
-            f"({target.id}) with job {job.id}, which belongs to {what}"
-            + (f" (RequestID {request_id!r})" if request_id else "")
-            + ": the server had run that RequestID before for something else, so this update "
-            "was not applied and is not counted as applied. Use a request id of its own for "
-            "each data source"
-        )
-    return job
 
 
 class TableauClient:
@@ -178,13 +84,13 @@ class TableauClient:
             raise ConfigurationError(
                 "auth is required: PersonalAccessToken, UsernamePassword or ConnectedAppJWT"
             )
-        _check_verify(verify, "verify")
+        check_verify(verify, "verify")
         if not 0 < chunk_size_mb <= MAX_CHUNK_MB:
             raise InvalidArgumentError(
                 f"chunk_size_mb must be in (0, {MAX_CHUNK_MB}], got {chunk_size_mb}"
             )
         if api_version is not None:
-            self._check_version(api_version)
+            check_api_version(api_version)
         self.site = site
         self.auth = auth
         self.api_version = api_version
@@ -240,60 +146,7 @@ class TableauClient:
         Optional: ``TABLEAU_API_VERSION``, ``TABLEAU_VERIFY_TLS`` (``false`` or a CA bundle
         path), ``TABLEAU_IMPERSONATE_USER_ID``. Keyword arguments override.
         """
-        e = dict(os.environ if env is None else env)
-        server = overrides.pop("server", None) or e.get("TABLEAU_SERVER_URL")
-        if not server:
-            raise ConfigurationError("TABLEAU_SERVER_URL is not set")
-        site = overrides.pop("site", None)
-        if site is None:
-            site = e.get("TABLEAU_SITE", "")
-        auth = overrides.pop("auth", None) or cls._auth_from_env(e)
-        if "api_version" not in overrides and e.get("TABLEAU_API_VERSION"):
-            overrides["api_version"] = e["TABLEAU_API_VERSION"]
-        if "verify" not in overrides:
-            overrides["verify"] = _env_flag(e.get("TABLEAU_VERIFY_TLS"), True)
-            _check_verify(overrides["verify"], "TABLEAU_VERIFY_TLS")
-        return cls(server, site, auth, **overrides)
-
-    @staticmethod
-    def _auth_from_env(e: Mapping[str, str]) -> Credentials:
-        user = e.get("TABLEAU_IMPERSONATE_USER_ID") or None
-        if e.get("TABLEAU_PAT_NAME") or e.get("TABLEAU_PAT_SECRET"):
-            if not (e.get("TABLEAU_PAT_NAME") and e.get("TABLEAU_PAT_SECRET")):
-                raise ConfigurationError("set both TABLEAU_PAT_NAME and TABLEAU_PAT_SECRET")
-            return PersonalAccessToken(
-                e["TABLEAU_PAT_NAME"], e["TABLEAU_PAT_SECRET"], impersonate_user_id=user
-            )
-        if e.get("TABLEAU_USERNAME") or e.get("TABLEAU_PASSWORD"):
-            if not (e.get("TABLEAU_USERNAME") and e.get("TABLEAU_PASSWORD")):
-                raise ConfigurationError("set both TABLEAU_USERNAME and TABLEAU_PASSWORD")
-            return UsernamePassword(
-                e["TABLEAU_USERNAME"], e["TABLEAU_PASSWORD"], impersonate_user_id=user
-            )
-        if e.get("TABLEAU_JWT"):
-            return ConnectedAppJWT(jwt=e["TABLEAU_JWT"], impersonate_user_id=user)
-        if e.get("TABLEAU_JWT_CLIENT_ID"):
-            names = (
-                "TABLEAU_JWT_CLIENT_ID",
-                "TABLEAU_JWT_SECRET_ID",
-                "TABLEAU_JWT_SECRET_VALUE",
-                "TABLEAU_JWT_USERNAME",
-            )
-            missing = [n for n in names if not e.get(n)]
-            if missing:
-                raise ConfigurationError(f"set {', '.join(missing)} for a connected app")
-            return ConnectedAppJWT(
-                client_id=e["TABLEAU_JWT_CLIENT_ID"],
-                secret_id=e["TABLEAU_JWT_SECRET_ID"],
-                secret_value=e["TABLEAU_JWT_SECRET_VALUE"],
-                username=e["TABLEAU_JWT_USERNAME"],
-                impersonate_user_id=user,
-            )
-        raise ConfigurationError(
-            "no Tableau credentials in the environment: set TABLEAU_PAT_NAME and "
-            "TABLEAU_PAT_SECRET (or TABLEAU_USERNAME/TABLEAU_PASSWORD, or the "
-            "TABLEAU_JWT_* variables)"
-        )
+        return cls(**client_settings(env, overrides))
 
     def __repr__(self) -> str:
         state = "signed in" if self._token else "not signed in"
@@ -325,20 +178,6 @@ class TableauClient:
         return self._http.server
 
     # -- version and session -------------------------------------------------------------------
-    @staticmethod
-    def _check_version(version: str) -> None:
-        try:
-            parsed = _version_tuple(version)
-        except ValueError:
-            raise InvalidArgumentError(
-                f"api_version must look like '3.24', got {version!r}"
-            ) from None
-        if parsed < MIN_API_VERSION:
-            raise UnsupportedServerError(
-                f"REST API {version} is older than 3.12 (Tableau Server 2021.2), the first "
-                "version with the Hyper update endpoints"
-            )
-
     def server_info(self) -> dict[str, Any]:
         """``serverinfo`` (no sign-in needed), probed at a version every server answers."""
         _, body = self._http.call("GET", f"api/{PROBE_VERSION}/serverinfo", retry=True)
@@ -350,23 +189,7 @@ class TableauClient:
     def negotiate_version(self) -> str:
         """Adopt the server's REST API version; refuse servers older than 3.12."""
         if self.api_version is None:
-            info = self.server_info()
-            version = info.get("restApiVersion")
-            if isinstance(version, dict):
-                version = version.get("value")
-            if not version:
-                raise TransportError("serverinfo did not say the REST API version")
-            product = info.get("productVersion")
-            if isinstance(product, dict):
-                product = product.get("value")
-            try:
-                self._check_version(str(version))
-            except UnsupportedServerError:
-                raise UnsupportedServerError(
-                    f"the server speaks REST API {version} (product version {product}); "
-                    "updating live-to-Hyper data sources needs 3.12 (Tableau Server 2021.2) "
-                    "or newer"
-                ) from None
+            version = server_api_version(self.server_info())
             self.api_version = str(version)
             log.info("server REST API version %s", version)
         return self.api_version
@@ -476,93 +299,11 @@ class TableauClient:
         name → column names) tells the SDK what the data source's tables hold, so that an
         update with other columns is refused before anything is sent.
         """
-        if not name_or_luid:
-            raise InvalidArgumentError("a data source name or LUID is required")
-        if columns is not None:
-            known = {str(t): tuple(str(c) for c in cs) for t, cs in columns.items()}
-            plain = self.datasource(name_or_luid, project=project, connection=connection)
-            return replace(plain, columns=known)
-        home = project if isinstance(project, Project) or project is None else None
-        if home is None and project is not None:
-            home = find_project(self, project)
-        if LUID.match(name_or_luid) and home is None:
-            try:
-                _, body = self.request("GET", f"datasources/{name_or_luid}", retry=True)
-                item = (body or {}).get("datasource") or {}
-                ref = self._ref(item)
-            except NotFoundError:
-                ref = None
-            if ref is not None:
-                if ref.id.lower() != name_or_luid.lower():
-                    raise TargetMismatchError(
-                        f"asked for data source {name_or_luid}, the server answered with "
-                        f"data source {ref.id} ({ref.name!r}): refused"
-                    )
-                return replace(self._with_connection(ref, connection), client=self)
-        found = self._find_by_name(name_or_luid, home)
-        if not found:
-            where = f" in project {home.path!r}" if home is not None else ""
-            raise NotFoundError(
-                status=404,
-                summary="Data source not found",
-                detail=f"no data source named {name_or_luid!r}{where} on site {self.site!r}",
-            )
-        if len(found) > 1:
-            projects = ", ".join(sorted(repr(r.project) for r in found))
-            raise ApiError(
-                status=409,
-                summary="Ambiguous data source name",
-                detail=f"{len(found)} data sources are named {name_or_luid!r} on site "
-                f"{self.site!r}, in projects {projects}",
-                hint="pass project= to pick one",
-            )
-        return replace(self._with_connection(found[0], connection), client=self)
+        from .datasources import find_datasource
 
-    @staticmethod
-    def _ref(item: Mapping[str, Any]) -> DataSourceRef | None:
-        if not item.get("id"):
-            return None
-        project = item.get("project")
-        project_name = project.get("name") if isinstance(project, dict) else None
-        project_id = project.get("id") if isinstance(project, dict) else None
-        return DataSourceRef(
-            str(item["id"]),
-            item.get("name"),
-            project_name,
-            project_id=str(project_id) if project_id else None,
+        return find_datasource(
+            self, name_or_luid, project=project, connection=connection, columns=columns
         )
-
-    def _find_by_name(self, name: str, project: Project | None) -> list[DataSourceRef]:
-        # The filter syntax separates filters with "," and fields with ":", with no escape:
-        # a name holding either is matched here instead, over the (bounded) listing. The
-        # project's name only narrows the listing: names repeat across parents, so each
-        # item is matched by the project's LUID below.
-        filters = []
-        if "," not in name and ":" not in name:
-            filters.append(f"name:eq:{name}")
-        if project is not None and "," not in project.name and ":" not in project.name:
-            filters.append(f"projectName:eq:{project.name}")
-        found: list[DataSourceRef] = []
-        listing = self.list_items(
-            "datasources",
-            "datasource",
-            filters=filters,
-            what=f"data sources (looking up {name!r})",
-            remedy="pass the data source's LUID instead of its name",
-        )
-        for item in listing:
-            ref = self._ref(item)
-            # Filters are matched by the server; check again in case it ignored one.
-            if (
-                ref is not None
-                and item.get("name") == name
-                and (
-                    project is None
-                    or (ref.project_id is not None and ref.project_id.lower() == project.id.lower())
-                )
-            ):
-                found.append(ref)
-        return found
 
     def list_items(
         self,
@@ -597,22 +338,6 @@ class TableauClient:
             f"listing {what}: the server lists more than {MAX_PAGES * PAGE_SIZE:,} candidates "
             f"({total:,} announced); stopped. {remedy[0].upper()}{remedy[1:]}"
         )
-
-    def _with_connection(self, ref: DataSourceRef, connection: str | None) -> DataSourceRef:
-        if connection is None:
-            return ref
-        _, body = self.request("GET", f"datasources/{ref.id}/connections", retry=True)
-        ids = [
-            c.get("id") for c in as_list(((body or {}).get("connections") or {}).get("connection"))
-        ]
-        if connection not in ids:
-            raise NotFoundError(
-                status=404,
-                summary="Connection not found",
-                detail=f"data source {ref.name or ref.id!r} has no connection {connection!r} "
-                f"(its connections: {', '.join(map(str, ids)) or 'none'})",
-            )
-        return replace(ref, connection_id=connection)
 
     # -- uploads ---------------------------------------------------------------------------------
     def initiate_upload(self) -> str:
@@ -649,7 +374,7 @@ class TableauClient:
     def update_data(
         self,
         target: DataSourceRef | str,
-        batch: Any,
+        batch: BatchLike,
         *,
         upload_session_id: str | None = None,
         request_id: str | None = None,
@@ -693,12 +418,20 @@ class TableauClient:
         )
         return check_job_target(Job.from_response(body, self), ref, rid)
 
+    def job(self, job_id: str) -> Job:
+        _, body = self.request("GET", f"jobs/{job_id}", retry=True)
+        return Job.from_response(body, self)
+
+    def cancel_job(self, job_id: str) -> None:
+        self.request("PUT", f"jobs/{job_id}", retry=True, expected=(200, 204))
+
+    # -- workflows: thin doors into roundtrip.py and publish.py -------------------------------
     def update_datasource(
         self,
         target: DataSourceRef | str,
-        payload: Payload | None = None,
+        payload: PayloadLike | None = None,
         *,
-        actions: Any = None,
+        actions: BatchLike | None = None,
         target_table: str | None = None,
         target_schema: str | None = None,
         request_id: str | None = None,
@@ -718,37 +451,25 @@ class TableauClient:
             client.update_datasource("Orders", actions=[Delete(target_table="Extract",
                                                                condition=target("day") < cutoff)])
         """
-        from .payload import Payload as _Payload
-        from .roundtrip import upload_payload
+        from .roundtrip import update_datasource
 
-        if payload is not None and not isinstance(payload, _Payload):
-            hint = (
-                "; pass an action batch as actions=..."
-                if not isinstance(payload, (str, os.PathLike))
-                else "; for a .hyper file use Payload.from_hyper(path)"
-            )
-            raise ArgumentTypeError(
-                "update_datasource's second argument is a Payload (from build_payload(...)), "
-                f"got {type(payload).__name__}{hint}"
-            )
-        chosen = payload if payload is not None else _Payload([])
-        if payload is None and actions is None:
-            raise InvalidArgumentError("give a payload, actions, or both")
-        uploaded = upload_payload(
-            chosen, target, client=self, progress=progress, state_dir=state_dir, upload_first=False
-        )
-        return uploaded.apply(
-            actions,
+        return update_datasource(
+            self,
+            target,
+            payload,
+            actions=actions,
             target_table=target_table,
             target_schema=target_schema,
             request_id=request_id,
             wait=wait,
             timeout=timeout,
+            progress=progress,
+            state_dir=state_dir,
         )
 
     def publish(
         self,
-        payload: Payload | str | os.PathLike[str],
+        payload: PayloadLike | str | os.PathLike[str],
         name: str,
         *,
         project: str | Project | None = None,
@@ -783,8 +504,8 @@ class TableauClient:
         self,
         name: str,
         *,
-        snapshot: Callable[[], Payload],
-        changes: Callable[[], Payload],
+        snapshot: Callable[[], PayloadLike],
+        changes: Callable[[], PayloadLike],
         project: str | Project | None = None,
         full_refresh: bool = False,
         target_table: str | None = None,
@@ -818,14 +539,35 @@ class TableauClient:
             state_dir=state_dir,
         )
 
-    def job(self, job_id: str) -> Job:
-        _, body = self.request("GET", f"jobs/{job_id}", retry=True)
-        return Job.from_response(body, self)
-
-    def cancel_job(self, job_id: str) -> None:
-        self.request("PUT", f"jobs/{job_id}", retry=True, expected=(200, 204))
-
 
 def _client_from_settings(settings: dict[str, Any]) -> TableauClient:
     """A client made again from :meth:`TableauClient.__reduce__`'s settings."""
     return TableauClient(**settings)
+
+
+def client_for(
+    target: DataSourceRef | str | None, client: TableauClient | None, purpose: str
+) -> TableauClient:
+    """The client to ``purpose`` with: ``client``, else the one ``target`` was found with,
+    else one from the environment (:meth:`TableauClient.from_env`). A reference found with
+    another client than the one passed is refused: one client for both."""
+    bound = target.client if isinstance(target, DataSourceRef) else None
+    if client is not None:
+        if bound is not None and bound is not client:
+            assert isinstance(target, DataSourceRef)
+            raise ConfigurationError(
+                f"data source {target.label!r} was found with the client for "
+                f"{bound.server} (site {bound.site!r}), not with the client= passed here "
+                f"({client.server}, site {client.site!r}): use one client for both"
+            )
+        return client
+    if bound is not None:
+        return bound
+    try:
+        return TableauClient.from_env()
+    except ConfigurationError as err:
+        raise ConfigurationError(
+            f"no client to {purpose} with: pass client=TableauClient(...)"
+            + (" or a data source from client.datasource(...)" if purpose == "upload" else "")
+            + f", or configure the environment ({err})"
+        ) from None

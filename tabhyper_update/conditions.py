@@ -45,6 +45,7 @@ from pydantic import (
 )
 
 from .errors import ArgumentTypeError, InvalidActionBatchError, InvalidArgumentError, Problem
+from .problems import problems_from
 
 __all__ = [
     "COMPARISON_OPS",
@@ -142,8 +143,6 @@ class _Model(BaseModel):
             super().__init__(**data)
         except ValidationError as err:
             # Pydantic's error is not ours: the same problems, with JSON paths, in our tree.
-            from .actions import problems_from
-
             raise InvalidActionBatchError(problems_from(err)) from None
 
     def to_dict(self) -> dict[str, Any]:

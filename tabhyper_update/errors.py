@@ -33,6 +33,7 @@ __all__ = [
     "JobTimeoutError",
     "NotFoundError",
     "PayloadAppliedError",
+    "PayloadArgumentError",
     "PayloadError",
     "Problem",
     "RequestTimeoutError",
@@ -47,23 +48,50 @@ __all__ = [
 
 
 class TabHyperError(Exception):
-    """Root of every error raised by tabhyper_update."""
+    """Root of every error raised by tabhyper_update.
+
+    An error keeps what it is about in fields and builds its message from them: the text it
+    was raised with, then how many times the request was tried (when more than once), then
+    which step of an update failed and what that means for the update."""
 
     #: How many times the failing request was tried (set by the transport's retry loop).
     attempts: int = 1
-    #: The round-trip step that failed ("upload of part 1", ...), when known.
+    #: The round-trip step that failed ("upload of part 1", ...), when known, and what its
+    #: failure means for the update ("this part was not submitted").
     step: str | None = None
+    consequence: str | None = None
+    #: The keyword argument the error is about, when it is about one (``request_id``): the
+    #: command line names its flag instead.
+    argument: str | None = None
 
-    def __init__(self, *args: Any) -> None:
+    def __init__(self, *args: Any, argument: str | None = None) -> None:
         super().__init__(*scrub_value(args))
+        if argument is not None:
+            self.argument = argument
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # Fields (a server's summary, detail, notes) and edited args are scrubbed as set.
+        # Fields (a server's summary, detail, notes) are scrubbed as set.
         super().__setattr__(name, scrub_value(value))
 
+    @property
+    def message(self) -> str:
+        """The text the error was raised with, without what the fields add."""
+        return scrub(str(self.args[0])) if self.args else ""
+
+    def at_step(self, step: str, consequence: str) -> None:
+        """Say which step of an update failed and what that means (the innermost step
+        named is kept: it is the most precise)."""
+        if self.step is None:
+            self.step = step
+            self.consequence = consequence
+
     def __str__(self) -> str:
-        # Subclasses build their message in args[0]; annotations are appended to it there.
-        return scrub(str(self.args[0])) if self.args else super().__str__()
+        text = self.message if self.args else super().__str__()
+        if self.attempts > 1:
+            text += f" (after {self.attempts} attempts)"
+        if self.step is not None:
+            text += f" [{self.step} failed: {self.consequence}]"
+        return text
 
 
 class InvalidArgumentError(TabHyperError, ValueError):
@@ -120,6 +148,14 @@ class ConfigurationError(TabHyperError, ValueError):
 
 class PayloadError(TabHyperError, ValueError):
     """A change set or payload that cannot be turned into a valid upload."""
+
+
+class PayloadArgumentError(InvalidArgumentError, PayloadError):
+    """An argument of ``build_payload`` or ``ChangeSet`` that no payload can be built from
+    (a size cap that is not positive, an empty name, a change set for a table not given).
+
+    Argument misuse: catch it as :class:`InvalidArgumentError` (or ``ValueError``) beside
+    every other; it is also a :class:`PayloadError`, as it was before it had its own class."""
 
 
 class PayloadAppliedError(PayloadError):
@@ -205,12 +241,16 @@ class RequestTimeoutError(TransportError, TimeoutError):
 
 
 class ApiError(TabHyperError):
-    """The server answered with an HTTP error (Tableau's error body parsed when present)."""
+    """The server answered with an HTTP error (Tableau's error body parsed when present).
+
+    ``status`` is the HTTP status the server answered with. A lookup the SDK settles from a
+    listing (no data source of that name, a name held in two projects) never got an error
+    from the server: its ``status`` is ``None`` and its message names no HTTP status."""
 
     def __init__(
         self,
         *,
-        status: int,
+        status: int | None,
         code: str | None = None,
         summary: str | None = None,
         detail: str | None = None,
@@ -227,13 +267,12 @@ class ApiError(TabHyperError):
         self.hint = hint
         #: Seconds the server asked to wait before retrying (``Retry-After``), if any.
         self.retry_after: float | None = None
-        parts = [f"HTTP {status}"]
+        parts = [f"HTTP {status}"] if status is not None else []
         if code:
             parts.append(f"code {code}")
-        head = ", ".join(parts)
-        text = head
+        text = ", ".join(parts)
         if summary:
-            text += f": {summary}"
+            text += f": {summary}" if text else summary
         if detail:
             text += f" ({detail})"
         if method and url:

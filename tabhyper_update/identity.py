@@ -30,8 +30,11 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 
 from .actions import ActionBatch
-from .client import DataSourceRef
-from .state import PartState, RecordKind, UpdateRecord
+from .errors import UpdateStateError
+from .parts import PayloadLike, PayloadPart
+from .redaction import get_logger
+from .refs import DataSourceRef
+from .state import PartState, RecordKind, StateStore, UpdateRecord
 
 __all__ = [
     "CLOCK_SKEW_SECONDS",
@@ -40,9 +43,12 @@ __all__ = [
     "created_before",
     "new_record",
     "next_attempt",
+    "open_record",
     "part_request_id",
     "scoped_request_id",
 ]
+
+log = get_logger("tabhyper_update")
 
 #: Namespace of derived RequestIDs (a fixed, random UUID of this project).
 REQUEST_ID_NAMESPACE = uuid.UUID("0f9b1c3e-6a2d-4e8f-9b1d-3c7a5e2f8d41")
@@ -180,3 +186,64 @@ def created_before(created_at: str | None, sent_at: float) -> bool:
     if created.tzinfo is None:
         created = created.replace(tzinfo=timezone.utc)
     return created.timestamp() < sent_at - 1.0 - CLOCK_SKEW_SECONDS
+
+
+def open_record(
+    state: StateStore,
+    payload: PayloadLike,
+    target: DataSourceRef,
+    units: Sequence[tuple[PayloadPart | None, ActionBatch]],
+    request_id: str | None,
+) -> UpdateRecord:
+    """The record of the update of ``payload`` (split into ``units``) on ``target``: the one
+    an interrupted run left, or a new one (saved)."""
+    kind: RecordKind = "position" if (request_id is not None or payload.is_cdc) else "run"
+    digest = payload.digest if payload.parts else ""
+    plan = [
+        (part.buckets, part.content_digest) if part is not None else (None, "") for part, _ in units
+    ]
+    batches = [batch for _, batch in units]
+    if request_id is not None:
+        label = f"request id {request_id!r}"
+    elif kind == "position":
+        label = f"change set {digest[:12]}"
+    else:
+        label = f"run of payload {digest[:12]}" if digest else "run of an update"
+    fresh = new_record(
+        kind,
+        target,
+        request_id=request_id,
+        payload_digest=digest,
+        batches=batches,
+        plan=plan,
+        label=label,
+    )
+    state.sweep_if_due()
+    record = state.load(fresh.key)
+    if record is None:
+        state.save(fresh)
+        return fresh
+    if [(p.buckets, p.digest) for p in record.parts] == plan:
+        if record.finished and record.kind == "run":
+            log.info("%s finished before its record was removed: nothing to resend", label)
+        elif record.started:
+            log.info("%s was interrupted: resuming it", label)
+        return record
+    if not record.started:
+        state.save(fresh)
+        return fresh
+    if record.finished:
+        log.warning(
+            "%s was applied before with other content (%d part(s)); nothing is sent: "
+            "pass a new request_id to apply this payload as a new update",
+            label,
+            len(record.parts),
+        )
+        return record
+    raise UpdateStateError(
+        f"{label} was interrupted after part(s) of it reached the server, and this payload "
+        f"splits differently ({len(plan)} part(s) now, {len(record.parts)} then): resuming "
+        "it could apply rows twice. Rebuild with the same max_payload_mb to resume, or, "
+        "once you know what the server applied, remove the record with "
+        f"`tabhyper-update state clear --state-dir {state.directory}`"
+    )

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from tableauhyperapi import HyperException, Name, SqlType, TableName, TypeTag
 
 from ._hyper import connect, quote_literal, quote_name
-from .actions import ActionBatch, Delete, Insert, Replace, Update, Upsert, _Action
+from .actions import ActionBatch, BatchLike, Delete, Insert, Replace, Update, Upsert, _Action
 from .conditions import And, Comparison, Const, Or, condition_columns
 from .errors import ApplyError
 from .payload import Payload
@@ -359,7 +359,7 @@ def _describe(action: _Action) -> str:
 
 
 def apply(
-    batch: Any,
+    batch: BatchLike,
     *,
     target: str | os.PathLike[str],
     payload: str | os.PathLike[str] | Payload | None = None,

@@ -18,33 +18,39 @@ import hashlib
 import json
 import os
 import shutil
-import time
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from .actions import DEFAULT_SCHEMA, ActionBatch, Delete, Insert, Replace, Upsert
+from .actions import (
+    DEFAULT_SCHEMA,
+    DEFAULT_TABLE,
+    ActionBatch,
+    BatchLike,
+    Delete,
+    Insert,
+    Replace,
+    Upsert,
+)
 from .cdc import ChangeSet, derived_actions
 from .conditions import condition_columns
 from .errors import (
-    ConfigurationError,
     InvalidActionBatchError,
     InvalidArgumentError,
-    PayloadAppliedError,
     PayloadError,
     Problem,
-    TabHyperError,
 )
-from .folders import check_folder
+from .manifest import MANIFEST, note_applied, read_hyper, read_manifest, write_manifest
+from .parts import BUCKETS, ColumnInfo, PayloadPart, RowDigest, TableInfo
 from .redaction import get_logger
 
 if TYPE_CHECKING:
-    from .client import DataSourceRef, TableauClient
+    from .client import TableauClient
     from .publish import PublishMode
+    from .refs import DataSourceRef
     from .roundtrip import UploadedPayload
 
 __all__ = [
@@ -60,101 +66,6 @@ __all__ = [
 log = get_logger(__name__)
 
 DEFAULT_MAX_PAYLOAD_MB = 100
-#: Split granularity: rows are spread over this many buckets (by a hash of the key for a
-#: change set, of the whole row otherwise); a part is a range of buckets.
-BUCKETS = 1024
-_MB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class RowDigest:
-    """An order-independent digest of a multiset of rows: the row count and the sums of
-    each row's 64-bit hash modulo two primes. Digests of disjoint row sets add up."""
-
-    MODULI: ClassVar[tuple[int, int]] = (2147483647, 2147483629)
-
-    rows: int = 0
-    sums: tuple[int, ...] = (0, 0)
-
-    def __add__(self, other: RowDigest) -> RowDigest:
-        return RowDigest(
-            self.rows + other.rows, tuple(a + b for a, b in zip(self.sums, other.sums, strict=True))
-        )
-
-    def __str__(self) -> str:
-        return ":".join(str(v) for v in (self.rows, *self.sums))
-
-    @classmethod
-    def parse(cls, text: str) -> RowDigest:
-        if not text:
-            return cls()
-        rows, *sums = (int(v) for v in text.split(":"))
-        return cls(rows, tuple(sums))
-
-
-@dataclass(frozen=True)
-class ColumnInfo:
-    """A payload column: its exact name, Hyper type and nullability."""
-
-    name: str
-    hyper_type: str
-    nullable: bool
-
-
-@dataclass(frozen=True)
-class TableInfo:
-    """A payload table: schema, name, columns and row count."""
-
-    schema: str
-    name: str
-    columns: tuple[ColumnInfo, ...]
-    row_count: int
-    #: Order-independent digest of the table's rows (same rows, same digest).
-    row_digest: str = ""
-
-    @property
-    def column_names(self) -> list[str]:
-        return [c.name for c in self.columns]
-
-
-@dataclass(frozen=True)
-class PayloadPart:
-    """One ``.hyper`` file: uploaded and applied as one atomic update."""
-
-    path: Path
-    size_bytes: int
-    tables: Mapping[str, TableInfo]
-    #: The range of split buckets (inclusive) whose rows this part holds.
-    buckets: tuple[int, int] = (0, BUCKETS - 1)
-
-    @property
-    def row_count(self) -> int:
-        return sum(t.row_count for t in self.tables.values())
-
-    @cached_property
-    def sha256(self) -> str:
-        """The file's SHA-256 (computed on first use: nothing in the round trip needs it)."""
-        return _sha256(self.path)
-
-    @property
-    def content_digest(self) -> str:
-        """A digest of what the part holds (bucket range, tables, columns, rows and, for a
-        change set, the positions of its changes), stable across rebuilds."""
-        identity = [
-            list(self.buckets),
-            [
-                [
-                    t.schema,
-                    t.name,
-                    [[c.name, c.hyper_type, c.nullable] for c in t.columns],
-                    t.row_count,
-                    t.row_digest,
-                ]
-                for t in sorted(self.tables.values(), key=lambda t: t.name)
-            ],
-        ]
-        text = json.dumps(identity, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass
@@ -247,7 +158,7 @@ class Payload:
         self,
         part: PayloadPart | None = None,
         *,
-        target_table: str = DEFAULT_SCHEMA,
+        target_table: str = DEFAULT_TABLE,
         target_schema: str = DEFAULT_SCHEMA,
     ) -> ActionBatch:
         """A change set's actions on ``target_schema.target_table``: delete the keys of the
@@ -265,7 +176,7 @@ class Payload:
                 raise PayloadError("an empty change set has no actions: nothing to apply")
             part = self.parts[0]
         if self.change_sets:
-            if target_table != DEFAULT_SCHEMA:
+            if target_table != DEFAULT_TABLE:
                 raise InvalidArgumentError(
                     f"target_table={target_table!r} does not apply to a multi-table change set: "
                     f"each table's changes go to the table of its name "
@@ -288,7 +199,7 @@ class Payload:
         return ActionBatch(actions=actions)
 
     # -- checks ----------------------------------------------------------------------------
-    def validate(self, batch: Any) -> ActionBatch:
+    def validate(self, batch: BatchLike) -> ActionBatch:
         """Check ``batch`` against this payload's tables before anything is sent.
 
         Every source table must exist (in this payload's schema), every source column a
@@ -369,83 +280,26 @@ class Payload:
             raise InvalidActionBatchError(problems)
 
     # -- manifest (for the command line) ------------------------------------------------------
-    MANIFEST = "manifest.json"
+    MANIFEST = MANIFEST
 
     def mark_applied(self, jobs: list[str], target: dict[str, str] | None = None) -> None:
         """Note in the saved manifest (when this payload was loaded from one) that it was
         applied (by ``jobs``, to ``target``), so that a later load says so instead of
         finding its files missing."""
-        manifest = self._manifest
-        if manifest is None:
-            return
-        try:
-            doc = json.loads(manifest.read_text(encoding="utf-8"))
-            doc["applied"] = {
-                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "jobs": jobs,
-                "target": target,
-            }
-            tmp = manifest.with_name(f".{manifest.name}.tmp")
-            tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
-            tmp.chmod(0o600)
-            os.replace(tmp, manifest)
-        except (OSError, ValueError) as err:
-            log.warning("could not note in %s that it was applied: %s", manifest, err)
+        if self._manifest is not None:
+            note_applied(self._manifest, jobs, target)
 
     def save_manifest(self, directory: str | os.PathLike[str] | None = None) -> Path:
         """Write ``manifest.json`` beside the parts: what :meth:`load` needs to apply the
         payload later, e.g. from ``tabhyper-update apply``. With ``directory``, the part
         files move there first (a manifest only ever names files in its own folder)."""
-        if not self.parts:
-            raise PayloadError("an empty payload has no files to describe")
-        where = Path(directory) if directory is not None else self.parts[0].path.parent
-        check_folder(where, "directory")
-        moved = []
-        for part in self.parts:
-            final = where / part.path.name
-            if part.path.resolve() != final.resolve():
-                if final.exists():
-                    raise PayloadError(
-                        f"cannot move payload part {part.path.name!r} into {str(where)!r}: a "
-                        "file of that name is already there"
-                    )
-                shutil.move(part.path, final)
-                part = replace(part, path=final)
-            moved.append(part)
-        self.parts = moved
-        doc = {
-            "schema": self.schema,
-            "change_set": self.change_set.to_dict() if self.change_set is not None else None,
-            "change_sets": (
-                {name: cs.to_dict() for name, cs in self.change_sets.items()}
-                if self.change_sets
-                else None
-            ),
-            "parts": [
-                {
-                    "file": os.path.relpath(p.path, where),
-                    "size_bytes": p.size_bytes,
-                    "sha256": p.sha256,
-                    "buckets": list(p.buckets),
-                    "tables": [
-                        {
-                            "schema": t.schema,
-                            "name": t.name,
-                            "row_count": t.row_count,
-                            "row_digest": t.row_digest,
-                            "columns": [[c.name, c.hyper_type, c.nullable] for c in t.columns],
-                        }
-                        for t in p.tables.values()
-                    ],
-                }
-                for p in self.parts
-            ],
-        }
-        path = where / self.MANIFEST
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
-        tmp.chmod(0o600)
-        os.replace(tmp, path)
+        path, self.parts = write_manifest(
+            self.parts,
+            directory,
+            schema=self.schema,
+            change_set=self.change_set,
+            change_sets=self.change_sets,
+        )
         return path
 
     @classmethod
@@ -458,64 +312,7 @@ class Payload:
 
         Its tables are read from the file; ``schema`` picks one when the file has tables in
         several schemas. The file is yours: it is never changed, moved or removed."""
-        from tableauhyperapi import Nullability
-
-        from ._hyper import connect
-
-        file = Path(path)
-        if not file.is_file():
-            raise PayloadError(f"{str(file)!r} is not a file: give the path of a .hyper file")
-        try:
-            with connect(file) as connection:
-                catalog = connection.catalog
-                found = [
-                    (str(s.name.unescaped), catalog.get_table_definition(t))
-                    for s in catalog.get_schema_names()
-                    for t in catalog.get_table_names(s)
-                ]
-                counts = {
-                    (sch, str(d.table_name.name.unescaped)): int(
-                        connection.execute_scalar_query(f"SELECT COUNT(*) FROM {d.table_name}")
-                    )
-                    for sch, d in found
-                }
-        except Exception as err:  # Hyper's own error for a file that is not a Hyper file
-            if isinstance(err, TabHyperError):
-                raise
-            raise PayloadError(
-                f"{str(file)!r} cannot be read as a .hyper file: {str(err).splitlines()[0]}"
-            ) from None
-        schemas = sorted({sch for sch, _ in found})
-        if not found:
-            raise PayloadError(f"{str(file)!r} holds no table")
-        if schema is None and len(schemas) > 1:
-            raise PayloadError(
-                f"{str(file)!r} has tables in several schemas ({', '.join(map(repr, schemas))}): "
-                "pass schema= to pick one"
-            )
-        chosen = schema if schema is not None else schemas[0]
-        if chosen not in schemas:
-            raise PayloadError(
-                f"{str(file)!r} has no schema {chosen!r} (its schemas: "
-                f"{', '.join(map(repr, schemas))})"
-            )
-        sha = _sha256(file)
-        tables: dict[str, TableInfo] = {}
-        for sch, definition in found:
-            if sch != chosen:
-                continue
-            name = str(definition.table_name.name.unescaped)
-            columns = tuple(
-                ColumnInfo(
-                    str(c.name.unescaped),
-                    _sql_type_text(c.type),
-                    c.nullability == Nullability.NULLABLE,
-                )
-                for c in definition.columns
-            )
-            # The file's SHA-256 stands for its rows: the same file, the same identity.
-            tables[name] = TableInfo(sch, name, columns, counts[(sch, name)], f"sha256:{sha}")
-        part = PayloadPart(file, file.stat().st_size, tables)
+        part, chosen = read_hyper(path, schema)
         return cls([part], schema=chosen, keep_files=True)
 
     @classmethod
@@ -525,92 +322,7 @@ class Payload:
         Every part must be a file inside the manifest's folder (no ``..``, no absolute path,
         no symbolic link out of it) with the size and SHA-256 the manifest gives.
         """
-        manifest = Path(path)
-        if manifest.is_dir():
-            manifest = manifest / cls.MANIFEST
-        try:
-            doc = json.loads(manifest.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise PayloadError(f"no payload manifest at {str(manifest)!r}") from None
-        except (OSError, ValueError, RecursionError) as err:
-            raise PayloadError(f"{str(manifest)!r} is not a payload manifest: {err}") from None
-        try:
-            return cls._from_manifest(manifest, doc, keep_files)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
-            if isinstance(err, PayloadError):
-                raise
-            what = f"missing field {err}" if isinstance(err, KeyError) else str(err)
-            raise PayloadError(
-                f"{str(manifest)!r} is not a valid payload manifest: {what}"
-            ) from None
-
-    @classmethod
-    def _from_manifest(cls, manifest: Path, doc: Any, keep_files: bool) -> Payload:
-        if not isinstance(doc, dict) or not isinstance(doc.get("parts"), list):
-            raise PayloadError(f"{str(manifest)!r} is not a payload manifest: no 'parts' list")
-        folder = manifest.parent.resolve()
-        parts = []
-        for item in doc["parts"]:
-            name = item["file"]
-            if not isinstance(name, str) or not name:
-                raise PayloadError(f"{str(manifest)!r}: a part's 'file' must be a file name")
-            relative = Path(name)
-            if relative.is_absolute() or ".." in relative.parts:
-                raise PayloadError(
-                    f"{str(manifest)!r}: payload part {name!r} is outside the manifest's folder; "
-                    "refused"
-                )
-            file = manifest.parent / relative
-            if file.is_symlink() or not file.resolve().is_relative_to(folder):
-                raise PayloadError(
-                    f"{str(manifest)!r}: payload part {name!r} leads outside the manifest's "
-                    "folder; refused"
-                )
-            if not file.is_file():
-                applied = doc.get("applied")
-                if isinstance(applied, dict):
-                    target = applied.get("target")
-                    raise PayloadAppliedError(
-                        str(manifest),
-                        str(applied.get("at")),
-                        list(applied.get("jobs") or []),
-                        target if isinstance(target, dict) else None,
-                    )
-                raise PayloadError(
-                    f"payload part {str(file)!r} is missing (moved or removed since the payload "
-                    "was saved)"
-                )
-            if file.stat().st_size != int(item["size_bytes"]):
-                raise PayloadError(f"payload part {str(file)!r} changed size since it was built")
-            tables = {
-                str(t["name"]): TableInfo(
-                    str(t["schema"]),
-                    str(t["name"]),
-                    tuple(ColumnInfo(str(c[0]), str(c[1]), bool(c[2])) for c in t["columns"]),
-                    int(t["row_count"]),
-                    str(t.get("row_digest", "")),
-                )
-                for t in item["tables"]
-            }
-            lo, hi = item.get("buckets") or (0, BUCKETS - 1)
-            part = PayloadPart(file, int(item["size_bytes"]), tables, (int(lo), int(hi)))
-            if part.sha256 != item["sha256"]:
-                raise PayloadError(f"payload part {str(file)!r} changed since it was built")
-            parts.append(part)
-        change_set = ChangeSet.from_dict(doc["change_set"]) if doc.get("change_set") else None
-        change_sets = (
-            {str(name): ChangeSet.from_dict(cs) for name, cs in doc["change_sets"].items()}
-            if doc.get("change_sets")
-            else None
-        )
-        return cls(
-            parts,
-            schema=str(doc["schema"]),
-            keep_files=keep_files,
-            change_set=change_set,
-            change_sets=change_sets,
-            _manifest=manifest,
-        )
+        return cls(**read_manifest(path), keep_files=keep_files)
 
     # -- the round trip ----------------------------------------------------------------------
     def upload(
@@ -631,9 +343,11 @@ class Payload:
         ``progress=False``. Then ``.apply(actions)`` (or ``.apply(target_table=...)`` for a
         change set).
         """
+        from .client import client_for
         from .roundtrip import upload_payload
 
-        return upload_payload(self, target, client=client, progress=progress, state_dir=state_dir)
+        chosen = client_for(target, client, "upload")
+        return upload_payload(self, target, client=chosen, progress=progress, state_dir=state_dir)
 
     def publish(
         self,
@@ -648,17 +362,9 @@ class Payload:
         """Publish this payload (a snapshot in one file) as the live-to-Hyper data source
         ``name``: :meth:`TableauClient.publish` with ``client`` (by default from the
         environment). The files are removed once published (unless ``keep_files``)."""
-        from .client import TableauClient as _Client
+        from .client import client_for
 
-        if client is None:
-            try:
-                client = _Client.from_env()
-            except ConfigurationError as err:
-                raise ConfigurationError(
-                    f"no client to publish with: pass client=TableauClient(...) or configure "
-                    f"the environment ({err})"
-                ) from None
-        ref = client.publish(
+        ref = client_for(None, client, "publish").publish(
             self, name, project=project, mode=mode, description=description, timeout=timeout
         )
         self.cleanup()
@@ -685,27 +391,3 @@ class Payload:
         tb: TracebackType | None,
     ) -> None:
         self.cleanup()
-
-
-_SQL_TYPE_TEXT = {
-    "BIG_INT": "BIGINT",
-    "SMALL_INT": "SMALLINT",
-    "INT": "INTEGER",
-    "DOUBLE": "DOUBLE PRECISION",
-    "BOOL": "BOOLEAN",
-    "TIMESTAMP_TZ": "TIMESTAMP WITH TIME ZONE",
-}
-
-
-def _sql_type_text(sql_type: Any) -> str:
-    """Hyper's SQL spelling of a Hyper API type (``BIG_INT`` → ``BIGINT``)."""
-    text = str(sql_type).replace(", ", ",")
-    return _SQL_TYPE_TEXT.get(text, text)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(_MB), b""):
-            digest.update(block)
-    return digest.hexdigest()

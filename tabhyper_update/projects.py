@@ -74,13 +74,13 @@ def find_project(client: TableauClient, project: str | Project | None) -> Projec
     if not found:
         known = ", ".join(sorted(repr(p.path) for p in projects)[:20])
         raise NotFoundError(
-            status=404,
+            status=None,
             summary="Project not found",
             detail=f"no {wanted} on site {client.site!r} (projects: {known or 'none'})",
         )
     if len(found) > 1:
         raise ApiError(
-            status=409,
+            status=None,
             summary="Ambiguous project",
             detail=f"{len(found)} projects match {wanted}: "
             + ", ".join(sorted(repr(p.path) for p in found)),

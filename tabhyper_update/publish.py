@@ -18,23 +18,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from .client import DataSourceRef
 from .errors import (
     ApiError,
     InvalidArgumentError,
     NotFoundError,
+    PayloadArgumentError,
     PayloadError,
     TargetMismatchError,
     TransportError,
 )
 from .jobs import Job
+from .parts import PayloadLike
 from .projects import Project, find_project
 from .redaction import get_logger
+from .refs import DataSourceRef, ref_from_item
 
 if TYPE_CHECKING:
     from .client import TableauClient
-    from .payload import Payload
-    from .roundtrip import UpdateResult
+    from .results import UpdateResult
 
 __all__ = ["BootstrapResult", "PublishMode", "bootstrap", "publish"]
 
@@ -74,10 +75,10 @@ def _multipart(xml: bytes, file: tuple[str, bytes] | None) -> tuple[bytes, str]:
     return b"".join(chunks), f"multipart/mixed; boundary={boundary}"
 
 
-def _file_of(payload: Payload | str | os.PathLike[str]) -> tuple[Path, dict[str, tuple[str, ...]]]:
-    from .payload import Payload
-
-    if isinstance(payload, Payload):
+def _file_of(
+    payload: PayloadLike | str | os.PathLike[str],
+) -> tuple[Path, dict[str, tuple[str, ...]]]:
+    if isinstance(payload, PayloadLike):
         if payload.is_empty:
             raise PayloadError("the payload is empty: there is nothing to publish")
         if len(payload.parts) > 1:
@@ -98,13 +99,13 @@ def _file_of(payload: Payload | str | os.PathLike[str]) -> tuple[Path, dict[str,
         return part.path, columns
     path = Path(payload)
     if path.suffix != ".hyper" or not path.is_file():
-        raise PayloadError(f"{str(path)!r} is not a .hyper file to publish")
+        raise PayloadArgumentError(f"{str(path)!r} is not a .hyper file to publish")
     return path, {}
 
 
 def publish(
     client: TableauClient,
-    payload: Payload | str | os.PathLike[str],
+    payload: PayloadLike | str | os.PathLike[str],
     name: str,
     *,
     project: str | Project | None = None,
@@ -175,7 +176,7 @@ def publish(
         item = answer.get("datasource")
         if not isinstance(item, dict) or not item.get("id"):
             raise TransportError("the publish answer holds neither a data source nor a job")
-        ref = client._ref(item)
+        ref = ref_from_item(item)
         assert ref is not None
         found = replace(ref, name=ref.name or name, project=ref.project or target.name)
     if found.project_id is not None and found.project_id.lower() != target.id.lower():
@@ -204,8 +205,8 @@ def bootstrap(
     client: TableauClient,
     name: str,
     *,
-    snapshot: Callable[[], Payload],
-    changes: Callable[[], Payload],
+    snapshot: Callable[[], PayloadLike],
+    changes: Callable[[], PayloadLike],
     project: str | Project | None = None,
     full_refresh: bool = False,
     target_table: str | None = None,
@@ -232,7 +233,8 @@ def bootstrap(
     if existing is None:
         why = "a full refresh was asked for" if full_refresh else "it does not exist yet"
         log.info("publishing the snapshot of %r: %s", name, why)
-        with snapshot() as payload:
+        payload = snapshot()
+        try:
             ref = publish(
                 client,
                 payload,
@@ -241,6 +243,8 @@ def bootstrap(
                 mode="overwrite" if full_refresh else "create",
                 timeout=timeout,
             )
+        finally:
+            payload.cleanup()
         return BootstrapResult(ref, published=True)
     log.info("data source %r exists: applying the change set", name)
     update = client.update_datasource(

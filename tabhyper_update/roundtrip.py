@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from .actions import DEFAULT_SCHEMA, ActionBatch, Replace
-from .client import DataSourceRef, TableauClient, check_job_target, check_request_id
+from .actions import ActionBatch, BatchLike
 from .errors import (
+    ArgumentTypeError,
     ConfigurationError,
     InvalidArgumentError,
     JobCancelledError,
@@ -32,21 +31,32 @@ from .errors import (
     JobOutcomeUnknownError,
     NotFoundError,
     PayloadError,
-    SchemaDriftError,
     TabHyperError,
     UpdateStateError,
 )
-from .identity import MAX_REQUEST_ID, created_before, new_record, next_attempt
+from .identity import MAX_REQUEST_ID, created_before, next_attempt, open_record
 from .jobs import FINISH_CANCELLED, FINISH_FAILED, Job
+from .parts import PayloadLike, PayloadPart, TableInfo
 from .progress import bar as progress_bar
 from .progress import show_progress
 from .redaction import get_logger
-from .state import PartState, RecordKind, StateStore, UpdateRecord
+from .refs import DataSourceRef, check_job_target, check_request_id
+from .results import PartUpdate, UpdateResult
+from .state import PartState, StateStore, UpdateRecord
+from .targets import check_columns, derived_target, refuse_replace_from_nothing, resolve_target
 
 if TYPE_CHECKING:
-    from .payload import Payload, PayloadPart
+    from .client import TableauClient
 
-__all__ = ["PartUpdate", "UpdateResult", "UploadedPayload", "resolve_target"]
+__all__ = [
+    "BoundPayload",
+    "PartUpdate",
+    "UpdateResult",
+    "UploadedPayload",
+    "resolve_target",
+    "update_datasource",
+    "upload_payload",
+]
 
 log = get_logger("tabhyper_update")
 _T = TypeVar("_T")
@@ -54,162 +64,22 @@ _T = TypeVar("_T")
 MAX_ATTEMPTS_PER_RUN = 3
 
 
-def resolve_target(
-    client: TableauClient,
-    target: DataSourceRef | str | None,
-    env: Mapping[str, str] | None = None,
-) -> DataSourceRef:
-    """A data source reference from ``target`` or ``TABLEAU_DATASOURCE`` (``TABLEAU_PROJECT``,
-    ``TABLEAU_CONNECTION`` optional)."""
-    if isinstance(target, DataSourceRef):
-        return target
-    e = os.environ if env is None else env
-    name = target or e.get("TABLEAU_DATASOURCE")
-    if not name:
-        raise ConfigurationError(
-            "no target data source: pass one to upload() or set TABLEAU_DATASOURCE"
-        )
-    return client.datasource(
-        name,
-        project=e.get("TABLEAU_PROJECT") or None,
-        connection=e.get("TABLEAU_CONNECTION") or None,
-    )
-
-
 def _step(step: str, consequence: str, fn: Callable[[], _T]) -> _T:
     """Run one step; an error of ours leaving it says which step and what it means."""
     try:
         return fn()
     except TabHyperError as err:
-        _annotate(err, step, consequence)
+        err.at_step(step, consequence)
         raise
-
-
-def _annotate(err: TabHyperError, step: str, consequence: str) -> None:
-    err.step = step
-    note = f"[{step} failed: {consequence}]"
-    if err.args and isinstance(err.args[0], str) and note not in err.args[0]:
-        err.args = (f"{err.args[0]} {note}", *err.args[1:])
-
-
-@dataclass
-class PartUpdate:
-    """One part's update: its RequestID, job, and how it came about.
-
-    ``deduplicated``: nothing new was applied for this part because it had been applied (or
-    submitted) before under the same identity: either this SDK's record showed it
-    (``skipped``: no request was sent) or the server answered with a job that existed before
-    the request (``job`` is that original job). ``resumed``: a job submitted by an earlier,
-    interrupted run was followed to its end. ``attempt`` counts submissions after failed or
-    cancelled jobs (0 for the first).
-    """
-
-    part: int
-    request_id: str
-    actions: ActionBatch = field(repr=False)
-    upload_session_id: str | None = None
-    job: Job | None = None
-    resumed: bool = False
-    deduplicated: bool = False
-    skipped: bool = False
-    attempt: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)
-    #: Rows per payload table this part carries, and the size of its file.
-    rows: dict[str, int] = field(default_factory=dict)
-    size_bytes: int = 0
-
-    @property
-    def job_id(self) -> str | None:
-        return self.job.id if self.job is not None else self._recorded_job
-
-    _recorded_job: str | None = field(default=None, repr=False)
-
-
-@dataclass
-class UpdateResult:
-    """The updates of a payload, part by part. After ``apply()`` (which waits by default)
-    every part is applied; after ``apply(wait=False)`` call :meth:`wait`."""
-
-    parts: list[PartUpdate]
-    done: bool = False
-    _finish: Callable[[UpdateResult, float | None], None] | None = field(default=None, repr=False)
-
-    @property
-    def jobs(self) -> list[Job]:
-        return [p.job for p in self.parts if p.job is not None]
-
-    @property
-    def empty(self) -> bool:
-        """True when there was nothing to update (an empty change set, or a payload without
-        rows for actions that read it): no request was sent."""
-        return not self.parts
-
-    @property
-    def deduplicated(self) -> bool:
-        """True when no part applied anything new: the whole update had been applied (or
-        submitted) before under the same identity."""
-        return bool(self.parts) and all(p.deduplicated for p in self.parts)
-
-    def summary(self) -> list[dict[str, Any]]:
-        """One plain dict per part, for a job's log: rows per table, bytes, RequestID, job,
-        how it came about, seconds per step."""
-        return [
-            {
-                "part": p.part + 1,
-                "rows": dict(p.rows),
-                "size_bytes": p.size_bytes,
-                "request_id": p.request_id,
-                "job_id": p.job_id,
-                "succeeded": p.job.succeeded if p.job is not None and p.job.is_done else None,
-                "attempt": p.attempt,
-                "deduplicated": p.deduplicated,
-                "skipped": p.skipped,
-                "resumed": p.resumed,
-                "seconds": {k: round(v, 3) for k, v in p.seconds.items()},
-            }
-            for p in self.parts
-        ]
-
-    def __str__(self) -> str:
-        if not self.parts:
-            return "nothing to update: the payload holds no rows"
-        lines = []
-        for p in self.summary():
-            how = (
-                "skipped: applied before"
-                if p["skipped"]
-                else "deduplicated"
-                if p["deduplicated"]
-                else "resumed"
-                if p["resumed"]
-                else "applied"
-                if self.done
-                else "submitted"
-            )
-            steps = ", ".join(f"{k} {v:.2f} s" for k, v in p["seconds"].items())
-            rows = ", ".join(f"{n} {c} rows" for n, c in p["rows"].items())
-            lines.append(
-                f"part {p['part']}: job {p['job_id']} ({how}), RequestID {p['request_id']}"
-                + (f"; {rows}, {p['size_bytes']} bytes" if rows else "")
-                + (f"; {steps}" if steps else "")
-            )
-        return "\n".join(lines)
-
-    def wait(self, timeout: float | None = None) -> UpdateResult:
-        """Wait for every part's job; raise :class:`JobFailedError` (or cancelled / timed
-        out) on the first that did not succeed."""
-        if not self.done and self._finish is not None:
-            self._finish(self, timeout)
-        self.done = True
-        return self
 
 
 #: Tableau's error code for an upload session it does not know (consumed or expired).
 UPLOAD_SESSION_UNKNOWN = "404003"
 
 
-class UploadedPayload:
-    """A payload bound to its target data source and client, its first part uploaded.
+class BoundPayload:
+    """A payload bound to its target data source and client (what ``payload.upload()``
+    returns, its first part uploaded by then).
 
     ``Payload.upload()`` looks the target up and uploads the first part before it returns;
     :meth:`apply` checks the actions against the payload, then submits that part's update
@@ -218,7 +88,7 @@ class UploadedPayload:
 
     def __init__(
         self,
-        payload: Payload,
+        payload: PayloadLike,
         client: TableauClient,
         target: DataSourceRef | str | None,
         *,
@@ -262,12 +132,12 @@ class UploadedPayload:
 
     def __repr__(self) -> str:
         shown = self._target.name or self._target.id if self._target else self._target_spec
-        return f"UploadedPayload(target={shown!r}, parts={len(self.payload.parts)})"
+        return f"{type(self).__name__}(target={shown!r}, parts={len(self.payload.parts)})"
 
     # -- the update ------------------------------------------------------------------------
     def apply(
         self,
-        actions: Any = None,
+        actions: BatchLike | None = None,
         *,
         target_table: str | None = None,
         target_schema: str | None = None,
@@ -291,7 +161,7 @@ class UploadedPayload:
         if request_id is not None:
             check_request_id(request_id, most=MAX_REQUEST_ID)
         if not self.payload.parts and given is not None and given.reads_source:
-            _refuse_replace_from_nothing(given)
+            refuse_replace_from_nothing(given)
             log.info("empty payload: no rows to insert, upsert or delete by; nothing to update")
             self._cleanup()
             return UpdateResult([], done=True)
@@ -352,81 +222,14 @@ class UploadedPayload:
     def _check_columns(self, batches: Sequence[ActionBatch]) -> None:
         """Refuse, before anything is sent, columns the target is known to lack."""
         known = self._target.columns if self._target is not None else None
-        if not known:
-            return
-        tables = self.payload.tables
-        lacking: dict[str, list[str]] = {}
-        for batch in batches:
-            for action in batch.actions:
-                source = getattr(action, "source_table", None)
-                if action.action == "delete" or source not in tables:
-                    continue
-                target_columns = known.get(action.target_table)
-                if target_columns is None:
-                    continue
-                for column in tables[source].column_names:
-                    if column not in target_columns:
-                        names = lacking.setdefault(action.target_table, [])
-                        if column not in names:
-                            names.append(column)
-        if lacking:
-            raise SchemaDriftError(lacking)
+        if known:
+            check_columns(known, self.payload.tables, batches)
 
     def _record(
         self, units: Sequence[tuple[PayloadPart | None, ActionBatch]], request_id: str | None
     ) -> UpdateRecord:
         """This update's record: the one an interrupted run left, or a new one (saved)."""
-        kind: RecordKind = "position" if (request_id is not None or self.payload.is_cdc) else "run"
-        digest = self.payload.digest if self.payload.parts else ""
-        plan = [
-            (part.buckets, part.content_digest) if part is not None else (None, "")
-            for part, _ in units
-        ]
-        batches = [batch for _, batch in units]
-        if request_id is not None:
-            label = f"request id {request_id!r}"
-        elif kind == "position":
-            label = f"change set {digest[:12]}"
-        else:
-            label = f"run of payload {digest[:12]}" if digest else "run of an update"
-        fresh = new_record(
-            kind,
-            self.target,
-            request_id=request_id,
-            payload_digest=digest,
-            batches=batches,
-            plan=plan,
-            label=label,
-        )
-        self.state.sweep_if_due()
-        record = self.state.load(fresh.key)
-        if record is None:
-            self.state.save(fresh)
-            return fresh
-        if [(p.buckets, p.digest) for p in record.parts] == plan:
-            if record.finished and record.kind == "run":
-                log.info("%s finished before its record was removed: nothing to resend", label)
-            elif record.started:
-                log.info("%s was interrupted: resuming it", label)
-            return record
-        if not record.started:
-            self.state.save(fresh)
-            return fresh
-        if record.finished:
-            log.warning(
-                "%s was applied before with other content (%d part(s)); nothing is sent: "
-                "pass a new request_id to apply this payload as a new update",
-                label,
-                len(record.parts),
-            )
-            return record
-        raise UpdateStateError(
-            f"{label} was interrupted after part(s) of it reached the server, and this payload "
-            f"splits differently ({len(plan)} part(s) now, {len(record.parts)} then): resuming "
-            "it could apply rows twice. Rebuild with the same max_payload_mb to resume, or, "
-            "once you know what the server applied, remove the record with "
-            f"`tabhyper-update state clear --state-dir {self.state.directory}`"
-        )
+        return open_record(self.state, self.payload, self.target, units, request_id)
 
     # -- steps -------------------------------------------------------------------------------------
     def _upload_part(self, index: int, part: PayloadPart) -> str:
@@ -635,8 +438,7 @@ class UploadedPayload:
                     self.state.remove(record.key)
                 else:
                     self.state.save(record)
-                _annotate(
-                    err,
+                err.at_step(
                     f"job of part {update.part + 1}",
                     "nothing of this part was applied; running the job again submits it anew",
                 )
@@ -661,99 +463,109 @@ class UploadedPayload:
             self.payload.cleanup()
 
 
-def _refuse_replace_from_nothing(batch: ActionBatch) -> None:
-    """A replace from an empty payload would empty its target: never done by omission."""
-    for action in batch.actions:
-        if isinstance(action, Replace):
-            raise PayloadError(
-                f"the payload holds no rows, so replacing table {action.target_table!r} from it "
-                "would empty that table; the SDK does not do that by omission. Skip the update "
-                "when the source is empty, or empty the table on purpose with "
-                "Delete(target_table=..., condition=...)"
-            )
-
-
-def derived_target(
-    payload: Payload,
-    actions: ActionBatch | None,
-    target_table: str | None,
-    target_schema: str | None,
-) -> dict[str, str]:
-    """The target of a change set's derived actions, checked against what was asked: a
-    target only goes with derived actions, and actions are needed without a change set."""
-    named = target_table or target_schema
-    if actions is None and not payload.is_cdc and (payload.parts or named):
-        raise InvalidArgumentError(
-            "no actions to apply: pass actions= (only a payload built with a ChangeSet "
-            "derives its own)"
-        )
-    return check_target(actions is not None, target_table, target_schema)
-
-
-def check_target(
-    with_actions: bool, target_table: str | None, target_schema: str | None
-) -> dict[str, str]:
-    """``target_table`` / ``target_schema`` of derived actions, with their defaults; refused
-    together with actions (which name their own targets) or when not a name."""
-    named = [n for n, v in (("target_table", target_table), ("target_schema", target_schema)) if v]
-    if with_actions and named:
-        raise InvalidArgumentError(
-            f"{' and '.join(named)}= choose the target of a change set's derived actions; the "
-            "actions passed name their own target tables"
-        )
-    target = {
-        "target_table": target_table or DEFAULT_SCHEMA,
-        "target_schema": target_schema or DEFAULT_SCHEMA,
-    }
-    for what, value in target.items():
-        if not isinstance(value, str) or not value or "\x00" in value:
-            raise InvalidArgumentError(f"{what}= must be a non-empty name, got {value!r}")
-    return target
-
-
 def _idempotent(batch: ActionBatch) -> bool:
     """Whether applying ``batch`` twice leaves what applying it once does (no insert)."""
     return all(action.action != "insert" for action in batch.actions)
 
 
 def upload_payload(
-    payload: Payload,
-    target: DataSourceRef | str | None = None,
+    payload: PayloadLike,
+    target: DataSourceRef | str | None,
     *,
-    client: TableauClient | None = None,
+    client: TableauClient,
     progress: bool | None = None,
     state_dir: str | os.PathLike[str] | None = None,
     upload_first: bool = True,
-) -> UploadedPayload:
+) -> BoundPayload:
     """:meth:`Payload.upload`: bind the payload to its target, look the target up and upload
     the first part (unless ``upload_first=False``: then nothing is sent before ``apply()``)."""
     if payload.parts and any(not p.path.exists() for p in payload.parts):
         raise PayloadError("the payload's files were already removed (cleanup() ran)")
-    bound = target.client if isinstance(target, DataSourceRef) else None
-    if client is None and bound is not None:
-        client = bound
-    elif client is None:
-        try:
-            client = TableauClient.from_env()
-        except ConfigurationError as err:
-            raise ConfigurationError(
-                f"no client to upload with: pass client=TableauClient(...) or a data source "
-                f"from client.datasource(...), or configure the environment ({err})"
-            ) from None
-    elif bound is not None and bound is not client:
-        assert isinstance(target, DataSourceRef)
-        raise ConfigurationError(
-            f"data source {target.name or target.id!r} was found with the client for "
-            f"{bound.server} (site {bound.site!r}), not with the client= passed here "
-            f"({client.server}, site {client.site!r}): use one client for both"
-        )
     if target is None and not os.environ.get("TABLEAU_DATASOURCE"):
         raise ConfigurationError(
             "no target data source: pass one to upload() or set TABLEAU_DATASOURCE"
         )
     store = StateStore(state_dir)
     store.check()
-    uploaded = UploadedPayload(payload, client, target, progress=progress, state=store)
+    bound = BoundPayload(payload, client, target, progress=progress, state=store)
     if upload_first:
-        uploaded.upload_first_part()
-    return uploaded
+        bound.upload_first_part()
+    return bound
+
+
+#: The old name of :class:`BoundPayload`.
+UploadedPayload = BoundPayload
+
+
+class _NoPayload:
+    """The payload of an update that reads no table (a delete by constant): no parts."""
+
+    def __init__(self) -> None:
+        self.parts: list[PayloadPart] = []
+        self.keep_files = True
+
+    is_cdc = False
+    is_empty = True
+    digest = ""
+
+    @property
+    def tables(self) -> dict[str, TableInfo]:
+        return {}
+
+    def validate(self, batch: BatchLike) -> ActionBatch:
+        return ActionBatch.coerce(batch)
+
+    def derived_actions(
+        self,
+        part: PayloadPart | None = None,
+        *,
+        target_table: str = "",
+        target_schema: str = "",
+    ) -> ActionBatch:
+        raise InvalidArgumentError("no payload: pass actions=")
+
+    def cleanup(self) -> None:
+        return None
+
+
+def update_datasource(
+    client: TableauClient,
+    target: DataSourceRef | str,
+    payload: PayloadLike | None = None,
+    *,
+    actions: BatchLike | None = None,
+    target_table: str | None = None,
+    target_schema: str | None = None,
+    request_id: str | None = None,
+    wait: bool = True,
+    timeout: float | None = None,
+    progress: bool | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+) -> UpdateResult:
+    """:meth:`TableauClient.update_datasource`: bind, upload and apply in one call, every
+    argument checked before the first request."""
+    if payload is not None and not isinstance(payload, PayloadLike):
+        hint = (
+            "; pass an action batch as actions=..."
+            if not isinstance(payload, (str, os.PathLike))
+            else "; for a .hyper file use Payload.from_hyper(path)"
+        )
+        raise ArgumentTypeError(
+            "update_datasource's second argument is a Payload (from build_payload(...)), "
+            f"got {type(payload).__name__}{hint}",
+            argument="payload",
+        )
+    if payload is None and actions is None:
+        raise InvalidArgumentError("give a payload, actions, or both")
+    chosen: PayloadLike = payload if payload is not None else _NoPayload()
+    bound = upload_payload(
+        chosen, target, client=client, progress=progress, state_dir=state_dir, upload_first=False
+    )
+    return bound.apply(
+        actions,
+        target_table=target_table,
+        target_schema=target_schema,
+        request_id=request_id,
+        wait=wait,
+        timeout=timeout,
+    )

@@ -115,7 +115,7 @@ def _unknown_outcome(error: BaseException) -> bool:
     if isinstance(error, (ConnectionFailedError, RequestTimeoutError)):
         return True
     if isinstance(error, ApiError):
-        return error.status >= 500 or error.status == 429
+        return error.status is not None and (error.status >= 500 or error.status == 429)
     return isinstance(error, TransportError)
 
 

@@ -1,16 +1,79 @@
-"""Shared fixtures: one local Spark session for every Spark test."""
+"""Shared fixtures: one local Spark session for every Spark test; a fake Tableau server
+holding data source ``Orders`` (started from ``target_file``) and a client signed in to it.
+
+A module shapes the server by overriding a fixture: ``target_file`` (other starting rows,
+or ``None`` for a server with no data source), ``target_project``, ``server_options``
+(keywords for :class:`FakeTableauServer`: other credentials, a job delay)."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper
+
+from ._util import CONNECTED_APP, PAT, USER, client_for
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from tabhyper_update import TableauClient
+
+#: The columns and rows data source ``Orders`` starts with, unless a module says otherwise.
+ORDERS_DDL = "id BIGINT NOT NULL, name TEXT, qty INTEGER"
+ORDERS_ROWS = ["(1, 'apple', 10)", "(2, 'banana', 20)", "(3, 'cherry', 30)"]
+
+
+@pytest.fixture
+def target_file(tmp_path: Path) -> Path | None:
+    """The .hyper file data source ``Orders`` starts as (the server keeps its own copy)."""
+    return make_hyper(tmp_path / "start" / "orders.hyper", {"Extract": (ORDERS_DDL, ORDERS_ROWS)})
+
+
+@pytest.fixture
+def target_project() -> str:
+    """The top-level project data source ``Orders`` is in."""
+    return "Default"
+
+
+@pytest.fixture
+def server_options() -> dict[str, Any]:
+    """Keywords for the fake server beyond the shared ones (or replacing them)."""
+    return {}
+
+
+@pytest.fixture
+def server(
+    target_file: Path | None,
+    target_project: str,
+    server_options: dict[str, Any],
+    tmp_path: Path,
+) -> Iterator[FakeTableauServer]:
+    """A fake Tableau server on 127.0.0.1 accepting :data:`PAT`, :data:`USER` and
+    :data:`CONNECTED_APP`, holding data source ``Orders`` unless ``target_file`` is None."""
+    options: dict[str, Any] = {
+        "pats": dict([PAT]),
+        "users": dict([USER]),
+        "connected_app": CONNECTED_APP,
+        "directory": tmp_path / "server",
+    }
+    with FakeTableauServer(**(options | server_options)) as fake:
+        if target_file is not None:
+            fake.add_datasource("Orders", target_file, project=target_project)
+        yield fake
+
+
+@pytest.fixture
+def client(server: FakeTableauServer) -> Iterator[TableauClient]:
+    """A client of ``server`` signed in with :data:`PAT` (quick retries and polls)."""
+    with client_for(server) as made:
+        yield made
 
 
 @pytest.fixture(scope="session")

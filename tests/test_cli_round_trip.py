@@ -18,9 +18,9 @@ from tabhyper_update.cli import main
 from tabhyper_update.client import DataSourceRef
 from tabhyper_update.demo import run_demo
 from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper
 
 from ._util import read_rows
-from .test_local import make_db
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,7 +66,7 @@ def test_build_then_apply_with_derived_actions(
         [(1, "A", "u", 1), (2, None, "d", 1), (3, "c", "c", 1)],
         "id long, v string, op string, seq long",
     ).write.parquet(str(changes))
-    start = make_db(
+    start = make_hyper(
         tmp_path / "t.hyper", {"Orders": ("id BIGINT, v TEXT", ["(1, 'a')", "(2, 'b')"])}
     )
     out_dir = tmp_path / "payload"
@@ -184,7 +184,7 @@ def test_state_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_serve_local_serves_until_its_duration(tmp_path: Path) -> None:
-    start = make_db(tmp_path / "t.hyper", {"Extract": ("id INT", ["(1)"])})
+    start = make_hyper(tmp_path / "t.hyper", {"Extract": ("id INT", ["(1)"])})
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -518,8 +518,11 @@ def test_datasource_in_several_projects_is_ambiguous(
         f"{BASE}/datasources",
         json=json.loads((FIXTURES / "datasources_two_projects.json").read_text()),
     )
-    with pytest.raises(ApiError, match=r"in projects 'Finance', 'Sales'.*pass project="):
+    with pytest.raises(ApiError, match=r"in projects 'Finance', 'Sales'.*pass project=") as caught:
         make_client(clock).datasource("Orders")
+    # The server listed both without complaint: the error carries no HTTP status.
+    assert caught.value.status is None
+    assert "HTTP" not in str(caught.value)
 
 
 def test_datasource_not_found_names_the_site(
@@ -531,8 +534,12 @@ def test_datasource_not_found_names_the_site(
         f"{BASE}/datasources",
         json={"pagination": {"totalAvailable": "0"}, "datasources": {}},
     )
-    with pytest.raises(NotFoundError, match="no data source named 'Nope' on site 'sales'"):
+    with pytest.raises(
+        NotFoundError, match="no data source named 'Nope' on site 'sales'"
+    ) as caught:
         make_client(clock).datasource("Nope")
+    assert caught.value.status is None
+    assert str(caught.value).startswith("Data source not found (no data source named")
 
 
 def test_datasource_by_luid_with_connection(rsps: responses.RequestsMock, clock: FakeClock) -> None:

@@ -22,9 +22,9 @@ from tabhyper_update import (
     build_payload,
 )
 from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper
 
 from ._util import read_rows
-from .test_local import make_db
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 def test_two_processes_update_one_datasource_and_nothing_is_lost(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    start = make_db(
+    start = make_hyper(
         tmp_path / "t.hyper", {"Extract": ("id BIGINT NOT NULL, v TEXT", ["(0, 'start')"])}
     )
     dirs = []

@@ -22,7 +22,6 @@ import pytest
 from tabhyper_update import (
     ApiError,
     ChangeSet,
-    PersonalAccessToken,
     PollPolicy,
     RetryPolicy,
     TabHyperError,
@@ -33,9 +32,9 @@ from tabhyper_update import (
 from tabhyper_update.payload import Payload
 from tabhyper_update.state import StateStore
 from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper
 
-from ._util import read_rows
-from .test_local import make_db
+from ._util import client_for, read_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,17 +72,16 @@ def built(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 @pytest.fixture(scope="module")
 def start_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_db(
+    return make_hyper(
         tmp_path_factory.mktemp("start") / "orders.hyper",
         {"Extract": ("id BIGINT NOT NULL, name TEXT, qty INTEGER", START)},
     )
 
 
 def make_client(server: FakeTableauServer, **kw: Any) -> TableauClient:
-    return TableauClient(
-        server.url,
-        "",
-        PersonalAccessToken("ci", "pat-secret"),
+    """A client that retries and restarts uploads often and quickly, in small chunks."""
+    return client_for(
+        server,
         timeout=TIMEOUT,
         retry=RetryPolicy(max_attempts=6, initial_wait=0.01, max_wait=0.05, max_total_seconds=20),
         poll=PollPolicy(initial=0.01, factor=1.4, maximum=0.05, timeout=30),

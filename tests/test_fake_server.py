@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,39 +15,31 @@ from tabhyper_update import (
     ConnectedAppJWT,
     Insert,
     JobFailedError,
-    PersonalAccessToken,
-    RetryPolicy,
     TableauClient,
     Upsert,
     UsernamePassword,
     keys_match,
 )
 from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper
 from tabhyper_update.uploads import multipart_framing
 
-from ._util import read_rows
-from .test_local import make_db
+from ._util import PAT, client_for, read_rows
 
 NS = "{http://tableau.com/api}"
-PAT = {"ci": "pat-secret"}
+PATS = dict([PAT])
 
 
 @pytest.fixture
 def target_file(tmp_path: Path) -> Path:
-    return make_db(
+    return make_hyper(
         tmp_path / "orders.hyper", {"Extract": ("id INT, v TEXT", ["(1, 'a')", "(2, 'b')"])}
     )
 
 
 @pytest.fixture
-def server(target_file: Path) -> Iterator[FakeTableauServer]:
-    with FakeTableauServer(
-        pats=PAT,
-        users={"ana": "pw"},
-        connected_app={"client_id": "cid", "secret_id": "kid", "secret_value": "app-secret"},
-    ) as srv:
-        srv.add_datasource("Orders", target_file, project="Sales")
-        yield srv
+def target_project() -> str:
+    return "Sales"
 
 
 def api(server: FakeTableauServer, rest: str) -> str:
@@ -202,13 +193,8 @@ def test_wrong_content_type_is_refused(server: FakeTableauServer) -> None:
     assert answer.status_code == 400
 
 
-def client_for(server: FakeTableauServer, **kw: Any) -> TableauClient:
-    kw.setdefault("retry", RetryPolicy(max_attempts=5, initial_wait=0.01, max_total_seconds=20))
-    return TableauClient(server.url, "", PersonalAccessToken("ci", "pat-secret"), **kw)
-
-
 def payload_file(tmp_path: Path, rows: list[str]) -> Path:
-    return make_db(tmp_path / "payload.hyper", {"upserts": ("id INT, v TEXT", rows)})
+    return make_hyper(tmp_path / "payload.hyper", {"upserts": ("id INT, v TEXT", rows)})
 
 
 UPSERT = [Upsert(target_table="Extract", source_table="upserts", condition=keys_match("id"))]
@@ -253,7 +239,7 @@ def test_upload_session_is_consumed_once(server: FakeTableauServer, tmp_path: Pa
 
 
 def test_413_over_max_upload(target_file: Path, tmp_path: Path) -> None:
-    with FakeTableauServer(pats=PAT, max_upload_mb=0.01) as server:
+    with FakeTableauServer(pats=PATS, max_upload_mb=0.01) as server:
         server.add_datasource("Orders", target_file)
         with client_for(server) as client:
             ref = client.datasource("Orders")
@@ -317,7 +303,7 @@ def test_jobs_on_one_datasource_run_in_order(server: FakeTableauServer, tmp_path
         ref = client.datasource("Orders")
         jobs = []
         for i in range(5):
-            path = make_db(
+            path = make_hyper(
                 tmp_path / f"p{i}.hyper", {"upserts": ("id INT, v TEXT", [f"(1, 'v{i}')"])}
             )
             jobs.append(client.update_data(ref, UPSERT, upload_session_id=client.upload(path)))
@@ -329,7 +315,7 @@ def test_jobs_on_one_datasource_run_in_order(server: FakeTableauServer, tmp_path
 def test_responses_adapter_serves_the_same_fake_without_sockets(
     target_file: Path, tmp_path: Path
 ) -> None:
-    with FakeTableauServer(pats=PAT, serve=False) as server, server.mock_requests() as rsps:
+    with FakeTableauServer(pats=PATS, serve=False) as server, server.mock_requests() as rsps:
         luid = server.add_datasource("Orders", target_file)
         client = client_for(server)
         session = client.upload(payload_file(tmp_path, ["(7, 'g')"]))

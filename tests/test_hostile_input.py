@@ -27,9 +27,9 @@ from tabhyper_update import (
 from tabhyper_update.cli import main
 from tabhyper_update.folders import sweep_leftovers
 from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper
 
 from ._util import read_rows
-from .test_local import make_db
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,7 +43,7 @@ def test_records_live_in_a_folder_of_their_own_and_foreign_files_are_left_alone(
     shared.chmod(0o1777)
     foreign = shared / "someone-elses.json"
     foreign.write_text('{"not": "ours"}')
-    start = make_db(tmp_path / "t.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')"])})
+    start = make_hyper(tmp_path / "t.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')"])})
     with FakeTableauServer(pats={"ci": "pat-secret"}) as server:
         server.add_datasource("Orders", start)
         client = TableauClient(server.url, "", PersonalAccessToken("ci", "pat-secret"))
@@ -92,7 +92,7 @@ def test_relative_staging_and_output_folders(
 
 
 def test_a_data_source_whose_name_holds_a_comma_is_found(tmp_path: Path) -> None:
-    start = make_db(tmp_path / "t.hyper", {"Extract": ("id BIGINT", ["(1)"])})
+    start = make_hyper(tmp_path / "t.hyper", {"Extract": ("id BIGINT", ["(1)"])})
     with FakeTableauServer(pats={"ci": "pat-secret"}) as server:
         luid = server.add_datasource("Orders, Europe", start)
         server.add_datasource("Orders", start)

@@ -14,17 +14,19 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tabhyper_update import (
-    PersonalAccessToken,
     RequestTimeoutError,
     RetryPolicy,
     TableauClient,
     TransportError,
 )
 from tabhyper_update.errors import TlsVerificationError
+
+from . import _util
 
 Handler = Callable[[socket.socket, bytes], None]
 
@@ -80,9 +82,9 @@ def answer(status: str, body: bytes = b"", headers: dict[str, str] | None = None
 SERVERINFO = b'{"serverInfo": {"restApiVersion": "3.24", "productVersion": "2024.2"}}'
 
 
-def client_for(url: str, **kw: object) -> TableauClient:
+def client_for(url: str, **kw: Any) -> TableauClient:
     kw.setdefault("retry", RetryPolicy(max_attempts=2, initial_wait=0.01, max_total_seconds=10))
-    return TableauClient(url, "", PersonalAccessToken("ci", "pat-secret"), **kw)  # type: ignore[arg-type]
+    return _util.client_for(url, **kw)
 
 
 def test_a_redirect_to_another_origin_on_sign_in_is_not_followed() -> None:

@@ -23,9 +23,6 @@ from tabhyper_update import (
     JobCancelledError,
     JobFailedError,
     PayloadError,
-    PersonalAccessToken,
-    PollPolicy,
-    RetryPolicy,
     TableauClient,
     UpdateStateError,
     build_payload,
@@ -36,9 +33,9 @@ from tabhyper_update.payload import Payload
 from tabhyper_update.roundtrip import UpdateResult
 from tabhyper_update.state import StateStore
 from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper
 
-from ._util import read_rows, use_environment
-from .test_local import make_db
+from ._util import client_for, read_rows, use_environment
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -49,33 +46,15 @@ CDC_SCHEMA = "id long, a string, b string, op string, seq long"
 
 @pytest.fixture(scope="module")
 def start_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_db(
+    return make_hyper(
         tmp_path_factory.mktemp("start") / "t.hyper",
         {"Extract": ("id BIGINT NOT NULL, a TEXT, b TEXT", START)},
     )
 
 
 @pytest.fixture
-def server(start_file: Path) -> Iterator[FakeTableauServer]:
-    with FakeTableauServer(pats={"ci": "pat-secret"}) as srv:
-        srv.add_datasource("Orders", start_file)
-        yield srv
-
-
-def make_client(server: FakeTableauServer) -> TableauClient:
-    return TableauClient(
-        server.url,
-        "",
-        PersonalAccessToken("ci", "pat-secret"),
-        retry=RetryPolicy(initial_wait=0.01, max_total_seconds=20),
-        poll=PollPolicy(initial=0.01, maximum=0.05, timeout=30),
-    )
-
-
-@pytest.fixture
-def client(server: FakeTableauServer) -> Iterator[TableauClient]:
-    with make_client(server) as c:
-        yield c
+def target_file(start_file: Path) -> Path:
+    return start_file
 
 
 def rows(server: FakeTableauServer) -> list[tuple[Any, ...]]:
@@ -347,7 +326,7 @@ def test_a_split_insert_killed_at_every_part_boundary_applies_every_row_once(
             server.wait_idle()
             applied_before = sum(server.jobs_run.values())
             assert applied_before == part + 1
-            with make_client(server) as client:
+            with client_for(server) as client:
                 result = rebuilt.upload(
                     "Orders", client=client, progress=False, state_dir=state
                 ).apply(insert)
@@ -372,7 +351,7 @@ def test_a_cancelled_job_is_submitted_again_on_the_next_run(
 ) -> None:
     with FakeTableauServer(pats={"ci": "pat-secret"}, job_delay=0.5) as server:
         server.add_datasource("Orders", start_file)
-        with make_client(server) as client:
+        with client_for(server) as client:
             changes = [(1, "cancelled-then-applied", None, "U", 1)]
             first = (
                 cdc(spark, changes)
@@ -397,7 +376,7 @@ def test_without_the_record_an_earlier_cancelled_attempt_is_recognised_and_retri
     with FakeTableauServer(pats={"ci": "pat-secret"}, job_delay=0.5) as server:
         server.add_datasource("Orders", start_file)
         changes = [(1, "second-machine", None, "U", 1)]
-        with make_client(server) as client:
+        with client_for(server) as client:
             first = (
                 cdc(spark, changes)
                 .upload("Orders", client=client, progress=False, state_dir=tmp_path / "a")

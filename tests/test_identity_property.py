@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from tabhyper_update import PersonalAccessToken, PollPolicy, RetryPolicy, TableauClient
 from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper
 
 from ._util import read_rows
 from .test_identity import cdc
-from .test_local import make_db
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,7 +71,7 @@ def test_cdc_runs_equal_the_source_after_every_run(
 ) -> None:
     tmp = tmp_path_factory.mktemp("prop")
     table = ("id BIGINT NOT NULL, a TEXT, b TEXT", ["(1, 'x', NULL)"])
-    start = make_db(tmp / "t.hyper", {"Extract": table})
+    start = make_hyper(tmp / "t.hyper", {"Extract": table})
     model: dict[int, Row] = {1: ("x", None)}
     applied: list[list[tuple[Any, ...]]] = []
     seq = 0

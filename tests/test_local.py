@@ -27,12 +27,6 @@ from tabhyper_update.testing.files import make_hyper
 
 from ._util import read_rows
 
-
-def make_db(path: Path, tables: dict[str, tuple[str, list[str]]], schema: str = "Extract") -> Path:
-    """A .hyper file with tables: name -> (column DDL, rows as SQL value tuples)."""
-    return make_hyper(path, tables, schema=schema)
-
-
 ORDERS = "id INT NOT NULL, name TEXT, amount DOUBLE PRECISION, ts TIMESTAMP, day DATE, ok BOOL"
 ORDER_ROWS = [
     "(1, 'apple', 1.5, TIMESTAMP '2024-01-01 00:00:00', DATE '2024-01-01', TRUE)",
@@ -44,7 +38,7 @@ ORDER_ROWS = [
 
 @pytest.fixture
 def orders(tmp_path: Path) -> Path:
-    return make_db(tmp_path / "target.hyper", {"Orders": (ORDERS, ORDER_ROWS)})
+    return make_hyper(tmp_path / "target.hyper", {"Orders": (ORDERS, ORDER_ROWS)})
 
 
 def ids(path: Path, table: str = "Orders") -> list[int]:
@@ -52,7 +46,7 @@ def ids(path: Path, table: str = "Orders") -> list[int]:
 
 
 def payload(tmp_path: Path, tables: dict[str, tuple[str, list[str]]]) -> Path:
-    return make_db(tmp_path / "payload.hyper", tables)
+    return make_hyper(tmp_path / "payload.hyper", tables)
 
 
 # -- each action ---------------------------------------------------------------------------------
@@ -123,7 +117,7 @@ def test_upsert_updates_then_inserts(orders: Path, tmp_path: Path) -> None:
 
 
 def test_cdc_delete_then_upsert_on_a_composite_key(tmp_path: Path) -> None:
-    target_db = make_db(
+    target_db = make_hyper(
         tmp_path / "t.hyper",
         {
             "Extract": (
@@ -235,7 +229,7 @@ def test_constants_from_json_case_insensitive_boolean_and_offsets(orders: Path) 
     [("eq", [1]), ("neq", [1, 2, 3]), ("is", [1, 4]), ("gt", [2, 3]), ("lte", [1, 2])],
 )
 def test_source_column_comparisons_with_nulls(tmp_path: Path, op: str, expected: list[int]) -> None:
-    t = make_db(
+    t = make_hyper(
         tmp_path / "t.hyper",
         {"T": ("id INT, v INT", ["(1, 10)", "(2, 20)", "(3, 30)", "(4, NULL)"])},
     )
@@ -391,7 +385,7 @@ def test_missing_files_and_payload(orders: Path, tmp_path: Path) -> None:
 def test_hostile_names_and_values_cannot_change_the_sql(tmp_path: Path) -> None:
     table = 'Orders"; DROP TABLE "Extract"."Orders"; --'
     column = "na'me\"; --"
-    t = make_db(
+    t = make_hyper(
         tmp_path / "t.hyper",
         {table: (f"id INT, {quote_name(column)} TEXT", ["(1, 'x')", "(2, 'it''s; DROP --')"])},
     )
@@ -429,7 +423,7 @@ def test_relative_paths_name_files_in_the_callers_directory(
 ) -> None:
     # The shared Hyper process started elsewhere: relative paths must still mean the
     # caller's working directory, as the README's troubleshooting recipe uses them.
-    read_rows(make_db(tmp_path / "warm.hyper", {"T": ("id INT", [])}), "T")
+    read_rows(make_hyper(tmp_path / "warm.hyper", {"T": ("id INT", [])}), "T")
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
     make_hyper("copy.hyper", {"T": ("id INT", ["(1)"])})

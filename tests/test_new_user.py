@@ -11,7 +11,6 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,6 @@ from tabhyper_update import (
     NotFoundError,
     Payload,
     PayloadError,
-    PersonalAccessToken,
     Replace,
     TableauClient,
     build_payload,
@@ -36,26 +34,17 @@ from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
 
 from ._streaming import SCHEMA, write_batch
+from ._util import PAT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 COMMAND = str(Path(sys.executable).parent / "tabhyper-update")
-PAT = ("ci", "pat-secret")
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[FakeTableauServer]:
-    start = make_hyper(tmp_path / "start.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')"])})
-    with FakeTableauServer(pats=dict([PAT]), directory=tmp_path / "server") as srv:
-        srv.add_datasource("Orders", start)
-        yield srv
-
-
-@pytest.fixture
-def client(server: FakeTableauServer) -> Iterator[TableauClient]:
-    with TableauClient(server.url, "", PersonalAccessToken(*PAT)) as made:
-        yield made
+def target_file(tmp_path: Path) -> Path:
+    return make_hyper(tmp_path / "start.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')"])})
 
 
 def rows(server: FakeTableauServer) -> list[tuple[Any, ...]]:

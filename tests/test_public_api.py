@@ -50,6 +50,7 @@ EXPECTED = {
     "Or",
     "Payload",
     "PayloadAppliedError",
+    "PayloadArgumentError",
     "PayloadError",
     "PayloadPart",
     "PersonalAccessToken",
@@ -70,6 +71,7 @@ EXPECTED = {
     "PartUpdate",
     "UpdateResult",
     "UploadedPayload",
+    "BoundPayload",
     "ArgumentTypeError",
     "InvalidArgumentError",
     "TlsVerificationError",
@@ -90,6 +92,21 @@ def test_public_surface_is_pinned() -> None:
     assert set(tabhyper_update.__all__) == EXPECTED
     for name in tabhyper_update.__all__:
         assert hasattr(tabhyper_update, name), name
+
+
+def test_renamed_public_names_keep_working() -> None:
+    # The payload bound to a target was called UploadedPayload; it need not be uploaded yet.
+    assert tabhyper_update.UploadedPayload is tabhyper_update.BoundPayload
+    # build_payload's argument misuse is an InvalidArgumentError, and still a PayloadError.
+    assert issubclass(tabhyper_update.PayloadArgumentError, tabhyper_update.PayloadError)
+    assert issubclass(tabhyper_update.PayloadArgumentError, tabhyper_update.InvalidArgumentError)
+    # The one strict JSON reader of action batches answers to both of its names.
+    text = '{"actions": [{"action": "insert", "source-table": "s", "target-table": "t"}]}'
+    batch = tabhyper_update.ActionBatch.from_json(text)
+    assert tabhyper_update.ActionBatch.from_wire(text) == batch
+    # Snake-case keys are not what Tableau takes: the reader refuses them.
+    with pytest.raises(tabhyper_update.InvalidActionBatchError, match="source_table"):
+        tabhyper_update.ActionBatch.from_json(text.replace("source-table", "source_table"))
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ Tableau's own Python client publishing to and updating the same fake."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,15 +35,8 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-def server() -> Iterator[FakeTableauServer]:
-    with FakeTableauServer(pats={"ci": "pat-secret"}) as fake:
-        yield fake
-
-
-@pytest.fixture
-def client(server: FakeTableauServer) -> Iterator[TableauClient]:
-    with TableauClient(server.url, "", PersonalAccessToken("ci", "pat-secret")) as c:
-        yield c
+def target_file() -> None:
+    return None  # nothing published yet
 
 
 def orders(spark: SparkSession, rows: list[tuple[int, str]]) -> DataFrame:

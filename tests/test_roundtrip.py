@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,16 +17,15 @@ from tabhyper_update import (
     InvalidArgumentError,
     JobFailedError,
     PersonalAccessToken,
-    RetryPolicy,
     TableauClient,
     build_payload,
     target,
 )
 from tabhyper_update.state import StateStore
 from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper
 
 from ._util import read_rows, use_environment
-from .test_local import make_db
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -38,25 +36,16 @@ INITIAL = ["(1, 'a', 10)", "(2, 'b', 20)", "(3, 'c', 30)"]
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[FakeTableauServer]:
-    start = make_db(
+def target_file(tmp_path: Path) -> Path:
+    return make_hyper(
         tmp_path / "orders.hyper",
         {"Extract": ("id BIGINT NOT NULL, name TEXT, qty INTEGER", INITIAL)},
     )
-    with FakeTableauServer(pats={"ci": "pat-secret"}) as srv:
-        srv.add_datasource("Orders", start, project="Sales")
-        yield srv
 
 
 @pytest.fixture
-def client(server: FakeTableauServer) -> Iterator[TableauClient]:
-    with TableauClient(
-        server.url,
-        "",
-        PersonalAccessToken("ci", "pat-secret"),
-        retry=RetryPolicy(initial_wait=0.01),
-    ) as c:
-        yield c
+def target_project() -> str:
+    return "Sales"
 
 
 def orders(server: FakeTableauServer) -> list[tuple[Any, ...]]:

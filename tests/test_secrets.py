@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +22,7 @@ from tabhyper_update import (
 )
 from tabhyper_update.cli import main
 from tabhyper_update.testing import FakeTableauServer
-
-from .test_local import make_db
+from tabhyper_update.testing.files import make_hyper
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,15 +33,18 @@ APP_SECRET = "app-s3cret-Lm"
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[FakeTableauServer]:
-    start = make_db(tmp_path / "t.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')"])})
-    with FakeTableauServer(
-        pats={"ci": PAT_SECRET},
-        users={"ana": PASSWORD},
-        connected_app={"client_id": "cid", "secret_id": "kid", "secret_value": APP_SECRET},
-    ) as srv:
-        srv.add_datasource("Orders", start)
-        yield srv
+def target_file(tmp_path: Path) -> Path:
+    return make_hyper(tmp_path / "t.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')"])})
+
+
+@pytest.fixture
+def server_options() -> dict[str, Any]:
+    # Secrets no other text could hold by chance: any of them found in output is a leak.
+    return {
+        "pats": {"ci": PAT_SECRET},
+        "users": {"ana": PASSWORD},
+        "connected_app": {"client_id": "cid", "secret_id": "kid", "secret_value": APP_SECRET},
+    }
 
 
 def test_no_secret_leaks_anywhere(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,13 @@ B2 = [(2, None, None, "D", 3), (4, "d2", 41, "U", 4)]
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[FakeTableauServer]:
-    with FakeTableauServer(pats=dict([PAT]), directory=tmp_path / "server") as srv:
-        srv.add_datasource(
-            "Orders", make_hyper(tmp_path / "start.hyper", {"Extract": (TABLE_DDL, start_rows())})
-        )
-        yield srv
+def target_file(tmp_path: Path) -> Path:
+    return make_hyper(tmp_path / "start.hyper", {"Extract": (TABLE_DDL, start_rows())})
+
+
+@pytest.fixture
+def server_options() -> dict[str, Any]:
+    return {"pats": dict([PAT])}  # the streaming jobs' credentials
 
 
 SHOP = "id BIGINT NOT NULL, a TEXT, b BIGINT"

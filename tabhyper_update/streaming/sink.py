@@ -46,18 +46,22 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import errors
-from ..actions import ActionBatch, Insert, Upsert
+import tabhyper_update.errors as errors
+
+from ..actions import ActionBatch, BatchLike, Insert, Upsert
 from ..build import build_payload
 from ..cdc import ChangeSet
-from ..client import DataSourceRef, TableauClient
+from ..client import TableauClient, client_for
 from ..errors import ArgumentTypeError, ConfigurationError, InvalidArgumentError, TabHyperError
 from ..folders import check_folder, refuse_symlink
 from ..payload import DEFAULT_MAX_PAYLOAD_MB, Payload
 from ..redaction import get_logger
-from ..roundtrip import UpdateResult, check_target, resolve_target, upload_payload
+from ..refs import DataSourceRef
+from ..results import UpdateResult
+from ..roundtrip import upload_payload
 from ..staging import StagingMode, check_staging
 from ..state import StateStore
+from ..targets import check_target, resolve_target
 from .debezium import Debezium
 
 if TYPE_CHECKING:
@@ -113,7 +117,7 @@ class TableauSink:
         changes: Changes | None = None,
         *,
         client: TableauClient | None = None,
-        actions: Any = None,
+        actions: BatchLike | None = None,
         prepare: Prepare | None = None,
         target_table: str | None = None,
         target_schema: str | None = None,
@@ -155,18 +159,7 @@ class TableauSink:
                 f"sink_id must be 1-128 letters, digits, '.', '_', ':' or '-' (starting with a "
                 f"letter or digit), got {sink_id!r}"
             )
-        if client is None:
-            if isinstance(target, DataSourceRef) and target.client is not None:
-                client = target.client
-            else:
-                try:
-                    client = TableauClient.from_env()
-                except ConfigurationError as err:
-                    raise ConfigurationError(
-                        f"no client for the sink: pass client=TableauClient(...) or configure "
-                        f"the environment ({err})"
-                    ) from None
-        self.client = client
+        self.client = client_for(target, client, "run the sink")
         self.changes = changes
         self.prepare = prepare
         self.target_table = target_table

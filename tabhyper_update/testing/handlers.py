@@ -281,7 +281,7 @@ class Handlers:
         try:
             # The wire format exactly as Tableau takes it: a lenient reader here would let a
             # client's wire-format mistake pass the fake.
-            batch = ActionBatch.from_wire(request.body.decode("utf-8"))
+            batch = ActionBatch.from_json(request.body.decode("utf-8"))
         except (UnicodeDecodeError, InvalidActionBatchError) as err:
             raise bad_request(str(err)) from None
         upload_id = request.query.get("uploadSessionId")

@@ -50,8 +50,7 @@ from tabhyper_update import (
 from tabhyper_update.conditions import Const
 from tabhyper_update.payload import Payload
 from tabhyper_update.testing import FakeTableauServer
-
-from ..test_local import make_db
+from tabhyper_update.testing.files import make_hyper
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -152,7 +151,7 @@ def ctx(
         "TABLEAU_DATASOURCE",
     ):
         monkeypatch.delenv(key, raising=False)
-    start = make_db(tmp_path / "t.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')"])})
+    start = make_hyper(tmp_path / "t.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')"])})
     with FakeTableauServer(
         pats={"ci": "pat-secret"},
         connected_app={"client_id": "c", "secret_id": "k", "secret_value": "right"},

@@ -1,80 +1,36 @@
-"""The ``tabhyper-update`` command.
-
-Exit codes: 0 success; 1 invalid input (a batch, a payload, a change set); 2 usage error
-(options, folders, a missing package); 3 server or network error; 4 not found; 5 the job
-failed, was cancelled, ended with an unknown outcome or did not finish in time. With
-``--json`` every outcome, failures included, is one JSON object on standard output.
-"""
+"""What each ``tabhyper-update`` command does (the parser is in ``parser.py``)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
-import logging
 import os
 import re
-import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._version import __version__
-from .actions import ActionBatch
-from .build import build_payload
-from .cdc import ChangeSet
-from .client import TableauClient
-from .errors import (
-    ApiError,
+from ..actions import ActionBatch
+from ..build import build_payload
+from ..cdc import ChangeSet
+from ..client import TableauClient
+from ..errors import (
     ConfigurationError,
     InvalidActionBatchError,
-    InvalidArgumentError,
-    JobCancelledError,
-    JobFailedError,
-    JobOutcomeUnknownError,
-    JobTimeoutError,
-    NotFoundError,
     PayloadAppliedError,
     TabHyperError,
-    TransportError,
-    UnsupportedServerError,
 )
-from .folders import LEASE_NAME, check_folder
-from .payload import Payload
-from .state import StateStore, UpdateRecord
-
-__all__ = [
-    "EXIT_FAILED",
-    "EXIT_JOB",
-    "EXIT_NOT_FOUND",
-    "EXIT_OK",
-    "EXIT_SERVER",
-    "EXIT_USAGE",
-    "action_batch_schema",
-    "console_main",
-    "main",
-]
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_SERVER = 3
-EXIT_NOT_FOUND = 4
-EXIT_JOB = 5
-
-EXIT_CODES = f"""exit codes:
-  {EXIT_OK}  success
-  {EXIT_FAILED}  invalid input (an action batch, a payload, a change set, an update record)
-  {EXIT_USAGE}  usage or configuration error (options, TABLEAU_* variables, files named)
-  {EXIT_SERVER}  server or network error
-  {EXIT_NOT_FOUND}  not found (data source, connection, job)
-  {EXIT_JOB}  the job failed, was cancelled, ended with an unknown outcome or did not
-      finish in time
-
-With --json, a failure prints one JSON object on stdout:
-  {{"error": {{"class": ..., "message": ..., "exit_code": ...}}}}"""
+from ..folders import LEASE_NAME, check_folder
+from ..payload import Payload
+from ..state import StateStore, UpdateRecord
+from .exit_codes import (
+    EXIT_FAILED,
+    EXIT_JOB,
+    EXIT_OK,
+)
 
 SCHEMA_ID = "https://tabhyper-update.dev/schemas/action_batch.schema.json"
 
@@ -94,32 +50,6 @@ def schema_text() -> str:
     return json.dumps(action_batch_schema(), indent=2, sort_keys=True) + "\n"
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Help that shows each meaningful default and keeps the exit-code table as written."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        default = action.default
-        if (
-            "default" not in text
-            and default not in (None, False, True, [], argparse.SUPPRESS)
-            and action.option_strings
-        ):
-            shown = " ".join(default) if isinstance(default, list) else default
-            text += f" (default: {shown})"
-        return text
-
-
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _Formatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> Any:  # argparse's own exit code 2 is ours too
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
 def _cmd_validate(args: argparse.Namespace) -> int:
     path = Path(args.file)
     try:
@@ -129,7 +59,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     except UnicodeDecodeError:
         raise Refused(f"{args.file}: not UTF-8 text") from None
     try:
-        batch = ActionBatch.from_wire(text)
+        batch = ActionBatch.from_json(text)
     except InvalidActionBatchError as err:
         if args.json:
             print(
@@ -247,7 +177,7 @@ def _pairs(items: Sequence[str] | None, flag: str, shape: str) -> dict[str, str]
 
 def _build_into(args: argparse.Namespace, out: Path) -> int:
     _require_pyspark("build reads its input")
-    from .sessions import own_spark
+    from ..sessions import own_spark
 
     with own_spark("tabhyper-update", master="local[*]", verbose=args.verbose > 0) as spark:
         return _build_with(spark, args, out)
@@ -379,7 +309,7 @@ def _cmd_apply(args: argparse.Namespace) -> int:
         return EXIT_OK
     actions = None
     if args.actions:
-        actions = ActionBatch.from_wire(Path(args.actions).read_text(encoding="utf-8"))
+        actions = ActionBatch.from_json(Path(args.actions).read_text(encoding="utf-8"))
     if actions is not None and (args.target_table or args.target_schema):
         raise UsageError(
             "--target-table and --target-schema choose the target of a change set's derived "
@@ -513,7 +443,7 @@ def _cmd_state(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     _require_pyspark("the demo builds its change set")
-    from .demo import run_demo
+    from ..demo import run_demo
 
     return (
         EXIT_OK
@@ -527,7 +457,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve_local(args: argparse.Namespace) -> int:
-    from .testing import FakeTableauServer
+    from ..testing import FakeTableauServer
 
     pats = dict(item.split(":", 1) for item in args.pat)
     with FakeTableauServer(
@@ -590,300 +520,7 @@ _KEYWORD = re.compile(r"\b(" + "|".join(_FLAG_OF) + r")\b(?:=True\b|=(?=[\s/,.)]
 _MODE = re.compile(r"mode='(create|overwrite|append)'")
 
 
-def _as_flags(message: str) -> str:
+def as_flags(message: str) -> str:
     """``message`` with the SDK's Python keywords written as this command's flags."""
     message = _MODE.sub(r"--mode \1", message)
     return _KEYWORD.sub(lambda m: _FLAG_OF[m.group(1)], message)
-
-
-def _add_connection_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("server (defaults from TABLEAU_* environment variables)")
-    g.add_argument("--server", help="server URL (TABLEAU_SERVER_URL)")
-    g.add_argument("--site", help="site content URL (TABLEAU_SITE)")
-    g.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def _add_verbosity(p: argparse.ArgumentParser, default: Any) -> None:
-    """-v/-q before or after the command (``default`` SUPPRESS: a subcommand's default must
-    not overwrite what was given before it)."""
-    g = p.add_mutually_exclusive_group()
-    g.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=default,
-        help="say more: the SDK's steps (-v), every request (-vv), Spark's warnings",
-    )
-    g.add_argument(
-        "-q",
-        "--quiet",
-        action="store_true",
-        default=default,
-        help="only errors: no warnings, no progress bars",
-    )
-
-
-def _configure_logging(args: argparse.Namespace) -> None:
-    """The SDK's log lines on stderr: warnings by default, more with -v, none with -q."""
-    verbose, quiet = getattr(args, "verbose", 0) or 0, getattr(args, "quiet", False)
-    level = (
-        logging.ERROR
-        if quiet
-        else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
-    )
-    logger = logging.getLogger("tabhyper_update")
-    logger.setLevel(level)
-    if not any(getattr(h, "_tabhyper_cli", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("tabhyper-update: %(levelname)s: %(message)s"))
-        handler._tabhyper_cli = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="tabhyper-update",
-        description="Keep Tableau live-to-Hyper data sources fresh from Spark CDC jobs.",
-        epilog=EXIT_CODES,
-        formatter_class=_Formatter,
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    _add_verbosity(parser, argparse.SUPPRESS)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
-    p = sub.add_parser("validate", help="check an action batch JSON file")
-    p.add_argument("file", help="the action batch (JSON); '-' reads standard input")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_validate)
-
-    p = sub.add_parser("schema", help="print the JSON Schema of an action batch")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("-o", "--output", help="write the schema to this file")
-    g.add_argument("--check", metavar="FILE", help="fail when FILE differs from the schema")
-    _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_schema)
-
-    p = sub.add_parser("build", help="build a .hyper payload from files or a Spark table")
-    p.add_argument("--input", nargs="+", help="Parquet (or CSV) files or directories")
-    p.add_argument(
-        "--format", choices=["parquet", "csv"], default="parquet", help="format of --input"
-    )
-    p.add_argument("--spark-table", help="a table in the Spark catalog instead of files")
-    p.add_argument("--name", default="Extract", help="payload table name (plain mode)")
-    p.add_argument("--key", nargs="+", help="key column(s): read the input as a change set")
-    p.add_argument("--op-column", help="the change set's operation column")
-    p.add_argument("--order-by", nargs="+", help="column(s) ordering changes per key")
-    p.add_argument(
-        "--op-map",
-        nargs="+",
-        metavar="VALUE=MEANING",
-        help="op values and their meaning (upsert, delete, preimage, ignore)",
-    )
-    p.add_argument(
-        "--order-as",
-        nargs="+",
-        metavar="COLUMN=HOW",
-        help="how a text --order-by column orders: number, text, binlog-file, hex-lsn or "
-        "number-list (text columns are refused without it)",
-    )
-    p.add_argument(
-        "--database-version",
-        type=int,
-        default=2,
-        help="Hyper file format (2 is read by every supported Tableau release)",
-    )
-    p.add_argument(
-        "--max-payload-mb",
-        type=float,
-        default=100,
-        help="split the payload into parts under this size (the server's update cap)",
-    )
-    p.add_argument(
-        "--complex-as-json",
-        action="store_true",
-        help="write array, map and struct columns as JSON text (refused without it)",
-    )
-    p.add_argument(
-        "--staging-dir",
-        help="where Spark stages the rows (default: the temporary folder); on a cluster, a "
-        "path the driver and every executor see",
-    )
-    p.add_argument(
-        "--output-dir",
-        default="payload",
-        help="a new or empty folder: the parts and manifest.json are written there",
-    )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_build)
-
-    p = sub.add_parser("apply", help="upload a payload and apply actions to a data source")
-    p.add_argument(
-        "--payload",
-        help="a payload folder written by `build`, or any .hyper file (never removed)",
-    )
-    p.add_argument("--actions", help="an action batch JSON file (default: derived actions)")
-    p.add_argument(
-        "--target-table",
-        help="the table a change set's derived actions update (default: Extract)",
-    )
-    p.add_argument(
-        "--target-schema",
-        help="the schema of --target-table (default: Extract)",
-    )
-    p.add_argument("--datasource", help="data source name or LUID (TABLEAU_DATASOURCE)")
-    p.add_argument(
-        "--request-id",
-        help="the update's identity, e.g. the date partition a job publishes (default: the "
-        "change set's position; a new update for anything else)",
-    )
-    p.add_argument(
-        "--no-wait",
-        dest="wait",
-        action="store_false",
-        help="return once the last part is submitted (default: wait until applied)",
-    )
-    p.add_argument("--wait", dest="wait", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--timeout", type=float, default=3600, help="seconds to wait")
-    p.add_argument("--keep", action="store_true", help="keep the payload files afterwards")
-    p.add_argument(
-        "--state-dir",
-        help="where update records live (default: $XDG_STATE_HOME/tabhyper-update)",
-    )
-    _add_connection_options(p)
-    _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_apply)
-
-    p = sub.add_parser("publish", help="publish a .hyper file or a payload as a data source")
-    p.add_argument("source", metavar="FILE|DIR", help="a .hyper file, or a folder from `build`")
-    p.add_argument("--name", required=True, help="the data source's name")
-    p.add_argument(
-        "--project",
-        help="project name, path from the top (Sales/EMEA) or LUID (default: the default project)",
-    )
-    p.add_argument(
-        "--mode",
-        choices=["create", "overwrite", "append"],
-        default="create",
-        help="create (refused if the name exists), overwrite its data, or append rows",
-    )
-    p.add_argument("--description", help="the data source's description")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the publish")
-    _add_connection_options(p)
-    _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_publish)
-
-    p = sub.add_parser("job", help="show, wait for or cancel a job")
-    p.add_argument("action", choices=["status", "wait", "cancel"], help="what to do")
-    p.add_argument("job_id", help="the job's id, as `apply` prints it")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds to wait (wait)")
-    _add_connection_options(p)
-    _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_job)
-
-    p = sub.add_parser("state", help="list or clear resume records")
-    p.add_argument("action", choices=["list", "clear"], help="list (reads only) or clear")
-    p.add_argument(
-        "--state-dir",
-        help="where update records live (default: $XDG_STATE_HOME/tabhyper-update)",
-    )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_state)
-
-    p = sub.add_parser("demo", help="run the end-to-end demo against the built-in fake server")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_demo)
-
-    p = sub.add_parser("serve-local", help="serve a fake Tableau server on 127.0.0.1")
-    p.add_argument(
-        "--datasource",
-        nargs="*",
-        default=[],
-        metavar="NAME=FILE.hyper",
-        help="publish a copy of FILE.hyper as data source NAME",
-    )
-    p.add_argument(
-        "--pat",
-        nargs="+",
-        default=["local:local-secret"],
-        metavar="NAME:SECRET",
-        help="personal access tokens the server accepts",
-    )
-    p.add_argument("--project", default="Default", help="project of the data sources")
-    p.add_argument("--site-url", default="", help="the site's content URL")
-    p.add_argument("--duration", type=float, help="stop after this many seconds")
-    p.add_argument(
-        "--directory",
-        help="where data sources and uploads are kept (default: a temporary directory)",
-    )
-    p.add_argument(
-        "--discard-uploads",
-        action="store_true",
-        help="count upload bytes without keeping them (transfer benchmarks)",
-    )
-    _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_serve_local)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    args.verbose = getattr(args, "verbose", 0) or 0
-    args.quiet = getattr(args, "quiet", False) or False
-    _configure_logging(args)
-    try:
-        # A folder flag is checked (and named as written) before the command does anything.
-        check_folder(getattr(args, "state_dir", None), "--state-dir", create=False)
-        code: int = args.func(args)
-    except UsageError as err:
-        return _fail(args, err, EXIT_USAGE)
-    except KeyboardInterrupt:
-        return 130
-    except NotFoundError as err:
-        return _fail(args, err, EXIT_NOT_FOUND)
-    except (JobFailedError, JobCancelledError, JobOutcomeUnknownError, JobTimeoutError) as err:
-        return _fail(args, err, EXIT_JOB)
-    except (TransportError, ApiError, UnsupportedServerError) as err:
-        return _fail(args, err, EXIT_SERVER)
-    except (ConfigurationError, InvalidArgumentError) as err:
-        return _fail(args, err, EXIT_USAGE)
-    except TabHyperError as err:  # invalid batches, payloads, change sets, records
-        return _fail(args, err, EXIT_FAILED)
-    except OSError as err:  # a file named on the command line
-        return _fail(args, err, EXIT_USAGE)
-    return code
-
-
-def _fail(args: argparse.Namespace, err: BaseException, code: int) -> int:
-    """Report a failure: one line on stderr, or one JSON object on stdout with --json."""
-    message = _as_flags(str(err))
-    if isinstance(err, OSError) and not isinstance(err, TabHyperError):
-        message = f"{err.filename}: {err.strerror}" if err.filename else message
-    if getattr(args, "json", False):
-        error = {"class": type(err).__name__, "message": message, "exit_code": code}
-        print(json.dumps({"error": error}))
-    else:
-        prefix = "error: " if code == EXIT_USAGE else ""
-        print(f"tabhyper-update: {prefix}{message}", file=sys.stderr)
-    return code
-
-
-def _terminate(signum: int, frame: object) -> None:
-    # Leave through the normal unwinding, so that every command removes what it created
-    # (staging folders, unfinished part files) when it is stopped with SIGTERM.
-    raise KeyboardInterrupt
-
-
-def console_main() -> None:
-    """Entry point of the installed console script."""
-    signal.signal(signal.SIGTERM, _terminate)
-    sys.exit(main())

@@ -1,0 +1,120 @@
+"""The ``tabhyper-update`` command.
+
+Exit codes: 0 success; 1 invalid input (a batch, a payload, a change set, an update record,
+a request the command cannot carry out as asked); 2 usage error (options, folders, a missing
+package, TABLEAU_* variables); 3 server or network error; 4 not found; 5 the job failed, was
+cancelled, ended with an unknown outcome or did not finish in time; 130 interrupted (Ctrl-C
+or SIGTERM, after removing what the command had created). With ``--json`` every outcome,
+failures included, is one JSON object on standard output.
+
+The command lives in three rooms: ``parser.py`` (commands, options, help), ``commands.py``
+(what each does) and ``exit_codes.py``; this module runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Sequence
+
+from ..errors import (
+    ApiError,
+    ConfigurationError,
+    InvalidArgumentError,
+    JobCancelledError,
+    JobFailedError,
+    JobOutcomeUnknownError,
+    JobTimeoutError,
+    NotFoundError,
+    TabHyperError,
+    TransportError,
+    UnsupportedServerError,
+)
+from ..folders import check_folder
+from .commands import Refused, UsageError, action_batch_schema, as_flags, schema_text
+from .exit_codes import (
+    EXIT_FAILED,
+    EXIT_JOB,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_SERVER,
+    EXIT_USAGE,
+)
+from .parser import build_parser, configure_logging
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_JOB",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_SERVER",
+    "EXIT_USAGE",
+    "Refused",
+    "UsageError",
+    "action_batch_schema",
+    "build_parser",
+    "console_main",
+    "main",
+    "schema_text",
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    args.verbose = getattr(args, "verbose", 0) or 0
+    args.quiet = getattr(args, "quiet", False) or False
+    configure_logging(args)
+    try:
+        # A folder flag is checked (and named as written) before the command does anything.
+        check_folder(getattr(args, "state_dir", None), "--state-dir", create=False)
+        code: int = args.func(args)
+    except UsageError as err:
+        return _fail(args, err, EXIT_USAGE)
+    except KeyboardInterrupt:
+        return 130
+    except NotFoundError as err:
+        return _fail(args, err, EXIT_NOT_FOUND)
+    except (JobFailedError, JobCancelledError, JobOutcomeUnknownError, JobTimeoutError) as err:
+        return _fail(args, err, EXIT_JOB)
+    except (TransportError, ApiError, UnsupportedServerError) as err:
+        return _fail(args, err, EXIT_SERVER)
+    except (ConfigurationError, InvalidArgumentError) as err:
+        return _fail(args, err, EXIT_USAGE)
+    except TabHyperError as err:  # invalid batches, payloads, change sets, records
+        return _fail(args, err, EXIT_FAILED)
+    except OSError as err:  # a file named on the command line
+        return _fail(args, err, EXIT_USAGE)
+    return code
+
+
+def _fail(args: argparse.Namespace, err: BaseException, code: int) -> int:
+    """Report a failure: one line on stderr, or one JSON object on stdout with --json."""
+    message = as_flags(str(err))
+    if isinstance(err, OSError) and not isinstance(err, TabHyperError):
+        message = f"{err.filename}: {err.strerror}" if err.filename else message
+    if getattr(args, "json", False):
+        error = {"class": type(err).__name__, "message": message, "exit_code": code}
+        print(json.dumps({"error": error}))
+    else:
+        prefix = "error: " if code == EXIT_USAGE else ""
+        print(f"tabhyper-update: {prefix}{message}", file=sys.stderr)
+    return code
+
+
+def _terminate(signum: int, frame: object) -> None:
+    # Leave through the normal unwinding, so that every command removes what it created
+    # (staging folders, unfinished part files) when it is stopped with SIGTERM.
+    raise KeyboardInterrupt
+
+
+def console_main() -> None:
+    """Entry point of the installed console script."""
+    signal.signal(signal.SIGTERM, _terminate)
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""The ``tabhyper-update`` command line: its commands, options and help."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from .._version import __version__
+from .commands import (
+    _cmd_apply,
+    _cmd_build,
+    _cmd_demo,
+    _cmd_job,
+    _cmd_publish,
+    _cmd_schema,
+    _cmd_serve_local,
+    _cmd_state,
+    _cmd_validate,
+)
+from .exit_codes import (
+    EXIT_CODES,
+    EXIT_USAGE,
+)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Help that shows each meaningful default and keeps the exit-code table as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" not in text
+            and default not in (None, False, True, [], argparse.SUPPRESS)
+            and action.option_strings
+        ):
+            shown = " ".join(default) if isinstance(default, list) else default
+            text += f" (default: {shown})"
+        return text
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> Any:  # argparse's own exit code 2 is ours too
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _add_connection_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("server (defaults from TABLEAU_* environment variables)")
+    g.add_argument("--server", help="server URL (TABLEAU_SERVER_URL)")
+    g.add_argument("--site", help="site content URL (TABLEAU_SITE)")
+    g.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _add_verbosity(p: argparse.ArgumentParser, default: Any) -> None:
+    """-v/-q before or after the command (``default`` SUPPRESS: a subcommand's default must
+    not overwrite what was given before it)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=default,
+        help="say more: the SDK's steps (-v), every request (-vv), Spark's warnings",
+    )
+    g.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default,
+        help="only errors: no warnings, no progress bars",
+    )
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    """The SDK's log lines on stderr: warnings by default, more with -v, none with -q."""
+    verbose, quiet = getattr(args, "verbose", 0) or 0, getattr(args, "quiet", False)
+    level = (
+        logging.ERROR
+        if quiet
+        else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    )
+    logger = logging.getLogger("tabhyper_update")
+    logger.setLevel(level)
+    if not any(getattr(h, "_tabhyper_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("tabhyper-update: %(levelname)s: %(message)s"))
+        handler._tabhyper_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="tabhyper-update",
+        description="Keep Tableau live-to-Hyper data sources fresh from Spark CDC jobs.",
+        epilog=EXIT_CODES,
+        formatter_class=_Formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _add_verbosity(parser, argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("validate", help="check an action batch JSON file")
+    p.add_argument("file", help="the action batch (JSON); '-' reads standard input")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_verbosity(p, argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of an action batch")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-o", "--output", help="write the schema to this file")
+    g.add_argument("--check", metavar="FILE", help="fail when FILE differs from the schema")
+    _add_verbosity(p, argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_schema)
+
+    p = sub.add_parser("build", help="build a .hyper payload from files or a Spark table")
+    p.add_argument("--input", nargs="+", help="Parquet (or CSV) files or directories")
+    p.add_argument(
+        "--format", choices=["parquet", "csv"], default="parquet", help="format of --input"
+    )
+    p.add_argument("--spark-table", help="a table in the Spark catalog instead of files")
+    p.add_argument("--name", default="Extract", help="payload table name (plain mode)")
+    p.add_argument("--key", nargs="+", help="key column(s): read the input as a change set")
+    p.add_argument("--op-column", help="the change set's operation column")
+    p.add_argument("--order-by", nargs="+", help="column(s) ordering changes per key")
+    p.add_argument(
+        "--op-map",
+        nargs="+",
+        metavar="VALUE=MEANING",
+        help="op values and their meaning (upsert, delete, preimage, ignore)",
+    )
+    p.add_argument(
+        "--order-as",
+        nargs="+",
+        metavar="COLUMN=HOW",
+        help="how a text --order-by column orders: number, text, binlog-file, hex-lsn or "
+        "number-list (text columns are refused without it)",
+    )
+    p.add_argument(
+        "--database-version",
+        type=int,
+        default=2,
+        help="Hyper file format (2 is read by every supported Tableau release)",
+    )
+    p.add_argument(
+        "--max-payload-mb",
+        type=float,
+        default=100,
+        help="split the payload into parts under this size (the server's update cap)",
+    )
+    p.add_argument(
+        "--complex-as-json",
+        action="store_true",
+        help="write array, map and struct columns as JSON text (refused without it)",
+    )
+    p.add_argument(
+        "--staging-dir",
+        help="where Spark stages the rows (default: the temporary folder); on a cluster, a "
+        "path the driver and every executor see",
+    )
+    p.add_argument(
+        "--output-dir",
+        default="payload",
+        help="a new or empty folder: the parts and manifest.json are written there",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_verbosity(p, argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser("apply", help="upload a payload and apply actions to a data source")
+    p.add_argument(
+        "--payload",
+        help="a payload folder written by `build`, or any .hyper file (never removed)",
+    )
+    p.add_argument("--actions", help="an action batch JSON file (default: derived actions)")
+    p.add_argument(
+        "--target-table",
+        help="the table a change set's derived actions update (default: Extract)",
+    )
+    p.add_argument(
+        "--target-schema",
+        help="the schema of --target-table (default: Extract)",
+    )
+    p.add_argument("--datasource", help="data source name or LUID (TABLEAU_DATASOURCE)")
+    p.add_argument(
+        "--request-id",
+        help="the update's identity, e.g. the date partition a job publishes (default: the "
+        "change set's position; a new update for anything else)",
+    )
+    p.add_argument(
+        "--no-wait",
+        dest="wait",
+        action="store_false",
+        help="return once the last part is submitted (default: wait until applied)",
+    )
+    p.add_argument("--wait", dest="wait", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--timeout", type=float, default=3600, help="seconds to wait")
+    p.add_argument("--keep", action="store_true", help="keep the payload files afterwards")
+    p.add_argument(
+        "--state-dir",
+        help="where update records live (default: $XDG_STATE_HOME/tabhyper-update)",
+    )
+    _add_connection_options(p)
+    _add_verbosity(p, argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_apply)
+
+    p = sub.add_parser("publish", help="publish a .hyper file or a payload as a data source")
+    p.add_argument("source", metavar="FILE|DIR", help="a .hyper file, or a folder from `build`")
+    p.add_argument("--name", required=True, help="the data source's name")
+    p.add_argument(
+        "--project",
+        help="project name, path from the top (Sales/EMEA) or LUID (default: the default project)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["create", "overwrite", "append"],
+        default="create",
+        help="create (refused if the name exists), overwrite its data, or append rows",
+    )
+    p.add_argument("--description", help="the data source's description")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the publish")
+    _add_connection_options(p)
+    _add_verbosity(p, argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_publish)
+
+    p = sub.add_parser("job", help="show, wait for or cancel a job")
+    p.add_argument("action", choices=["status", "wait", "cancel"], help="what to do")
+    p.add_argument("job_id", help="the job's id, as `apply` prints it")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds to wait (wait)")
+    _add_connection_options(p)
+    _add_verbosity(p, argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_job)
+
+    p = sub.add_parser("state", help="list or clear resume records")
+    p.add_argument("action", choices=["list", "clear"], help="list (reads only) or clear")
+    p.add_argument(
+        "--state-dir",
+        help="where update records live (default: $XDG_STATE_HOME/tabhyper-update)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_verbosity(p, argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_state)
+
+    p = sub.add_parser("demo", help="run the end-to-end demo against the built-in fake server")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_verbosity(p, argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("serve-local", help="serve a fake Tableau server on 127.0.0.1")
+    p.add_argument(
+        "--datasource",
+        nargs="*",
+        default=[],
+        metavar="NAME=FILE.hyper",
+        help="publish a copy of FILE.hyper as data source NAME",
+    )
+    p.add_argument(
+        "--pat",
+        nargs="+",
+        default=["local:local-secret"],
+        metavar="NAME:SECRET",
+        help="personal access tokens the server accepts",
+    )
+    p.add_argument("--project", default="Default", help="project of the data sources")
+    p.add_argument("--site-url", default="", help="the site's content URL")
+    p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.add_argument(
+        "--directory",
+        help="where data sources and uploads are kept (default: a temporary directory)",
+    )
+    p.add_argument(
+        "--discard-uploads",
+        action="store_true",
+        help="count upload bytes without keeping them (transfer benchmarks)",
+    )
+    _add_verbosity(p, argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_serve_local)
+    return parser

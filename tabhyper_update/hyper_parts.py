@@ -1,0 +1,310 @@
+"""The Hyper side of a build: statistics of the staged Parquet, the split plan, and the
+part files Hyper writes from it (see :mod:`tabhyper_update.build` for the whole).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._hyper import connect, quote_literal, quote_name, table_ref
+from .errors import PayloadError
+from .hyper_types import ColumnPlan
+from .parts import BUCKETS, ColumnInfo, PayloadPart, RowDigest, TableInfo
+from .redaction import get_logger
+
+__all__ = [
+    "BUCKET_COLUMN",
+    "NO_CAP",
+    "ROWHASH_COLUMN",
+    "SIZE_COLUMN",
+    "Staged",
+    "plan_parts",
+    "read_bucket_stats",
+    "size_sql",
+    "write_parts",
+]
+
+log = get_logger("tabhyper_update.build")
+
+#: The split bucket of each staged row.
+BUCKET_COLUMN = "__tabhyper_bucket"
+#: A per-row hash staged beside the data. Its sums are the payload's content digest (Hyper
+#: files of the same rows differ byte for byte from one build to the next). It covers every
+#: value with its NULL flag (so NULLs in different columns never collide), and for a change
+#: set also the op and the ordering values: the position of the change in its source.
+ROWHASH_COLUMN = "__tabhyper_rowhash"
+#: An upper estimate of each row's bytes in a Hyper file, staged for the split plan.
+SIZE_COLUMN = "__tabhyper_size"
+_MB = 1024 * 1024
+#: Parts are planned a little under the cap, for the estimate's sake.
+_SPLIT_HEADROOM = 0.9
+#: A Hyper file's own size before any row (measured: 64 KiB with up to five empty tables).
+_FILE_OVERHEAD = 64 * 1024
+
+#: Bytes a value takes at most in a Hyper file, by type (text and bytes: their length + 8).
+_FIXED_WIDTH = {
+    "BOOLEAN": 1,
+    "SMALLINT": 2,
+    "INTEGER": 4,
+    "REAL": 4,
+    "DATE": 4,
+    "BIGINT": 8,
+    "DOUBLE PRECISION": 8,
+    "TIMESTAMP": 8,
+}
+_VARIABLE_OVERHEAD = 8
+
+
+def size_sql(plans: Sequence[ColumnPlan], values: Sequence[str]) -> str:
+    """An upper estimate of the bytes one row takes in a Hyper file, computed by Spark (so
+    that Hyper's statistics read three small columns, not the text); Spark SQL text."""
+    fixed = 0
+    variable: list[str] = []
+    for plan, value in zip(plans, values, strict=True):
+        width = _FIXED_WIDTH.get(plan.hyper_type)
+        if width is None and plan.hyper_type.startswith("NUMERIC"):
+            width = 16
+        if width is not None:
+            fixed += width + 1
+        else:
+            fixed += _VARIABLE_OVERHEAD
+            variable.append(f"CAST(coalesce(octet_length({value}), 0) AS BIGINT)")
+    return " + ".join([f"CAST({fixed} AS BIGINT)", *variable])
+
+
+@dataclass
+class Staged:
+    """A payload table whose rows sit in staged Parquet files."""
+
+    name: str
+    plans: list[ColumnPlan]
+    staged_names: list[str]
+    files: list[Path]
+    #: How many rows Spark says it wrote for this table.
+    written: int
+    #: bucket → (rows, estimated bytes, row digest), filled in from the staged files.
+    buckets: dict[int, tuple[int, int, RowDigest]] | None = None
+
+
+def external(files: Sequence[Path]) -> str:
+    return (
+        f"external(ARRAY[{', '.join(quote_literal(str(f)) for f in files)}], FORMAT => 'parquet')"
+    )
+
+
+def read_bucket_stats(staged: Sequence[Staged], stage: Path) -> None:
+    """Per-bucket row counts, size estimates and digests; checks Spark's count."""
+    h, b = quote_name(ROWHASH_COLUMN), quote_name(BUCKET_COLUMN)
+    sums = ", ".join(f"SUM({h} % {m})" for m in RowDigest.MODULI)
+    size = quote_name(SIZE_COLUMN)
+    with connect() as conn:
+        for t in staged:
+            buckets: dict[int, tuple[int, int, RowDigest]] = {}
+            if t.files:
+                rows = conn.execute_list_query(
+                    f"SELECT {b}, COUNT(*), SUM({size}), {sums} FROM {external(t.files)} "
+                    f"GROUP BY {b}"
+                )
+                for bucket, count, nbytes, *residues in rows:
+                    digest = RowDigest(int(count), tuple(int(r) for r in residues))
+                    buckets[int(bucket)] = (int(count), int(nbytes), digest)
+            t.buckets = buckets
+            found = sum(c for c, _, _ in buckets.values())
+            if found != t.written:
+                raise PayloadError(
+                    f"Spark wrote {t.written} row(s) for table {t.name!r} but {found} were "
+                    f"found in the staging directory {str(stage)!r} ({len(t.files)} Parquet "
+                    "file(s)): on a cluster, staging_dir must be a shared path that the "
+                    "executors write and the driver reads at the same place, or pass "
+                    "staging='driver' to send the rows through the driver instead (no shared "
+                    "path needed)"
+                )
+
+
+NO_CAP = 1 << 62
+
+
+def plan_parts(staged: Sequence[Staged], cap_bytes: int) -> list[tuple[int, int]]:
+    """Consecutive bucket ranges whose estimated size stays under the cap.
+
+    A function of the data alone (the per-bucket statistics), so a rebuilt change set gets
+    the same plan.
+    """
+    per_bucket = [0] * BUCKETS
+    for t in staged:
+        assert t.buckets is not None
+        for bucket, (_, nbytes, _) in t.buckets.items():
+            per_bucket[bucket] += nbytes
+    budget = max(1, int(cap_bytes * _SPLIT_HEADROOM) - _FILE_OVERHEAD)
+    ranges: list[tuple[int, int]] = []
+    lo, used = 0, 0
+    for bucket, nbytes in enumerate(per_bucket):
+        if used and used + nbytes > budget:
+            ranges.append((lo, bucket - 1))
+            lo, used = bucket, 0
+        used += nbytes
+    ranges.append((lo, BUCKETS - 1))
+    return ranges
+
+
+def _range_stats(t: Staged, lo: int, hi: int) -> tuple[int, RowDigest]:
+    assert t.buckets is not None
+    rows, digest = 0, RowDigest()
+    for bucket in range(lo, hi + 1):
+        found = t.buckets.get(bucket)
+        if found is not None:
+            rows += found[0]
+            digest = digest + found[2]
+    return rows, digest
+
+
+def _write_part(
+    path: Path,
+    staged: Sequence[Staged],
+    *,
+    schema: str,
+    buckets: tuple[int, int],
+    database_version: int,
+    drop_empty: bool,
+) -> dict[str, TableInfo]:
+    """Write one ``.hyper`` file from staged Parquet; returns its tables."""
+    lo, hi = buckets
+    tables: dict[str, TableInfo] = {}
+    with connect(path, create=True, database_version=database_version) as conn:
+        conn.execute_command(f"CREATE SCHEMA {quote_name(schema)}")
+        for t in staged:
+            expected, digest = _range_stats(t, lo, hi)
+            if expected == 0 and drop_empty:
+                continue
+            ref = table_ref(schema, t.name)
+            columns = ", ".join(f"{quote_name(p.name)} {p.sql_definition_type}" for p in t.plans)
+            conn.execute_command(f"CREATE TABLE {ref} ({columns})")
+            rows = 0
+            if expected:
+                select = ", ".join(
+                    p.hyper_expression(quote_name(s))
+                    for p, s in zip(t.plans, t.staged_names, strict=True)
+                )
+                where = (
+                    ""
+                    if (lo, hi) == (0, BUCKETS - 1)
+                    else f" WHERE {quote_name(BUCKET_COLUMN)} BETWEEN {lo} AND {hi}"
+                )
+                rows = int(
+                    conn.execute_command(
+                        f"INSERT INTO {ref} SELECT {select} FROM {external(t.files)}{where}"
+                    )
+                    or 0
+                )
+            if rows != expected:
+                raise PayloadError(
+                    f"table {t.name!r}: Hyper wrote {rows} row(s) for buckets {lo}-{hi} where "
+                    f"the staged statistics say {expected}"
+                )
+            tables[t.name] = TableInfo(
+                schema,
+                t.name,
+                tuple(ColumnInfo(p.name, p.hyper_type, p.nullable) for p in t.plans),
+                rows,
+                str(digest) if rows else "",
+            )
+    return tables
+
+
+def write_parts(
+    staged: Sequence[Staged],
+    plan: Sequence[tuple[int, int]],
+    directory: Path,
+    *,
+    schema: str,
+    database_version: int,
+    cap_bytes: int,
+    drop_empty: bool,
+) -> list[PayloadPart]:
+    """Write the planned parts; a part the estimate got wrong is halved (and logged)."""
+
+    def write(buckets: tuple[int, int]) -> tuple[Path, dict[str, TableInfo]]:
+        tmp = directory / f".part-{uuid.uuid4().hex}.hyper.tmp"
+        try:
+            tables = _write_part(
+                tmp,
+                staged,
+                schema=schema,
+                buckets=buckets,
+                database_version=database_version,
+                drop_empty=drop_empty,
+            )
+            tmp.chmod(0o600)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
+        return tmp, tables
+
+    def rows_in(lo: int, hi: int) -> int:
+        return sum(_range_stats(t, lo, hi)[0] for t in staged)
+
+    pending = [r for r in plan if rows_in(*r)]
+    done: list[tuple[tuple[int, int], Path, dict[str, TableInfo]]] = []
+    if len(pending) > 1:
+        # The estimate is an upper bound, and Hyper compresses well: a payload estimated
+        # over the cap often fits in one file. Only a file really over the cap is split.
+        whole = (0, BUCKETS - 1)
+        path, tables = write(whole)
+        if path.stat().st_size <= cap_bytes:
+            pending, done = [], [(whole, path, tables)]
+        else:
+            path.unlink()
+            log.info(
+                "payload over %.1f MB: split into %d parts by the size estimate",
+                cap_bytes / _MB,
+                len(pending),
+            )
+    try:
+        while pending:
+            lo, hi = pending.pop(0)
+            path, tables = write((lo, hi))
+            size = path.stat().st_size
+            if size <= cap_bytes:
+                done.append(((lo, hi), path, tables))
+                continue
+            path.unlink()
+            if lo == hi:
+                raise PayloadError(
+                    f"the payload cannot be split under max_payload_mb={cap_bytes / _MB:g}: one "
+                    f"split unit alone takes {size / _MB:.1f} MB (a single key, or one of "
+                    f"{BUCKETS} buckets of rows); raise max_payload_mb together with the "
+                    "server's api.server.update_uploaded_file.max_size_in_mb"
+                )
+            mid = (lo + hi) // 2
+            log.warning(
+                "payload part for buckets %d-%d is %.1f MB, over the %.1f MB cap although "
+                "its estimate was under it: halving it (this split depends on Hyper's file "
+                "size, not on the data alone)",
+                lo,
+                hi,
+                size / _MB,
+                cap_bytes / _MB,
+            )
+            pending[:0] = [r for r in ((lo, mid), (mid + 1, hi)) if rows_in(*r)]
+    except BaseException:
+        for _, path, _ in done:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        raise
+
+    done.sort(key=lambda d: d[0])
+    total = len(done)
+    parts: list[PayloadPart] = []
+    for index, (buckets, tmp, tables) in enumerate(done, start=1):
+        final = directory / (
+            "payload.hyper" if total == 1 else f"payload-part-{index:03d}-of-{total:03d}.hyper"
+        )
+        os.replace(tmp, final)
+        parts.append(PayloadPart(final, final.stat().st_size, tables, buckets))
+    return parts

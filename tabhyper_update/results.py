@@ -1,0 +1,130 @@
+"""What an update did, part by part: :class:`UpdateResult` (returned by ``apply()`` and
+``client.update_datasource``) and its :class:`PartUpdate` rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .actions import ActionBatch
+from .jobs import Job
+
+__all__ = ["PartUpdate", "UpdateResult"]
+
+
+@dataclass
+class PartUpdate:
+    """One part's update: its RequestID, job, and how it came about.
+
+    ``deduplicated``: nothing new was applied for this part because it had been applied (or
+    submitted) before under the same identity: either this SDK's record showed it
+    (``skipped``: no request was sent) or the server answered with a job that existed before
+    the request (``job`` is that original job). ``resumed``: a job submitted by an earlier,
+    interrupted run was followed to its end. ``attempt`` counts submissions after failed or
+    cancelled jobs (0 for the first).
+    """
+
+    part: int
+    request_id: str
+    actions: ActionBatch = field(repr=False)
+    upload_session_id: str | None = None
+    job: Job | None = None
+    resumed: bool = False
+    deduplicated: bool = False
+    skipped: bool = False
+    attempt: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    #: Rows per payload table this part carries, and the size of its file.
+    rows: dict[str, int] = field(default_factory=dict)
+    size_bytes: int = 0
+
+    @property
+    def job_id(self) -> str | None:
+        return self.job.id if self.job is not None else self._recorded_job
+
+    _recorded_job: str | None = field(default=None, repr=False)
+
+
+@dataclass
+class UpdateResult:
+    """The updates of a payload, part by part. After ``apply()`` (which waits by default)
+    every part is applied; after ``apply(wait=False)`` call :meth:`wait`."""
+
+    parts: list[PartUpdate]
+    done: bool = False
+    _finish: Callable[[UpdateResult, float | None], None] | None = field(default=None, repr=False)
+
+    @property
+    def jobs(self) -> list[Job]:
+        return [p.job for p in self.parts if p.job is not None]
+
+    @property
+    def empty(self) -> bool:
+        """True when there was nothing to update (an empty change set, or a payload without
+        rows for actions that read it): no request was sent."""
+        return not self.parts
+
+    @property
+    def deduplicated(self) -> bool:
+        """True when no part applied anything new: the whole update had been applied (or
+        submitted) before under the same identity."""
+        return bool(self.parts) and all(p.deduplicated for p in self.parts)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """One plain dict per part, for a job's log: rows per table, bytes, RequestID, job,
+        how it came about, seconds per step."""
+        return [
+            {
+                "part": p.part + 1,
+                "rows": dict(p.rows),
+                "size_bytes": p.size_bytes,
+                "request_id": p.request_id,
+                "job_id": p.job_id,
+                "succeeded": p.job.succeeded if p.job is not None and p.job.is_done else None,
+                "attempt": p.attempt,
+                "deduplicated": p.deduplicated,
+                "skipped": p.skipped,
+                "resumed": p.resumed,
+                "seconds": {k: round(v, 3) for k, v in p.seconds.items()},
+            }
+            for p in self.parts
+        ]
+
+    def __str__(self) -> str:
+        if not self.parts:
+            return "nothing to update: the payload holds no rows"
+        lines = []
+        for p in self.summary():
+            how = (
+                "skipped: applied before"
+                if p["skipped"]
+                else "deduplicated"
+                if p["deduplicated"]
+                else "resumed"
+                if p["resumed"]
+                else "applied"
+                if self.done
+                else "submitted"
+            )
+            steps = ", ".join(f"{k} {v:.2f} s" for k, v in p["seconds"].items())
+            rows = ", ".join(f"{n} {c} rows" for n, c in p["rows"].items())
+            lines.append(
+                f"part {p['part']}: job {p['job_id']} ({how}), RequestID {p['request_id']}"
+                + (f"; {rows}, {p['size_bytes']} bytes" if rows else "")
+                + (f"; {steps}" if steps else "")
+            )
+        return "\n".join(lines)
+
+    def wait(self, timeout: float | None = None) -> UpdateResult:
+        """Wait for every part's job; raise :class:`JobFailedError` (or cancelled / timed
+        out) on the first that did not succeed.
+
+        The run ends here, whatever its jobs did: the payload's files are removed (unless
+        it was built with ``keep_files=True``), and the run's record leaves the state store
+        when every part was applied, or none was. A run that applied some parts keeps its
+        record, so the next run submits only what is left."""
+        if not self.done and self._finish is not None:
+            self._finish(self, timeout)
+        self.done = True
+        return self
