@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from .actions import ActionBatch, BatchLike
+from .errors import InvalidArgumentError
 
 __all__ = [
     "BUCKETS",
     "ColumnInfo",
+    "NoPayload",
     "PayloadLike",
     "PayloadPart",
     "RowDigest",
@@ -155,6 +157,37 @@ class PayloadLike(Protocol):
     ) -> ActionBatch: ...
 
     def cleanup(self) -> None: ...
+
+
+class NoPayload:
+    """The payload of an update that reads no table (a delete by constant): no parts."""
+
+    def __init__(self) -> None:
+        self.parts: list[PayloadPart] = []
+        self.keep_files = True
+
+    is_cdc = False
+    is_empty = True
+    digest = ""
+
+    @property
+    def tables(self) -> dict[str, TableInfo]:
+        return {}
+
+    def validate(self, batch: BatchLike) -> ActionBatch:
+        return ActionBatch.coerce(batch)
+
+    def derived_actions(
+        self,
+        part: PayloadPart | None = None,
+        *,
+        target_table: str = "",
+        target_schema: str = "",
+    ) -> ActionBatch:
+        raise InvalidArgumentError("no payload: pass actions=")
+
+    def cleanup(self) -> None:
+        return None
 
 
 _SQL_TYPE_TEXT = {

@@ -36,7 +36,7 @@ from .errors import (
 )
 from .identity import MAX_REQUEST_ID, created_before, next_attempt, open_record
 from .jobs import FINISH_CANCELLED, FINISH_FAILED, Job
-from .parts import PayloadLike, PayloadPart, TableInfo
+from .parts import NoPayload, PayloadLike, PayloadPart
 from .progress import bar as progress_bar
 from .progress import show_progress
 from .redaction import get_logger
@@ -257,77 +257,14 @@ class BoundPayload:
         batch: ActionBatch,
         update: PartUpdate,
     ) -> None:
-        index, total = state.index, len(record.parts)
-        if state.status == "submitted" and state.job_id:
-            try:
-                update.job = check_job_target(
-                    self.client.job(state.job_id), self.target, state.request_id
-                )
-            except NotFoundError:
-                if not _idempotent(batch):
-                    raise UpdateStateError(
-                        f"part {index + 1}/{total} of {record.label}: job {state.job_id} "
-                        f"(RequestID {state.request_id}), submitted by an earlier run, is no "
-                        "longer known to the server, so whether it was applied cannot be told, "
-                        "and submitting its insert again could add its rows twice. Look at the "
-                        "data source; then forget the record with `tabhyper-update state clear "
-                        f"--state-dir {self.state.directory}` and, if the rows are missing, run "
-                        "the job again"
-                    ) from None
-                log.warning(
-                    "part %d/%d: job %s, submitted by an earlier run, is no longer known to "
-                    "the server; submitting the part again under the same RequestID %s (its "
-                    "actions give the same result applied once or twice)",
-                    index + 1,
-                    total,
-                    state.job_id,
-                    state.request_id,
-                )
-            else:
-                log.info(
-                    "part %d/%d was submitted by an earlier run (job %s): waiting on it",
-                    index + 1,
-                    total,
-                    state.job_id,
-                )
-                update.resumed = True
-                return
+        """Submit one part (or follow the job an earlier run submitted for it), as many new
+        attempts as it takes for the server to answer with a job of this request."""
+        resumable = state.status == "submitted" and state.job_id
+        if resumable and self._resume_submitted(record, state, batch, update):
+            return
         for _ in range(MAX_ATTEMPTS_PER_RUN + 1):
-            update.request_id, update.attempt = state.request_id, state.attempt
-            early = self._take_first_upload(index, part, batch)
-            if part is not None and batch.reads_source:
-                if early is not None:
-                    state.upload_session_id, update.seconds["upload"] = early
-                else:
-                    self._upload_into(state, index, part, update)
-                update.upload_session_id = state.upload_session_id
-            else:
-                state.upload_session_id = None
-            if state.sent_at is None:
-                state.sent_at = time.time()
-            state.status = "sending"
-            self.state.save(record)
-            started = time.perf_counter()
-            try:
-                job = self._send_update(state, batch)
-            except NotFoundError as err:
-                if early is None or err.code != UPLOAD_SESSION_UNKNOWN or part is None:
-                    raise
-                # The server let the upload made by upload() lapse before apply() came:
-                # nothing was submitted, so upload the part again and send the same request.
-                log.warning(
-                    "part %d/%d: the server no longer knows the upload made by upload() "
-                    "(session %s); uploading the part again",
-                    index + 1,
-                    total,
-                    state.upload_session_id,
-                )
-                self._upload_into(state, index, part, update)
-                self.state.save(record)
-                started = time.perf_counter()
-                job = self._send_update(state, batch)
-            update.seconds["submit"] = time.perf_counter() - started
-            earlier = job.id in state.jobs_seen or created_before(job.created_at, state.sent_at)
+            job, sent_at = self._send_part(record, state, part, batch, update)
+            earlier = job.id in state.jobs_seen or created_before(job.created_at, sent_at)
             if job.id not in state.jobs_seen:
                 state.jobs_seen.append(job.id)
             state.job_id, state.status = job.id, "submitted"
@@ -336,46 +273,145 @@ class BoundPayload:
             if not earlier:
                 log.info(
                     "part %d/%d submitted as job %s (RequestID %s)",
-                    index + 1,
-                    total,
+                    state.index + 1,
+                    len(record.parts),
                     job.id,
                     state.request_id,
                 )
                 return
-            update.deduplicated = True
-            log.warning(
-                "part %d/%d: the server answered RequestID %s with job %s, which existed "
-                "before this request: %s had been submitted before (deduplicated)",
-                index + 1,
-                total,
-                state.request_id,
-                job.id,
-                record.label,
-            )
-            job.refresh()
-            if not job.is_done or job.succeeded:
+            if self._earlier_job_stands(record, state, job, update):
                 return
-            if job.finish_code not in (FINISH_FAILED, FINISH_CANCELLED):
-                # Neither applied nor not: never submitted again, never counted as applied.
-                raise JobOutcomeUnknownError(job.id, job.finish_code)
-            # That earlier job failed or was cancelled, so it applied nothing (batches are
-            # atomic): submit the part again as a new attempt.
+        raise PayloadError(
+            f"part {state.index + 1} of {record.label}: {MAX_ATTEMPTS_PER_RUN} new attempts "
+            "in a row were answered with earlier failed jobs; giving up"
+        )
+
+    def _resume_submitted(
+        self, record: UpdateRecord, state: PartState, batch: ActionBatch, update: PartUpdate
+    ) -> bool:
+        """Follow the job an earlier run submitted for this part; False when the server no
+        longer knows it and the part may be submitted again (its batch is idempotent)."""
+        index, total = state.index, len(record.parts)
+        assert state.job_id is not None
+        try:
+            update.job = check_job_target(
+                self.client.job(state.job_id), self.target, state.request_id
+            )
+        except NotFoundError:
+            if not _idempotent(batch):
+                raise UpdateStateError(
+                    f"part {index + 1}/{total} of {record.label}: job {state.job_id} "
+                    f"(RequestID {state.request_id}), submitted by an earlier run, is no "
+                    "longer known to the server, so whether it was applied cannot be told, "
+                    "and submitting its insert again could add its rows twice. Look at the "
+                    "data source; then forget the record with `tabhyper-update state clear "
+                    f"--state-dir {self.state.directory}` and, if the rows are missing, run "
+                    "the job again"
+                ) from None
             log.warning(
-                "part %d/%d: that job %s did not succeed (finish code %s) and applied "
-                "nothing; submitting the part again as attempt %d",
+                "part %d/%d: job %s, submitted by an earlier run, is no longer known to "
+                "the server; submitting the part again under the same RequestID %s (its "
+                "actions give the same result applied once or twice)",
                 index + 1,
                 total,
-                job.id,
-                job.finish_code,
-                state.attempt + 2,
+                state.job_id,
+                state.request_id,
             )
-            update.deduplicated = False
-            next_attempt(record, state)
-            self.state.save(record)
-        raise PayloadError(
-            f"part {index + 1} of {record.label}: {MAX_ATTEMPTS_PER_RUN} new attempts in a row "
-            "were answered with earlier failed jobs; giving up"
+            return False
+        log.info(
+            "part %d/%d was submitted by an earlier run (job %s): waiting on it",
+            index + 1,
+            total,
+            state.job_id,
         )
+        update.resumed = True
+        return True
+
+    def _send_part(
+        self,
+        record: UpdateRecord,
+        state: PartState,
+        part: PayloadPart | None,
+        batch: ActionBatch,
+        update: PartUpdate,
+    ) -> tuple[Job, float]:
+        """Upload the part (unless ``upload()`` did) and send the update request once; the
+        record says "sending" before the request leaves. Returns the job the server answered
+        with and when this part was first sent."""
+        index = state.index
+        update.request_id, update.attempt = state.request_id, state.attempt
+        early = self._take_first_upload(index, part, batch)
+        if part is not None and batch.reads_source:
+            if early is not None:
+                state.upload_session_id, update.seconds["upload"] = early
+            else:
+                self._upload_into(state, index, part, update)
+            update.upload_session_id = state.upload_session_id
+        else:
+            state.upload_session_id = None
+        sent_at = state.sent_at = state.sent_at if state.sent_at is not None else time.time()
+        state.status = "sending"
+        self.state.save(record)
+        started = time.perf_counter()
+        try:
+            job = self._send_update(state, batch)
+        except NotFoundError as err:
+            if early is None or err.code != UPLOAD_SESSION_UNKNOWN or part is None:
+                raise
+            # The server let the upload made by upload() lapse before apply() came:
+            # nothing was submitted, so upload the part again and send the same request.
+            log.warning(
+                "part %d/%d: the server no longer knows the upload made by upload() "
+                "(session %s); uploading the part again",
+                index + 1,
+                len(record.parts),
+                state.upload_session_id,
+            )
+            self._upload_into(state, index, part, update)
+            self.state.save(record)
+            started = time.perf_counter()
+            job = self._send_update(state, batch)
+        update.seconds["submit"] = time.perf_counter() - started
+        return job, sent_at
+
+    def _earlier_job_stands(
+        self, record: UpdateRecord, state: PartState, job: Job, update: PartUpdate
+    ) -> bool:
+        """The server answered with a job that existed before this request: True when that
+        job stands for the part (running, or succeeded); False when it applied nothing and
+        the part goes again as a new attempt."""
+        index, total = state.index, len(record.parts)
+        update.deduplicated = True
+        log.warning(
+            "part %d/%d: the server answered RequestID %s with job %s, which existed "
+            "before this request: %s had been submitted before (deduplicated)",
+            index + 1,
+            total,
+            state.request_id,
+            job.id,
+            record.label,
+        )
+        job.refresh()
+        if not job.is_done or job.succeeded:
+            return True
+        if job.finish_code not in (FINISH_FAILED, FINISH_CANCELLED):
+            # Neither applied nor not: never submitted again, never counted as applied.
+            raise JobOutcomeUnknownError(job.id, job.finish_code)
+        # That earlier job failed or was cancelled, so it applied nothing (batches are
+        # atomic): submit the part again as a new attempt.
+        log.warning(
+            "part %d/%d: that job %s did not succeed (finish code %s) and applied "
+            "nothing; submitting the part again as attempt %d",
+            index + 1,
+            total,
+            job.id,
+            job.finish_code,
+            state.attempt + 2,
+        )
+        update.deduplicated = False
+        next_attempt(record, state)
+        self.state.save(record)
+        return False
 
     def _take_first_upload(
         self, index: int, part: PayloadPart | None, batch: ActionBatch
@@ -497,37 +533,6 @@ def upload_payload(
 UploadedPayload = BoundPayload
 
 
-class _NoPayload:
-    """The payload of an update that reads no table (a delete by constant): no parts."""
-
-    def __init__(self) -> None:
-        self.parts: list[PayloadPart] = []
-        self.keep_files = True
-
-    is_cdc = False
-    is_empty = True
-    digest = ""
-
-    @property
-    def tables(self) -> dict[str, TableInfo]:
-        return {}
-
-    def validate(self, batch: BatchLike) -> ActionBatch:
-        return ActionBatch.coerce(batch)
-
-    def derived_actions(
-        self,
-        part: PayloadPart | None = None,
-        *,
-        target_table: str = "",
-        target_schema: str = "",
-    ) -> ActionBatch:
-        raise InvalidArgumentError("no payload: pass actions=")
-
-    def cleanup(self) -> None:
-        return None
-
-
 def update_datasource(
     client: TableauClient,
     target: DataSourceRef | str,
@@ -557,7 +562,7 @@ def update_datasource(
         )
     if payload is None and actions is None:
         raise InvalidArgumentError("give a payload, actions, or both")
-    chosen: PayloadLike = payload if payload is not None else _NoPayload()
+    chosen: PayloadLike = payload if payload is not None else NoPayload()
     bound = upload_payload(
         chosen, target, client=client, progress=progress, state_dir=state_dir, upload_first=False
     )

@@ -106,13 +106,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _add_verbosity(parser, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_validate(sub)
+    _add_schema(sub)
+    _add_build(sub)
+    _add_apply(sub)
+    _add_publish(sub)
+    _add_job(sub)
+    _add_state(sub)
+    _add_demo(sub)
+    _add_serve_local(sub)
+    return parser
 
+
+def _add_validate(sub: Any) -> None:
     p = sub.add_parser("validate", help="check an action batch JSON file")
     p.add_argument("file", help="the action batch (JSON); '-' reads standard input")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_validate)
 
+
+def _add_schema(sub: Any) -> None:
     p = sub.add_parser("schema", help="print the JSON Schema of an action batch")
     g = p.add_mutually_exclusive_group()
     g.add_argument("-o", "--output", help="write the schema to this file")
@@ -120,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_schema)
 
+
+def _add_build(sub: Any) -> None:
     p = sub.add_parser("build", help="build a .hyper payload from files or a Spark table")
     p.add_argument("--input", nargs="+", help="Parquet (or CSV) files or directories")
     p.add_argument(
@@ -174,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_build)
 
+
+def _add_apply(sub: Any) -> None:
     p = sub.add_parser("apply", help="upload a payload and apply actions to a data source")
     p.add_argument(
         "--payload",
@@ -211,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_apply)
 
+
+def _add_publish(sub: Any) -> None:
     p = sub.add_parser("publish", help="publish a .hyper file or a payload as a data source")
     p.add_argument("source", metavar="FILE|DIR", help="a .hyper file, or a folder from `build`")
     p.add_argument("--name", required=True, help="the data source's name")
@@ -230,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_publish)
 
+
+def _add_job(sub: Any) -> None:
     p = sub.add_parser("job", help="show, wait for or cancel a job")
     p.add_argument("action", choices=["status", "wait", "cancel"], help="what to do")
     p.add_argument("job_id", help="the job's id, as `apply` prints it")
@@ -238,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_job)
 
+
+def _add_state(sub: Any) -> None:
     p = sub.add_parser("state", help="list or clear resume records")
     p.add_argument("action", choices=["list", "clear"], help="list (reads only) or clear")
     p.add_argument(
@@ -248,11 +272,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_state)
 
+
+def _add_demo(sub: Any) -> None:
     p = sub.add_parser("demo", help="run the end-to-end demo against the built-in fake server")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_demo)
 
+
+def _add_serve_local(sub: Any) -> None:
     p = sub.add_parser("serve-local", help="serve a fake Tableau server on 127.0.0.1")
     p.add_argument(
         "--datasource",
@@ -282,4 +310,3 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_serve_local)
-    return parser
