@@ -216,6 +216,34 @@ def _write_part(
     return tables
 
 
+def _write_tmp_part(
+    directory: Path,
+    staged: Sequence[Staged],
+    buckets: tuple[int, int],
+    *,
+    schema: str,
+    database_version: int,
+    drop_empty: bool,
+) -> tuple[Path, dict[str, TableInfo]]:
+    """One part of the given buckets' rows, written under a temporary name (owner only)."""
+    tmp = directory / f".part-{uuid.uuid4().hex}.hyper.tmp"
+    try:
+        tables = _write_part(
+            tmp,
+            staged,
+            schema=schema,
+            buckets=buckets,
+            database_version=database_version,
+            drop_empty=drop_empty,
+        )
+        tmp.chmod(0o600)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    return tmp, tables
+
+
 def write_parts(
     staged: Sequence[Staged],
     plan: Sequence[tuple[int, int]],
@@ -229,22 +257,14 @@ def write_parts(
     """Write the planned parts; a part the estimate got wrong is halved (and logged)."""
 
     def write(buckets: tuple[int, int]) -> tuple[Path, dict[str, TableInfo]]:
-        tmp = directory / f".part-{uuid.uuid4().hex}.hyper.tmp"
-        try:
-            tables = _write_part(
-                tmp,
-                staged,
-                schema=schema,
-                buckets=buckets,
-                database_version=database_version,
-                drop_empty=drop_empty,
-            )
-            tmp.chmod(0o600)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            raise
-        return tmp, tables
+        return _write_tmp_part(
+            directory,
+            staged,
+            buckets,
+            schema=schema,
+            database_version=database_version,
+            drop_empty=drop_empty,
+        )
 
     def rows_in(lo: int, hi: int) -> int:
         return sum(_range_stats(t, lo, hi)[0] for t in staged)
