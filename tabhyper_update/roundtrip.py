@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, TypeVar
 from .actions import ActionBatch, BatchLike
 from .errors import (
     ArgumentTypeError,
-    ConfigurationError,
     InvalidArgumentError,
     JobCancelledError,
     JobFailedError,
@@ -43,7 +42,13 @@ from .redaction import get_logger
 from .refs import DataSourceRef, check_job_target, check_request_id
 from .results import PartUpdate, UpdateResult
 from .state import PartState, StateStore, UpdateRecord
-from .targets import check_columns, derived_target, refuse_replace_from_nothing, resolve_target
+from .targets import (
+    check_columns,
+    derived_target,
+    refuse_replace_from_nothing,
+    resolve_target,
+    target_name,
+)
 
 if TYPE_CHECKING:
     from .client import TableauClient
@@ -517,10 +522,8 @@ def upload_payload(
     the first part (unless ``upload_first=False``: then nothing is sent before ``apply()``)."""
     if payload.parts and any(not p.path.exists() for p in payload.parts):
         raise PayloadError("the payload's files were already removed (cleanup() ran)")
-    if target is None and not os.environ.get("TABLEAU_DATASOURCE"):
-        raise ConfigurationError(
-            "no target data source: pass one to upload() or set TABLEAU_DATASOURCE"
-        )
+    if not isinstance(target, DataSourceRef):
+        target_name(target, os.environ)
     store = StateStore(state_dir)
     store.check()
     bound = BoundPayload(payload, client, target, progress=progress, state=store)

@@ -22,6 +22,7 @@ __all__ = [
     "derived_target",
     "refuse_replace_from_nothing",
     "resolve_target",
+    "target_name",
 ]
 
 
@@ -35,16 +36,23 @@ def resolve_target(
     if isinstance(target, DataSourceRef):
         return target
     e = os.environ if env is None else env
-    name = target or e.get("TABLEAU_DATASOURCE")
-    if not name:
-        raise ConfigurationError(
-            "no target data source: pass one to upload() or set TABLEAU_DATASOURCE"
-        )
+    name = target_name(target, e)
     return client.datasource(
         name,
         project=e.get("TABLEAU_PROJECT") or None,
         connection=e.get("TABLEAU_CONNECTION") or None,
     )
+
+
+def target_name(target: str | None, env: Mapping[str, str]) -> str:
+    """The data source's name or LUID: ``target``, else ``TABLEAU_DATASOURCE``; refused when
+    neither is there (checked before any request)."""
+    name = target or env.get("TABLEAU_DATASOURCE")
+    if not name:
+        raise ConfigurationError(
+            "no target data source: pass one to upload() or set TABLEAU_DATASOURCE"
+        )
+    return name
 
 
 def refuse_replace_from_nothing(batch: ActionBatch) -> None:

@@ -27,12 +27,13 @@ if TYPE_CHECKING:
 
 #: The columns and rows data source ``Orders`` starts with, unless a module says otherwise.
 ORDERS_DDL = "id BIGINT NOT NULL, name TEXT, qty INTEGER"
-ORDERS_ROWS = ["(1, 'apple', 10)", "(2, 'banana', 20)", "(3, 'cherry', 30)"]
+ORDERS_ROWS = ["(1, 'a', 10)", "(2, 'b', 20)", "(3, 'c', 30)"]
 
 
 @pytest.fixture
 def target_file(tmp_path: Path) -> Path | None:
     """The .hyper file data source ``Orders`` starts as (the server keeps its own copy)."""
+    (tmp_path / "start").mkdir()
     return make_hyper(tmp_path / "start" / "orders.hyper", {"Extract": (ORDERS_DDL, ORDERS_ROWS)})
 
 

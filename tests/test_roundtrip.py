@@ -23,7 +23,6 @@ from tabhyper_update import (
 )
 from tabhyper_update.state import StateStore
 from tabhyper_update.testing import FakeTableauServer
-from tabhyper_update.testing.files import make_hyper
 
 from ._util import read_rows, use_environment
 
@@ -32,15 +31,7 @@ if TYPE_CHECKING:
 
 #: The change sets of these tests: keyed on id, op in "op", ordered by "seq".
 BY_ID = ChangeSet("id", op_column="op", order_by="seq")
-INITIAL = ["(1, 'a', 10)", "(2, 'b', 20)", "(3, 'c', 30)"]
-
-
-@pytest.fixture
-def target_file(tmp_path: Path) -> Path:
-    return make_hyper(
-        tmp_path / "orders.hyper",
-        {"Extract": ("id BIGINT NOT NULL, name TEXT, qty INTEGER", INITIAL)},
-    )
+# Data source "Orders" starts with conftest's ORDERS_ROWS: ids 1, 2, 3 as 'a' 10, 'b' 20, 'c' 30.
 
 
 @pytest.fixture
