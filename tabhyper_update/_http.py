@@ -493,6 +493,10 @@ class Transport:
             code = str(err_obj["code"]) if err_obj.get("code") is not None else None
             summary = _text(err_obj.get("summary"))
             detail = _text(err_obj.get("detail"))
+        elif body is not None and ("errorCode" in body or "tab-error-code" in body):
+            # The VizQL Data Service's shape: {"errorCode", "message", "tab-error-code"}.
+            code = _text(body.get("errorCode")) or _text(body.get("tab-error-code"))
+            summary = _text(body.get("message")) or response.reason or None
         elif summary is None:
             summary = response.reason or None
         if status < 400:

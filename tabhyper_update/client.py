@@ -250,14 +250,19 @@ class TableauClient:
         return f"api/{self.api_version}/sites/{self.site_id}/{rest}"
 
     def request(
-        self, method: str, rest: str, *, retry: bool, **kwargs: Any
+        self, method: str, rest: str, *, retry: bool, site_scoped: bool = True, **kwargs: Any
     ) -> tuple[requests.Response, dict[str, Any] | None]:
-        """A site-scoped call; signs in first, and once more if the session expired."""
+        """A call with this client's session: site-scoped (``rest`` under the site's path),
+        or with ``site_scoped=False`` to a path of its own on the server (the VizQL Data
+        Service's, whose token names the site). Signs in first, and once more if the session
+        expired."""
         token = self._ensure_signed_in()
+
+        def path() -> str:
+            return self._site_path(rest) if site_scoped else rest
+
         try:
-            return self._http.call(
-                method, self._site_path(rest), retry=retry, token=token, **kwargs
-            )
+            return self._http.call(method, path(), retry=retry, token=token, **kwargs)
         except AuthenticationError as err:
             if err.code != SESSION_EXPIRED:
                 raise
@@ -270,9 +275,7 @@ class TableauClient:
             if body is not None and hasattr(body, "seek"):
                 body.seek(0)  # a streamed body is replayed from its start
             try:
-                return self._http.call(
-                    method, self._site_path(rest), retry=retry, token=token, **kwargs
-                )
+                return self._http.call(method, path(), retry=retry, token=token, **kwargs)
             except AuthenticationError as again:
                 if again.code != SESSION_EXPIRED:
                     raise
@@ -439,10 +442,12 @@ class TableauClient:
         timeout: float | None = None,
         progress: bool | None = None,
         state_dir: str | os.PathLike[str] | None = None,
+        verify: bool | int = False,
     ) -> UpdateResult:
         """Update a data source: upload ``payload`` part by part and apply ``actions`` (a
         change set's own actions by default, on ``target_schema.target_table``), waiting
         until applied unless ``wait=False``. Everything is checked before the first request.
+        ``verify`` reads a change set's update back (see ``BoundPayload.apply``).
 
         The verb behind ``payload.upload(target).apply(actions)``; with no payload, a batch
         that reads no table (e.g. a delete by constant)::
@@ -465,6 +470,7 @@ class TableauClient:
             timeout=timeout,
             progress=progress,
             state_dir=state_dir,
+            verify=verify,
         )
 
     def publish(

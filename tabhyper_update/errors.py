@@ -25,6 +25,8 @@ __all__ = [
     "AuthenticationError",
     "ConfigurationError",
     "ConnectionFailedError",
+    "DataServiceError",
+    "DriftError",
     "InvalidActionBatchError",
     "InvalidArgumentError",
     "JobCancelledError",
@@ -304,6 +306,12 @@ class NotFoundError(ApiError):
     """A site, data source, connection, upload session or job does not exist."""
 
 
+class DataServiceError(ApiError):
+    """The VizQL Data Service could not answer: the server has none (Tableau Server before
+    2025.1), the user may not query the data source, or it refused the query. Reading back
+    is separate from updating: an update that was applied stays applied."""
+
+
 class UnsupportedServerError(TabHyperError):
     """The server's REST API is older than the Hyper update endpoints (3.12)."""
 
@@ -388,3 +396,18 @@ class UpdateStateError(TabHyperError):
     """An earlier, interrupted run of this update cannot be resumed without risking a lost or
     doubled change (its payload now splits differently, or the server forgot a job whose
     insert may or may not have been applied). The message says how to resolve it."""
+
+
+class DriftError(TabHyperError):
+    """Reading back found the published data source differing from what was expected (the
+    keys an update touched, or the source it was reconciled with). ``report`` says where;
+    an update that was applied stays applied, and ``report`` can be repaired."""
+
+    def __init__(self, report: Any, *, applied: str | None = None) -> None:
+        self.report = report
+        #: What had been applied before the read-back (for an update check), if anything.
+        self.applied = applied
+        text = str(report)
+        if applied:
+            text = f"{applied}; reading it back found drift: {text}"
+        super().__init__(text)

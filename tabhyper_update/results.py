@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .actions import ActionBatch
+from .drift import DriftReport
+from .errors import InvalidArgumentError
 from .jobs import Job
 
 __all__ = ["PartUpdate", "UpdateResult"]
@@ -54,6 +56,9 @@ class UpdateResult:
     parts: list[PartUpdate]
     done: bool = False
     _finish: Callable[[UpdateResult, float | None], None] | None = field(default=None, repr=False)
+    #: What reading the update back found (``apply(verify=...)`` or :meth:`verify`).
+    readback: DriftReport | None = None
+    _verify: Callable[..., DriftReport] | None = field(default=None, repr=False)
 
     @property
     def jobs(self) -> list[Job]:
@@ -128,3 +133,24 @@ class UpdateResult:
             self._finish(self, timeout)
         self.done = True
         return self
+
+    def brief(self) -> str:
+        """One line: how many parts, and their jobs."""
+        jobs = ", ".join(str(p.job_id) for p in self.parts)
+        return f"{len(self.parts)} part(s), job(s) {jobs}"
+
+    def verify(self, **options: Any) -> DriftReport:
+        """Read the update back (after waiting for it): every upserted key once with the
+        payload's values, every deleted key gone. Returns the report (also kept as
+        ``readback``); drift is in the report, not raised. Needs ``apply(verify=...)``,
+        which read what to expect before the payload's files were removed. ``options``:
+        ``keys_per_request``, ``tolerance``."""
+        if self._verify is None:
+            raise InvalidArgumentError(
+                "this update was applied without verify=: pass verify=True (or a sample "
+                "size) to apply() to read it back, or reconcile the data source",
+                argument="verify",
+            )
+        self.wait()
+        self.readback = self._verify(**options)
+        return self.readback

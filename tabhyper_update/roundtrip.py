@@ -19,11 +19,13 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .actions import ActionBatch, BatchLike
+from .drift import DriftReport
 from .errors import (
     ArgumentTypeError,
+    DriftError,
     InvalidArgumentError,
     JobCancelledError,
     JobFailedError,
@@ -38,6 +40,7 @@ from .jobs import FINISH_CANCELLED, FINISH_FAILED, Job
 from .parts import NoPayload, PayloadLike, PayloadPart
 from .progress import bar as progress_bar
 from .progress import show_progress
+from .readback import ExpectedChanges, check_update, expected_changes, verify_option
 from .redaction import get_logger
 from .refs import DataSourceRef, check_job_target, check_request_id
 from .results import PartUpdate, UpdateResult
@@ -149,9 +152,16 @@ class BoundPayload:
         request_id: str | None = None,
         wait: bool = True,
         timeout: float | None = None,
+        verify: bool | int = False,
     ) -> UpdateResult:
         """Apply the payload: submit every part's update, in order, and wait until each is
         applied (raising :class:`JobFailedError` and friends when one is not).
+
+        ``verify=True`` then reads the update back through the VizQL Data Service (every
+        upserted key once with the payload's values, every deleted key gone) and raises
+        :class:`DriftError` when something differs; ``verify=n`` checks a random sample of
+        n keys. The report is ``result.readback``; with ``wait=False`` call
+        ``result.wait()`` and then ``result.verify()``.
 
         ``actions`` default to the payload's derived actions (a change set), on the table
         ``target_schema.target_table`` of the data source (``Extract.Extract`` unless
@@ -163,6 +173,13 @@ class BoundPayload:
         """
         given = ActionBatch.coerce(actions) if actions is not None else None
         target = derived_target(self.payload, given, target_table, target_schema)
+        sample = verify_option(verify)
+        if sample is not None and given is not None:
+            raise InvalidArgumentError(
+                "verify reads back a change set's own actions; with actions= given, "
+                "reconcile the data source with its source instead",
+                argument="verify",
+            )
         if request_id is not None:
             check_request_id(request_id, most=MAX_REQUEST_ID)
         if not self.payload.parts and given is not None and given.reads_source:
@@ -186,9 +203,13 @@ class BoundPayload:
             units = [(None, given)]
 
         self._check_columns([batch for _, batch in units])
+        # Read before the files go: what the update must leave, to be read back after it.
+        expected = expected_changes(self.payload, sample) if sample is not None else None
         record = self._record(units, request_id)
         updates: list[PartUpdate] = []
         result = UpdateResult(updates, _finish=lambda r, t: self._finish(record, r, t))
+        if expected is not None:
+            result._verify = partial(self._read_back, expected)
         for index, state in enumerate(record.parts):
             # A finished record may hold another split than this payload (same content, or
             # the same request id): it is reported as recorded, part by part.
@@ -222,7 +243,18 @@ class BoundPayload:
             )
         if wait:
             result.wait(timeout)
+            if expected is not None:
+                report = result.verify()
+                if not report.ok:
+                    raise DriftError(report, applied=f"the update was applied ({result.brief()})")
         return result
+
+    def _read_back(self, expected: ExpectedChanges, **options: Any) -> DriftReport:
+        try:
+            return check_update(self.client, self.target, expected, **options)
+        except TabHyperError as err:
+            err.at_step("read-back", "the update itself was applied; only its check failed")
+            raise
 
     def _check_columns(self, batches: Sequence[ActionBatch]) -> None:
         """Refuse, before anything is sent, columns the target is known to lack."""
@@ -549,6 +581,7 @@ def update_datasource(
     timeout: float | None = None,
     progress: bool | None = None,
     state_dir: str | os.PathLike[str] | None = None,
+    verify: bool | int = False,
 ) -> UpdateResult:
     """:meth:`TableauClient.update_datasource`: bind, upload and apply in one call, every
     argument checked before the first request."""
@@ -576,4 +609,5 @@ def update_datasource(
         request_id=request_id,
         wait=wait,
         timeout=timeout,
+        verify=verify,
     )

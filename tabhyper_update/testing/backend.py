@@ -139,7 +139,16 @@ class FakeBackend:
         max_upload_mb: float = 100,
         directory: str | os.PathLike[str] | None = None,
         store_uploads: bool = True,
+        data_service: str = "on",
     ) -> None:
+        if data_service not in ("on", "absent", "denied"):
+            raise ValueError(
+                f"data_service must be 'on', 'absent' or 'denied', got {data_service!r}"
+            )
+        #: The VizQL Data Service: "on", "absent" (a server before 2025.1) or "denied" (the
+        #: user lacks the permission to query data sources).
+        self.data_service = data_service
+        self.service_queries = 0
         self.pats = dict(pats or {})
         self.users = dict(users or {})
         self.connected_app = dict(connected_app or {})

@@ -96,7 +96,9 @@ class FakeTableauServer:
     Parameters name the accepted credentials (``pats`` name → secret, ``users`` name →
     password, ``connected_app`` with ``client_id``, ``secret_id``, ``secret_value``), the
     REST ``api_version``, the session ``token_lifetime`` in seconds, the RequestID
-    de-duplication ``dedup_window`` in seconds (24 h) and ``max_upload_mb`` (100).
+    de-duplication ``dedup_window`` in seconds (24 h), ``max_upload_mb`` (100) and whether
+    the VizQL Data Service is ``"on"``, ``"absent"`` (a server before 2025.1) or
+    ``"denied"`` to the signed-in user (``data_service``).
     ``backend`` is the state behind it, for tests that look inside.
     """
 
@@ -116,6 +118,7 @@ class FakeTableauServer:
         directory: str | os.PathLike[str] | None = None,
         serve: bool = True,
         store_uploads: bool = True,
+        data_service: str = "on",
     ) -> None:
         self.backend = FakeBackend(
             pats=pats,
@@ -130,6 +133,7 @@ class FakeTableauServer:
             max_upload_mb=max_upload_mb,
             directory=directory,
             store_uploads=store_uploads,
+            data_service=data_service,
         )
         self.handlers = Handlers(self.backend)
         self._serve = serve

@@ -11,6 +11,7 @@ from typing import Any
 from ..actions import ActionBatch
 from ..errors import InvalidActionBatchError
 from .backend import MB, DataSource, FakeBackend, Job
+from .data_service import ServiceFailure, metadata, run_query
 from .wire import (
     ApiFailure,
     MultipartError,
@@ -300,3 +301,45 @@ class Handlers:
         self._auth(request, site)
         with self.backend.lock:
             return Response(200, {"job": job_body(self.backend.cancel_job(job))})
+
+    # -- the VizQL Data Service --------------------------------------------------------------------
+    def _service(self, request: Request) -> DataSource:
+        """The data source a service request names, once the service may answer it."""
+        mode = self.backend.data_service
+        if mode == "absent":  # an older server: no such endpoint
+            raise not_found("404000", f"no endpoint {request.method} {request.path}")
+        session = self.backend.authorise(request.headers.get("x-tableau-auth"))
+        if mode == "denied":
+            raise ServiceFailure(
+                403,
+                "403157",
+                "Forbidden",
+                f"user {session.user_id} lacks the API Access permission on this data source",
+            )
+        try:
+            body = json.loads(request.body.decode("utf-8"))
+            luid = body["datasource"]["datasourceLuid"]
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+            raise ServiceFailure(
+                400, "400800", "Bad Request", "the body must name datasource.datasourceLuid"
+            ) from None
+        with self.backend.lock:
+            source = self.backend.sources.get(str(luid))
+        if source is None:
+            raise ServiceFailure(404, "404934", "Not Found", f"unknown data source {luid!r}")
+        request.parsed = body
+        return source
+
+    def service_health(self, request: Request) -> Response:
+        if self.backend.data_service == "absent":
+            raise not_found("404000", f"no endpoint {request.method} {request.path}")
+        return Response(200, {"status": "ok"})
+
+    def read_metadata(self, request: Request) -> Response:
+        source = self._service(request)
+        return Response(200, {"data": metadata(source.path)})
+
+    def query_datasource(self, request: Request) -> Response:
+        source = self._service(request)
+        self.backend.service_queries += 1
+        return Response(200, {"data": run_query(source.path, request.parsed)})

@@ -12,6 +12,7 @@ from urllib.parse import unquote
 __all__ = ["ROUTES", "route_of"]
 
 _SITE = r"^/api/[\d.]+/sites/(?P<site>[^/]+)"
+_SERVICE = r"^/api/v1/vizql-data-service"
 
 #: (method, route name, path pattern); the first match wins.
 ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
@@ -35,6 +36,10 @@ ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
         ),
         ("GET", "job", _SITE + r"/jobs/(?P<job>[^/]+)$"),
         ("PUT", "cancel", _SITE + r"/jobs/(?P<job>[^/]+)$"),
+        # The VizQL Data Service: the session token names the site.
+        ("GET", "service_health", _SERVICE + r"/simple-request$"),
+        ("POST", "read_metadata", _SERVICE + r"/read-metadata$"),
+        ("POST", "query_datasource", _SERVICE + r"/query-datasource$"),
     ]
 ]
 

@@ -32,6 +32,8 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]  # lower-case names
     body: bytes
+    #: The body as read by the handler that parsed it (JSON), when one did.
+    parsed: Any = None
 
     @property
     def wants_json(self) -> bool:

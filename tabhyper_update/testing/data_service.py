@@ -1,0 +1,355 @@
+"""The fake server's VizQL Data Service: ``read-metadata`` and ``query-datasource`` answered
+with Hyper on the data source's ``.hyper`` file.
+
+It understands what the SDK asks for and refuses the rest with a 400 in the service's
+error shape: fields as dimensions, as measures (SUM, AVG, MIN, MAX, COUNT, COUNTD) or as
+calculations in a small part of Tableau's formula language (``[field]``, numbers, strings,
+``#date#``, ``+ - * /``, FLOOR, LEFT, LEN, INT, DATEDIFF by 'second' or 'day' and the
+aggregations); SET and numeric RANGE / MIN /
+MAX filters on dimensions and calculations. Field captions are the column names (with
+`` (table)`` added when two tables share one).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from tableauhyperapi import TypeTag
+
+from .._hyper import connect, quote_literal, quote_name, table_ref
+from .wire import ApiFailure
+
+__all__ = ["ServiceFailure", "metadata", "run_query"]
+
+_TYPES = {
+    TypeTag.BIG_INT: "INTEGER",
+    TypeTag.INT: "INTEGER",
+    TypeTag.SMALL_INT: "INTEGER",
+    TypeTag.OID: "INTEGER",
+    TypeTag.DOUBLE: "REAL",
+    TypeTag.NUMERIC: "REAL",
+    TypeTag.TEXT: "STRING",
+    TypeTag.VARCHAR: "STRING",
+    TypeTag.CHAR: "STRING",
+    TypeTag.BOOL: "BOOLEAN",
+    TypeTag.DATE: "DATE",
+    TypeTag.TIMESTAMP: "DATETIME",
+    TypeTag.TIMESTAMP_TZ: "DATETIME",
+}
+_AGGREGATES = {"SUM": "SUM", "AVG": "AVG", "MIN": "MIN", "MAX": "MAX", "COUNT": "COUNT"}
+_TOKEN = re.compile(
+    r"\s*(?:(?P<field>\[(?:[^\]]|\]\])+\])|(?P<string>'(?:[^']|'')*')"
+    r"|(?P<number>\d+(?:\.\d+)?)|(?P<date>#[0-9: -]+#)|(?P<name>[A-Za-z_]+)"
+    r"|(?P<op>[-+*/(),]))"
+)
+
+
+class ServiceFailure(ApiFailure):
+    """An error answer in the VizQL Data Service's shape."""
+
+    def response(self) -> Any:
+        answer = super().response()
+        answer.body = {
+            "errorCode": self.code,
+            "message": self.detail or self.summary,
+            "datetime": datetime.now(timezone.utc).isoformat(),
+        }
+        return answer
+
+
+def refused(message: str) -> ServiceFailure:
+    return ServiceFailure(400, "400800", "Bad Request", message)
+
+
+@dataclass(frozen=True)
+class _Field:
+    caption: str
+    schema: str
+    table: str
+    column: str
+    data_type: str
+
+
+def _fields(file: Path) -> dict[str, _Field]:
+    """Caption → field, over every table of the file."""
+    found: list[_Field] = []
+    with connect(file) as conn:
+        for schema in conn.catalog.get_schema_names():
+            for name in conn.catalog.get_table_names(schema):
+                table = conn.catalog.get_table_definition(name)
+                for col in table.columns:
+                    found.append(
+                        _Field(
+                            str(col.name.unescaped),
+                            str(schema.name.unescaped),
+                            str(name.name.unescaped),
+                            str(col.name.unescaped),
+                            _TYPES.get(col.type.tag, "UNKNOWN"),
+                        )
+                    )
+    counts: dict[str, int] = {}
+    for f in found:
+        counts[f.column] = counts.get(f.column, 0) + 1
+    return {(f.column if counts[f.column] == 1 else f"{f.column} ({f.table})"): f for f in found}
+
+
+def metadata(file: Path) -> list[dict[str, Any]]:
+    """``read-metadata``'s ``data``: one entry per field."""
+    return [
+        {
+            "fieldName": caption,
+            "fieldCaption": caption,
+            "dataType": f.data_type,
+            "defaultAggregation": "SUM" if f.data_type in ("INTEGER", "REAL") else "COUNT",
+            "columnClass": "COLUMN",
+            "logicalTableId": f.table,
+        }
+        for caption, f in _fields(file).items()
+    ]
+
+
+class _Formula:
+    """A calculation's formula as Hyper SQL (a recursive-descent reading of the subset)."""
+
+    def __init__(self, text: str, query: _Query) -> None:
+        self.query = query
+        self.tokens: list[tuple[str, str]] = []
+        position = 0
+        while position < len(text.rstrip()):
+            match = _TOKEN.match(text, position)
+            if match is None or match.end() == position:
+                raise refused(f"cannot read the calculation {text!r} at {text[position:]!r}")
+            kind = match.lastgroup or ""
+            self.tokens.append((kind, match.group(kind)))
+            position = match.end()
+        self.at = 0
+        self.aggregate = False
+
+    def sql(self) -> str:
+        out, _ = self._sum()
+        if self.at != len(self.tokens):
+            raise refused(f"unexpected {self.tokens[self.at][1]!r} in a calculation")
+        return out
+
+    def _peek(self) -> str | None:
+        return self.tokens[self.at][1] if self.at < len(self.tokens) else None
+
+    def _take(self, expected: str | None = None) -> tuple[str, str]:
+        if self.at >= len(self.tokens):
+            raise refused("a calculation ends too early")
+        token = self.tokens[self.at]
+        if expected is not None and token[1] != expected:
+            raise refused(f"expected {expected!r} in a calculation, found {token[1]!r}")
+        self.at += 1
+        return token
+
+    def _sum(self) -> tuple[str, str]:
+        left, kind = self._product()
+        while self._peek() in ("+", "-"):
+            op = self._take()[1]
+            right, _ = self._product()
+            left, kind = f"({left} {op} {right})", "number"
+        return left, kind
+
+    def _product(self) -> tuple[str, str]:
+        left, kind = self._atom()
+        while self._peek() in ("*", "/"):
+            op = self._take()[1]
+            right, _ = self._atom()
+            if op == "/":  # Tableau divides as real numbers
+                left = f"(CAST({left} AS DOUBLE PRECISION) / {right})"
+            else:
+                left = f"({left} * {right})"
+            kind = "number"
+        return left, kind
+
+    def _atom(self) -> tuple[str, str]:
+        kind, text = self._take()
+        if kind == "number":
+            return text, "number"
+        if kind == "date":
+            return f"TIMESTAMP {quote_literal(text[1:-1].strip())}", "DATETIME"
+        if kind == "string":
+            return quote_literal(text[1:-1].replace("''", "'")), "string"
+        if kind == "field":
+            field = self.query.field(text[1:-1].replace("]]", "]"))
+            return quote_name(field.column), field.data_type
+        if text == "-":
+            inner, _ = self._atom()
+            return f"(-{inner})", "number"
+        if text == "(":
+            inner, inner_kind = self._sum()
+            self._take(")")
+            return f"({inner})", inner_kind
+        if kind == "name":
+            return self._call(text.upper())
+        raise refused(f"unexpected {text!r} in a calculation")
+
+    def _call(self, name: str) -> tuple[str, str]:
+        self._take("(")
+        args = [self._sum()]
+        while self._peek() == ",":
+            self._take(",")
+            args.append(self._sum())
+        self._take(")")
+        sql = [a for a, _ in args]
+        if name in _AGGREGATES or name == "COUNTD":
+            if self.aggregate:
+                raise refused("an aggregation inside an aggregation")
+            self.aggregate = True
+            if name == "COUNTD":
+                return f"COUNT(DISTINCT {sql[0]})", "INTEGER"
+            return f"{_AGGREGATES[name]}({sql[0]})", "number"
+        if name == "DATEDIFF" and len(sql) == 3 and sql[0] in ("'second'", "'day'"):
+            if sql[0] == "'day'":
+                return f"(CAST({sql[2]} AS DATE) - CAST({sql[1]} AS DATE))", "INTEGER"
+            return (
+                f"CAST(FLOOR(EXTRACT(EPOCH FROM {sql[2]})) - FLOOR(EXTRACT(EPOCH FROM {sql[1]}))"
+                " AS BIGINT)",
+                "INTEGER",
+            )
+        if name == "FLOOR" and len(sql) == 1:
+            return f"CAST(FLOOR({sql[0]}) AS BIGINT)", "INTEGER"
+        if name == "LEFT" and len(sql) == 2:
+            return f"LEFT({sql[0]}, CAST({sql[1]} AS INTEGER))", "STRING"
+        if name == "LEN" and len(sql) == 1:
+            return f"LENGTH({sql[0]})", "INTEGER"
+        if name == "INT" and len(sql) == 1:
+            if args[0][1] == "BOOLEAN":
+                return f"(CASE WHEN {sql[0]} THEN 1 WHEN NOT {sql[0]} THEN 0 END)", "INTEGER"
+            return f"CAST(TRUNC({sql[0]}) AS BIGINT)", "INTEGER"
+        raise refused(f"the function {name} with {len(sql)} argument(s) is not supported here")
+
+
+class _Query:
+    """One ``query-datasource`` request as SQL over the file's tables."""
+
+    def __init__(self, fields: dict[str, _Field]) -> None:
+        self.fields = fields
+        self.tables: set[tuple[str, str]] = set()
+
+    def field(self, caption: str) -> _Field:
+        found = self.fields.get(caption)
+        if found is None:
+            raise refused(f"unknown field {caption!r}")
+        self.tables.add((found.schema, found.table))
+        return found
+
+    def expression(self, spec: dict[str, Any]) -> tuple[str, bool]:
+        """(SQL, is it an aggregate) of one field of the query or of a filter."""
+        if not isinstance(spec, dict):
+            raise refused(f"a field must be an object, got {spec!r}")
+        if "calculation" in spec:
+            formula = _Formula(str(spec["calculation"]), self)
+            return formula.sql(), formula.aggregate
+        caption = spec.get("fieldCaption")
+        if not isinstance(caption, str):
+            raise refused("a field needs a fieldCaption or a calculation")
+        column = quote_name(self.field(caption).column)
+        function = spec.get("function")
+        if function is None:
+            return column, False
+        if function == "COUNTD":
+            return f"COUNT(DISTINCT {column})", True
+        if function not in _AGGREGATES:
+            raise refused(f"the function {function!r} is not supported here")
+        return f"{_AGGREGATES[function]}({column})", True
+
+    def condition(self, spec: dict[str, Any]) -> str:
+        sql, aggregate = self.expression(spec.get("field") or {})
+        if aggregate:
+            raise refused("filters on aggregated fields are not supported here")
+        kind = spec.get("filterType")
+        if kind == "SET":
+            values = spec.get("values")
+            if not isinstance(values, list):
+                raise refused("a SET filter needs a list of values")
+            if not values:
+                return "FALSE" if not spec.get("exclude") else "TRUE"
+            listed = ", ".join(_literal(v) for v in values)
+            return f"{sql} {'NOT ' if spec.get('exclude') else ''}IN ({listed})"
+        if kind == "QUANTITATIVE_NUMERICAL":
+            how = spec.get("quantitativeFilterType")
+            parts = []
+            if how in ("RANGE", "MIN"):
+                parts.append(f"{sql} >= {_number(spec.get('min'))}")
+            if how in ("RANGE", "MAX"):
+                parts.append(f"{sql} <= {_number(spec.get('max'))}")
+            if not parts:
+                raise refused(f"the quantitative filter type {how!r} is not supported here")
+            test = " AND ".join(parts)
+            return f"({test} OR {sql} IS NULL)" if spec.get("includeNulls") else f"({test})"
+        raise refused(f"the filter type {kind!r} is not supported here")
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        raise refused("a SET filter cannot hold null")
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, (int, float)):
+        return _number(value)
+    return quote_literal(str(value))
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise refused(f"expected a number, got {value!r}")
+    return repr(value)
+
+
+def _json_value(value: Any) -> Any:
+    if hasattr(value, "to_datetime"):
+        moment: datetime = value.to_datetime()
+        if moment.tzinfo is not None:
+            return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")
+    if hasattr(value, "to_date"):
+        return value.to_date().isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN or infinity
+    return value
+
+
+def run_query(file: Path, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """``query-datasource``'s ``data`` for ``body`` over ``file``."""
+    query_spec = body.get("query")
+    if not isinstance(query_spec, dict) or not query_spec.get("fields"):
+        raise refused("the query needs 'fields'")
+    options = body.get("options") or {}
+    if options.get("returnFormat", "OBJECTS") != "OBJECTS":
+        raise refused("only returnFormat OBJECTS is supported here")
+    query = _Query(_fields(file))
+    selected: list[tuple[str, str, bool]] = []
+    for spec in query_spec["fields"]:
+        sql, aggregate = query.expression(spec)
+        name = spec.get("fieldAlias") or spec.get("fieldCaption")
+        selected.append((str(name), sql, aggregate))
+    where = [query.condition(f) for f in query_spec.get("filters") or []]
+    if len(query.tables) != 1:
+        raise refused("a query here reads exactly one table")
+    ((schema, table),) = query.tables
+    dims = [sql for _, sql, aggregate in selected if not aggregate]
+    disaggregate = bool(options.get("disaggregate"))
+    if disaggregate and len(dims) != len(selected):
+        raise refused("disaggregate with aggregated fields is not supported here")
+    text = f"SELECT {', '.join(f'{sql} AS {quote_name(n)}' for n, sql, _ in selected)} "
+    text += f"FROM {table_ref(schema, table)}"
+    if where:
+        text += " WHERE " + " AND ".join(where)
+    if dims and not disaggregate:
+        text += " GROUP BY " + ", ".join(dims)
+    if dims:
+        text += " ORDER BY " + ", ".join(str(i + 1) for i, s in enumerate(selected) if not s[2])
+    names = [n for n, _, _ in selected]
+    with connect(file) as conn:
+        rows = conn.execute_list_query(text)
+    return [{n: _json_value(v) for n, v in zip(names, row, strict=True)} for row in rows]
