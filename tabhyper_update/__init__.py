@@ -13,6 +13,7 @@ from .auth import ConnectedAppJWT, PersonalAccessToken, UsernamePassword
 from .build import build_payload
 from .cdc import ChangeSet
 from .client import TableauClient
+from .compare import Tolerance
 from .conditions import (
     And,
     Comparison,
@@ -25,6 +26,7 @@ from .conditions import (
     source,
     target,
 )
+from .drift import DriftReport, KeyDrift
 from .errors import (
     ApiError,
     ApplyError,
@@ -32,6 +34,8 @@ from .errors import (
     AuthenticationError,
     ConfigurationError,
     ConnectionFailedError,
+    DataServiceError,
+    DriftError,
     InvalidActionBatchError,
     InvalidArgumentError,
     JobCancelledError,
@@ -56,6 +60,7 @@ from .payload import ColumnInfo, Payload, PayloadPart, TableInfo
 from .policies import PollPolicy, RetryPolicy
 from .projects import Project
 from .publish import BootstrapResult
+from .reconcile import reconcile, repair
 from .refs import DataSourceRef
 from .results import PartUpdate, UpdateResult
 from .roundtrip import BoundPayload, UploadedPayload
@@ -79,9 +84,12 @@ __all__ = [
     "ConnectedAppJWT",
     "ConnectionFailedError",
     "Const",
+    "DataServiceError",
     "DataSourceRef",
     "Debezium",
     "Delete",
+    "DriftError",
+    "DriftReport",
     "Insert",
     "InvalidActionBatchError",
     "InvalidArgumentError",
@@ -90,6 +98,7 @@ __all__ = [
     "JobFailedError",
     "JobOutcomeUnknownError",
     "JobTimeoutError",
+    "KeyDrift",
     "NotFoundError",
     "Or",
     "PartUpdate",
@@ -111,6 +120,7 @@ __all__ = [
     "TableauSink",
     "TargetMismatchError",
     "TlsVerificationError",
+    "Tolerance",
     "TransportError",
     "UnsupportedServerError",
     "Update",
@@ -124,6 +134,8 @@ __all__ = [
     "any_of",
     "build_payload",
     "keys_match",
+    "reconcile",
+    "repair",
     "source",
     "target",
 ]

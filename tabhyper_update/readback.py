@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ._hyper import connect, quote_name, table_ref
 from .compare import Tolerance, canonical, same
 from .drift import DriftReport, KeyDrift
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, TabHyperError
 from .parts import PayloadLike
 from .refs import DataSourceRef
 from .vizql import DataService, FieldInfo, dimension, measure, set_filter
@@ -28,7 +28,7 @@ from .vizql import DataService, FieldInfo, dimension, measure, set_filter
 if TYPE_CHECKING:
     from .client import TableauClient
 
-__all__ = ["ExpectedChanges", "check_update", "expected_changes", "verify_option"]
+__all__ = ["ExpectedChanges", "check_update", "expected_changes", "read_back", "verify_option"]
 
 #: Keys per read-back request by default (a SET filter of this many values).
 KEYS_PER_REQUEST = 1000
@@ -50,11 +50,18 @@ class ExpectedChanges:
         return len(self.upserts) + len(self.deletes)
 
 
-def verify_option(verify: object) -> int | None:
+def verify_option(verify: object, *, actions_given: bool = False) -> int | None:
     """``apply``'s ``verify=``: ``True`` (every key) → 0, an int n > 0 (a sample of n
-    keys) → n, ``False``/``None`` → ``None`` (no check)."""
+    keys) → n, ``False``/``None`` → ``None`` (no check). A check reads back a change set's
+    own actions: with ``actions=`` given it is refused."""
     if verify is None or verify is False:
         return None
+    if actions_given:
+        raise InvalidArgumentError(
+            "verify reads back a change set's own actions; with actions= given, "
+            "reconcile the data source with its source instead",
+            argument="verify",
+        )
     if verify is True:
         return 0
     if isinstance(verify, int) and not isinstance(verify, bool) and verify > 0:
@@ -220,6 +227,18 @@ def _judge(
     if differ:
         return KeyDrift("changed", key, differ, expected=want, found=found)
     return None
+
+
+def read_back(
+    client: TableauClient, target: DataSourceRef, expected: ExpectedChanges, **options: Any
+) -> DriftReport:
+    """:func:`check_update` after an update was applied: a failure says that only the
+    check failed."""
+    try:
+        return check_update(client, target, expected, **options)
+    except TabHyperError as err:
+        err.at_step("read-back", "the update itself was applied; only its check failed")
+        raise
 
 
 def _sample_confidence(checked: int, touched: int) -> str:

@@ -19,10 +19,9 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from .actions import ActionBatch, BatchLike
-from .drift import DriftReport
 from .errors import (
     ArgumentTypeError,
     DriftError,
@@ -40,7 +39,7 @@ from .jobs import FINISH_CANCELLED, FINISH_FAILED, Job
 from .parts import NoPayload, PayloadLike, PayloadPart
 from .progress import bar as progress_bar
 from .progress import show_progress
-from .readback import ExpectedChanges, check_update, expected_changes, verify_option
+from .readback import expected_changes, read_back, verify_option
 from .redaction import get_logger
 from .refs import DataSourceRef, check_job_target, check_request_id
 from .results import PartUpdate, UpdateResult
@@ -173,13 +172,7 @@ class BoundPayload:
         """
         given = ActionBatch.coerce(actions) if actions is not None else None
         target = derived_target(self.payload, given, target_table, target_schema)
-        sample = verify_option(verify)
-        if sample is not None and given is not None:
-            raise InvalidArgumentError(
-                "verify reads back a change set's own actions; with actions= given, "
-                "reconcile the data source with its source instead",
-                argument="verify",
-            )
+        sample = verify_option(verify, actions_given=given is not None)
         if request_id is not None:
             check_request_id(request_id, most=MAX_REQUEST_ID)
         if not self.payload.parts and given is not None and given.reads_source:
@@ -209,7 +202,7 @@ class BoundPayload:
         updates: list[PartUpdate] = []
         result = UpdateResult(updates, _finish=lambda r, t: self._finish(record, r, t))
         if expected is not None:
-            result._verify = partial(self._read_back, expected)
+            result._verify = partial(read_back, self.client, self.target, expected)
         for index, state in enumerate(record.parts):
             # A finished record may hold another split than this payload (same content, or
             # the same request id): it is reported as recorded, part by part.
@@ -248,13 +241,6 @@ class BoundPayload:
                 if not report.ok:
                     raise DriftError(report, applied=f"the update was applied ({result.brief()})")
         return result
-
-    def _read_back(self, expected: ExpectedChanges, **options: Any) -> DriftReport:
-        try:
-            return check_update(self.client, self.target, expected, **options)
-        except TabHyperError as err:
-            err.at_step("read-back", "the update itself was applied; only its check failed")
-            raise
 
     def _check_columns(self, batches: Sequence[ActionBatch]) -> None:
         """Refuse, before anything is sent, columns the target is known to lack."""

@@ -72,6 +72,13 @@ EXPECTED = {
     "UpdateResult",
     "UploadedPayload",
     "BoundPayload",
+    "DataServiceError",
+    "DriftError",
+    "DriftReport",
+    "KeyDrift",
+    "Tolerance",
+    "reconcile",
+    "repair",
     "ArgumentTypeError",
     "InvalidArgumentError",
     "TlsVerificationError",
@@ -125,12 +132,12 @@ def test_renamed_public_names_keep_working() -> None:
         (Payload.upload, "self, target, *, client, progress, state_dir"),
         (
             UploadedPayload.apply,
-            "self, actions, *, target_table, target_schema, request_id, wait, timeout",
+            "self, actions, *, target_table, target_schema, request_id, wait, timeout, verify",
         ),
         (
             TableauClient.update_datasource,
             "self, target, payload, *, actions, target_table, target_schema, request_id, "
-            "wait, timeout, progress, state_dir",
+            "wait, timeout, progress, state_dir, verify",
         ),
         (Payload.derived_actions, "self, part, *, target_table, target_schema"),
         (

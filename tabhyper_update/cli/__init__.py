@@ -3,7 +3,8 @@
 Exit codes: 0 success; 1 invalid input (a batch, a payload, a change set, an update record,
 a request the command cannot carry out as asked); 2 usage error (options, folders, a missing
 package, TABLEAU_* variables); 3 server or network error; 4 not found; 5 the job failed, was
-cancelled, ended with an unknown outcome or did not finish in time; 130 interrupted (Ctrl-C
+cancelled, ended with an unknown outcome or did not finish in time; 6 ``verify`` found drift
+(the data source differs from its source); 130 interrupted (Ctrl-C
 or SIGTERM, after removing what the command had created). With ``--json`` every outcome,
 failures included, is one JSON object on standard output.
 
@@ -35,6 +36,7 @@ from ..errors import (
 from ..folders import check_folder
 from .commands import Refused, UsageError, action_batch_schema, as_flags, schema_text
 from .exit_codes import (
+    EXIT_DRIFT,
     EXIT_FAILED,
     EXIT_JOB,
     EXIT_NOT_FOUND,
@@ -45,6 +47,7 @@ from .exit_codes import (
 from .parser import build_parser, configure_logging
 
 __all__ = [
+    "EXIT_DRIFT",
     "EXIT_FAILED",
     "EXIT_JOB",
     "EXIT_NOT_FOUND",

@@ -27,6 +27,7 @@ from ..folders import LEASE_NAME, check_folder
 from ..payload import Payload
 from ..state import StateStore, UpdateRecord
 from .exit_codes import (
+    EXIT_DRIFT,
     EXIT_FAILED,
     EXIT_JOB,
     EXIT_OK,
@@ -390,6 +391,42 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     data = {"id": ref.id, "name": ref.name, "project": ref.project, "mode": args.mode}
     _emit(args, data, f"published {ref.name!r} in project {ref.project!r} as data source {ref.id}")
     return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    if bool(args.input) == bool(args.spark_table):
+        raise UsageError(
+            "give the source as input files (--input) or a Spark table (--spark-table)"
+        )
+    if args.sample < 0:
+        raise UsageError("--sample must be 0 or more")
+    _require_pyspark("verify reads the source with Spark")
+    from ..reconcile import reconcile, repair
+    from ..sessions import own_spark
+
+    with (
+        _client(args) as client,
+        own_spark("tabhyper-update", master="local[*]", verbose=args.verbose > 0) as spark,
+    ):
+        source = _read_input(spark, args)
+        target = client.datasource(args.datasource, project=args.project)
+        options: dict[str, Any] = {"key": args.key, "client": client, "columns": args.columns}
+        report = reconcile(source, target, **options)
+        repaired = None
+        if args.repair and not report.ok:
+            repaired = repair(report, source, client=client)
+            first, report = report, reconcile(source, target, **options)
+    data = report.as_dict(per_kind=args.sample)
+    text = str(report)
+    if repaired is not None:
+        data["repaired"] = {
+            "report": first.id,
+            "counts": first.counts(),
+            "update": repaired.summary(),
+        }
+        text = f"repaired {sum(first.counts().values())} key(s) ({repaired.brief()}); then {text}"
+    _emit(args, data, text)
+    return EXIT_OK if report.ok else EXIT_DRIFT
 
 
 def _cmd_job(args: argparse.Namespace) -> int:

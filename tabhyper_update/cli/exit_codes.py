@@ -8,6 +8,7 @@ EXIT_USAGE = 2
 EXIT_SERVER = 3
 EXIT_NOT_FOUND = 4
 EXIT_JOB = 5
+EXIT_DRIFT = 6
 
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}  success
@@ -17,6 +18,7 @@ EXIT_CODES = f"""exit codes:
   {EXIT_NOT_FOUND}  not found (data source, connection, job)
   {EXIT_JOB}  the job failed, was cancelled, ended with an unknown outcome or did not
       finish in time
+  {EXIT_DRIFT}  verify found drift: the data source differs from its source
 
 With --json, a failure prints one JSON object on stdout:
   {{"error": {{"class": ..., "message": ..., "exit_code": ...}}}}"""

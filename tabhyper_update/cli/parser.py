@@ -18,6 +18,7 @@ from .commands import (
     _cmd_serve_local,
     _cmd_state,
     _cmd_validate,
+    _cmd_verify,
 )
 from .exit_codes import (
     EXIT_CODES,
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_build(sub)
     _add_apply(sub)
     _add_publish(sub)
+    _add_verify(sub)
     _add_job(sub)
     _add_state(sub)
     _add_demo(sub)
@@ -228,6 +230,35 @@ def _add_apply(sub: Any) -> None:
     _add_connection_options(p)
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_apply)
+
+
+def _add_verify(sub: Any) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="reconcile a published data source with its source (exit 6 on drift)",
+        description="Compare a published data source with the source it should mirror, "
+        "through the VizQL Data Service, without downloading either: row counts and "
+        "aggregates by key range, narrowed down to the keys that differ.",
+    )
+    p.add_argument("datasource", metavar="DATASOURCE", help="the data source's name or LUID")
+    p.add_argument("--project", help="the data source's project (a path from the top, or LUID)")
+    p.add_argument("--key", nargs="+", required=True, help="key column(s), unique in the source")
+    p.add_argument("--input", nargs="+", help="the source: Parquet (or CSV) files or directories")
+    p.add_argument(
+        "--format", choices=["parquet", "csv"], default="parquet", help="format of --input"
+    )
+    p.add_argument("--spark-table", help="the source: a table in the Spark catalog")
+    p.add_argument("--columns", nargs="+", help="compare only these columns (and the key)")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="apply one update that makes the differing keys hold the source's rows, then "
+        "reconcile again",
+    )
+    p.add_argument("--sample", type=int, default=20, help="differing keys shown per kind of drift")
+    _add_connection_options(p)
+    _add_verbosity(p, argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_verify)
 
 
 def _add_publish(sub: Any) -> None:
