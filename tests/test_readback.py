@@ -410,7 +410,7 @@ def test_cli_verify_exit_codes(
     folder = tmp_path / "source"
     _source(spark).write.parquet(str(folder))
     use_environment(monkeypatch, server, tmp_path / "state", "Orders")
-    args = ["verify", "Orders", "--key", "id", "--input", str(folder), "--json", "-q"]
+    args = ["verify", "Orders", "--key", "id", "--input", str(folder), "--json"]
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["ok"] is True
     _sql(server, f"DELETE FROM {ORDERS} WHERE id = 10")
@@ -422,4 +422,4 @@ def test_cli_verify_exit_codes(
     out = json.loads(capsys.readouterr().out)
     assert out["ok"]
     assert out["repaired"]["counts"]["missing"] == 1
-    assert main(["verify", "Orders", "--key", "id", "-q"]) == 2  # no source given
+    assert main(["verify", "Orders", "--key", "id"]) == 2  # no source given
