@@ -11,7 +11,7 @@ for those keys, a batch of keys per request, and returns a :class:`DriftReport`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -28,7 +28,16 @@ from .vizql import DataService, FieldInfo, dimension, measure, set_filter
 if TYPE_CHECKING:
     from .client import TableauClient
 
-__all__ = ["ExpectedChanges", "check_update", "expected_changes", "read_back", "verify_option"]
+__all__ = [
+    "ExpectedChanges",
+    "FoundRows",
+    "check_update",
+    "expected_changes",
+    "judge_key",
+    "read_back",
+    "rows_by_key",
+    "verify_option",
+]
 
 #: Keys per read-back request by default (a SET filter of this many values).
 KEYS_PER_REQUEST = 1000
@@ -132,29 +141,68 @@ def _batches(items: Sequence[tuple[Any, ...]], size: int) -> Iterator[Sequence[t
         yield items[start : start + size]
 
 
+#: Canonical key → the distinct rows the data source holds for it, each with its count.
+FoundRows = dict[tuple[Any, ...], list[tuple[dict[str, Any], int]]]
+
+
+def rows_by_key(
+    service: DataService,
+    fields: Mapping[str, FieldInfo],
+    key: Sequence[str],
+    columns: Sequence[str],
+    filters: Sequence[Mapping[str, Any]],
+) -> FoundRows:
+    """The data source's rows that pass ``filters`` (``key`` and ``columns``, canonical),
+    grouped by every column with a row count, so that a repeated row is seen."""
+    wanted = [*key, *[c for c in columns if c not in key]]
+    aliases = {c: f"c{i}" for i, c in enumerate(wanted)}
+    query = [dimension(fields[c].caption, aliases[c]) for c in wanted]
+    query.append(measure(fields[key[0]].caption, "COUNT", "n_rows"))
+    found: FoundRows = {}
+    for row in service.query(query, filters):
+        values = {c: canonical(row.get(aliases[c]), fields[c].data_type) for c in wanted}
+        count = int(row.get("n_rows") or 0)
+        found.setdefault(tuple(values[k] for k in key), []).append((values, count))
+    return found
+
+
+def judge_key(
+    key: tuple[Any, ...],
+    want: dict[str, Any],
+    rows: list[tuple[dict[str, Any], int]],
+    fields: Mapping[str, FieldInfo],
+    tolerance: Tolerance | None,
+) -> KeyDrift | None:
+    """The drift of one key that should hold ``want`` (canonical), given the rows found for
+    it: missing, duplicated, changed (the columns named), or ``None``."""
+    if not rows:
+        return KeyDrift("missing", key, expected=want)
+    found = tuple(r for r, _ in rows)
+    if sum(n for _, n in rows) > 1:
+        return KeyDrift("duplicated", key, expected=want, found=found)
+    got = rows[0][0]
+    differ = tuple(c for c in want if not same(want[c], got.get(c), fields[c].data_type, tolerance))
+    if differ:
+        return KeyDrift("changed", key, differ, expected=want, found=found)
+    return None
+
+
 class _KeyReader:
     """Reads the data source's rows of given keys, a batch per request."""
 
     def __init__(self, service: DataService, key: Sequence[str], columns: Sequence[str]) -> None:
         self.service = service
         self.key = list(key)
-        self.columns = list(columns)
-        self.fields: dict[str, FieldInfo] = {c: service.field(c) for c in self.columns}
+        self.fields: dict[str, FieldInfo] = {c: service.field(c) for c in columns}
 
     def canonical_key(self, values: Sequence[Any]) -> tuple[Any, ...]:
         return tuple(
             canonical(v, self.fields[k].data_type) for k, v in zip(self.key, values, strict=True)
         )
 
-    def rows(
-        self, keys: Sequence[tuple[Any, ...]], columns: Sequence[str]
-    ) -> dict[tuple[Any, ...], list[tuple[dict[str, Any], int]]]:
-        """Canonical key → the distinct rows found for it (``columns``, canonical) and how
-        many times each occurs."""
-        wanted = [*self.key, *[c for c in columns if c not in self.key]]
-        aliases = {c: f"c{i}" for i, c in enumerate(wanted)}
-        fields = [dimension(self.fields[c].caption, aliases[c]) for c in wanted]
-        fields.append(measure(self.fields[self.key[0]].caption, "COUNT", "n_rows"))
+    def rows(self, keys: Sequence[tuple[Any, ...]], columns: Sequence[str]) -> FoundRows:
+        """The rows of ``keys`` (a SET filter per key column; the answer is matched on the
+        whole key)."""
         filters = [
             set_filter(
                 dimension(self.fields[k].caption),
@@ -162,12 +210,7 @@ class _KeyReader:
             )
             for i, k in enumerate(self.key)
         ]
-        found: dict[tuple[Any, ...], list[tuple[dict[str, Any], int]]] = {}
-        for row in self.service.query(fields, filters):
-            values = {c: canonical(row.get(aliases[c]), self.fields[c].data_type) for c in wanted}
-            count = int(row.get("n_rows") or 0)
-            found.setdefault(tuple(values[k] for k in self.key), []).append((values, count))
-        return found
+        return rows_by_key(self.service, self.fields, self.key, columns, filters)
 
 
 def check_update(
@@ -193,7 +236,7 @@ def check_update(
         for row in batch:
             want = {c: canonical(row[i], reader.fields[c].data_type) for c, i in index.items()}
             key = tuple(want[k] for k in expected.key)
-            drift = _judge(key, want, found.get(key, []), reader.fields, tolerance)
+            drift = judge_key(key, want, found.get(key, []), reader.fields, tolerance)
             if drift is not None:
                 report.drift.append(drift)
     for batch in _batches(expected.deletes, keys_per_request):
@@ -207,26 +250,6 @@ def check_update(
         report.confidence = _sample_confidence(expected.checked, expected.touched)
     report.cost = service.stats.as_dict()
     return report
-
-
-def _judge(
-    key: tuple[Any, ...],
-    want: dict[str, Any],
-    rows: list[tuple[dict[str, Any], int]],
-    fields: dict[str, FieldInfo],
-    tolerance: Tolerance | None,
-) -> KeyDrift | None:
-    """The drift of one key that should hold ``want``, given the rows found for it."""
-    if not rows:
-        return KeyDrift("missing", key, expected=want)
-    found = tuple(r for r, _ in rows)
-    if sum(n for _, n in rows) > 1:
-        return KeyDrift("duplicated", key, expected=want, found=found)
-    got = rows[0][0]
-    differ = tuple(c for c in want if not same(want[c], got.get(c), fields[c].data_type, tolerance))
-    if differ:
-        return KeyDrift("changed", key, differ, expected=want, found=found)
-    return None
 
 
 def read_back(

@@ -208,8 +208,6 @@ class DataService:
                 site_scoped=False,
                 json_body=request,
             )
-        except DataServiceError:
-            raise
         except ApiError as err:
             raise self._explain(err) from None
         finally:

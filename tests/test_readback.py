@@ -364,6 +364,39 @@ def test_random_drift_is_found_exactly(
     assert _found(report) == expected
 
 
+def test_a_difference_within_the_tolerance_is_not_drift(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient
+) -> None:
+    # The timestamp sums differ, so the range is narrowed down; its rows match within the
+    # tolerance, which explains the range: neither drift nor unresolved.
+    _sql(server, f"UPDATE {ORDERS} SET at = at + INTERVAL '1 second' WHERE id = 2998")
+    source = _source(spark)
+    report = reconcile(
+        source, "Orders", key="id", client=client, leaf_rows=100, tolerance=Tolerance(seconds=5)
+    )
+    assert report.ok, report
+    assert report.cost["requests"] > 2  # it did look closer
+    assert _found(reconcile(source, "Orders", key="id", client=client, leaf_rows=100)) == {
+        ("changed", (2998,), ("at",))
+    }
+
+
+def test_rows_whose_key_is_null_are_reported_not_named(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient
+) -> None:
+    source = _source(spark)
+    with_null = source.unionByName(
+        source.where("id = 3")
+        .selectExpr("NULL AS id", "name", "qty", "amount", "price", "at", "ok")
+        .selectExpr("CAST(id AS BIGINT) AS id", "name", "qty", "amount", "price", "at", "ok")
+    )
+    _sql(server, f"DELETE FROM {ORDERS} WHERE id = 8")
+    report = reconcile(with_null, "Orders", key="id", client=client, leaf_rows=100)
+    assert not report.ok
+    assert _found(report) == {("missing", (8,), ())}
+    assert any("is NULL" in u for u in report.unresolved)
+
+
 def test_text_keys_and_a_session_time_zone(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient
 ) -> None:
