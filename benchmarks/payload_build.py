@@ -94,6 +94,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--skip-baselines", action="store_true")
     parser.add_argument("--cdc", action="store_true", help="build a change set (key/op/order)")
+    parser.add_argument(
+        "--staging", choices=["auto", "shared", "driver"], default="auto", help="staging mode"
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -114,7 +117,7 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     df = synthetic(spark, args.rows)
-    options: dict[str, Any] = {"table": "orders"}
+    options: dict[str, Any] = {"table": "orders", "staging": args.staging}
     changes: ChangeSet | None = None
     lower_df = df
     if args.cdc:
@@ -123,14 +126,17 @@ def main() -> None:
             "CASE order_id % 10 WHEN 0 THEN 'D' WHEN 1 THEN 'I' ELSE 'U' END AS op",
             "order_id * 3 AS seq",
         )
-        options = {}
+        options = {"staging": args.staging}
         changes = ChangeSet("order_id", op_column="op", order_by="seq")
         from tabhyper_update.cdc import CdcSpec
 
         spec = CdcSpec.create(df.columns, changes)
         lower_df = spec.latest_changes(df)
     work = Path(tempfile.mkdtemp(prefix="tabhyper-bench-"))
-    print(f"rows: {args.rows:,}  (Spark local[2], pyspark {spark.version})", flush=True)
+    print(
+        f"rows: {args.rows:,}  (Spark local[2], pyspark {spark.version}, staging={args.staging!r})",
+        flush=True,
+    )
     try:
         # Warm the JVM (JIT) and Hyper at full size so that no figure pays start-up costs;
         # then every figure is the median of --repeat runs.

@@ -3,23 +3,27 @@
 How a payload is built (chosen by measurement, see ``benchmarks/payload_build.py``):
 
 1. Spark's executors compute the change set (for CDC: the last change per key, in one
-   shuffle) and write it as Parquet to a private staging directory, with a split bucket and
-   a row hash beside each row. The driver collects nothing; Spark's own count of the rows it
-   wrote comes back through ``DataFrame.observe`` in the same job.
+   shuffle, or none for a change set Spark estimates small: see :mod:`.staging`) as one
+   Spark SQL query, and write it as Parquet to a private staging directory, with a split
+   bucket, a row hash and, for a change set, the change's kind (upsert, delete, error)
+   beside each row; or they send it to the driver, which writes the Parquet
+   (``staging="driver"``, and ``"auto"`` for a small change set). The driver never holds
+   the change set; Spark's own count of the rows of each kind comes back through
+   ``DataFrame.observe`` in the same job.
 2. Hyper reads the staged Parquet once for per-bucket statistics (exact row counts, an upper
    estimate of the bytes, row-hash sums). Its row count must equal Spark's: anything else is
    an error, never an empty change set.
 3. Parts are planned from those statistics alone: consecutive bucket ranges whose estimated
    size stays under ``max_payload_mb``. Buckets are a hash of the key (change sets) or of the
    whole row (plain tables), so the plan does not depend on Spark's partitioning. The
-   estimate is an upper bound (Hyper compresses), so when it asks for several parts the
+   estimate is an upper bound (Hyper compresses), so when it asks for a few parts the
    payload is first written whole, and kept as one part if the file fits under the cap.
    Only for a payload within a few blocks of the cap can two builds of the same rows choose
    differently (one part, or the planned split); an interrupted run's record catches that
    on the re-run (``UpdateStateError``) instead of applying anything twice.
-4. Hyper writes each part (``INSERT … SELECT … FROM external(…) WHERE bucket BETWEEN …``)
-   under a temporary name and renames it when complete. Files are ``0600`` in a ``0700``
-   directory.
+4. Hyper writes each part (``INSERT … SELECT … FROM external(…) WHERE kind … AND bucket
+   BETWEEN …``) under a temporary name and renames it when complete. Files are ``0600`` in
+   a ``0700`` directory.
 
 The staging directory must be readable by the driver at the same path the executors wrote
 it: the local disk in Spark local mode, a shared filesystem (NFS, a FUSE mount of object
@@ -42,12 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._hyper import connect, quote_name
 from .actions import DEFAULT_SCHEMA
 from .cdc import (
     KIND_COLUMN,
     KIND_DELETE,
-    KIND_ERRORS,
     KIND_UPSERT,
     OP_TEXT_COLUMN,
     ORDER_TEXT_COLUMN,
@@ -64,8 +66,9 @@ from .hyper_parts import (
     ROWHASH_COLUMN,
     SIZE_COLUMN,
     Staged,
-    external,
+    kind_is,
     plan_parts,
+    raise_on_change_set_errors,
     read_bucket_stats,
     size_sql,
 )
@@ -86,7 +89,7 @@ from .progress import bar as progress_bar
 from .progress import show_progress
 from .redaction import get_logger
 from .spark_sql import sql_name
-from .staging import StagingMode, check_staging, write_on_driver
+from .staging import StagingMode, check_staging, selected, staging_for, write_on_driver
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -125,7 +128,7 @@ def build_payload(
     max_payload_mb: float | None = DEFAULT_MAX_PAYLOAD_MB,
     keep_files: bool = False,
     progress: bool | None = None,
-    staging: StagingMode = "shared",
+    staging: StagingMode = "auto",
 ) -> Payload:
     """Build a ``.hyper`` payload from one DataFrame or a mapping of table name → DataFrame.
 
@@ -371,6 +374,10 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
     staged: list[Staged] = []
     for index, frame in enumerate(frames):
         name, df, plans, spec = frame.name, frame.df, frame.plans, frame.spec
+        mode, small = staging_for(df, staging, table=name, change_set=spec is not None)
+        if spec is not None and small:
+            # One partition satisfies the ranking's partitioning: no shuffle, one task.
+            df = df.coalesce(1)
         staged_names = [f"c{i}" for i in range(len(plans))]
         values = [p.spark_sql(sql_name(p.name)) for p in plans]
         columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]
@@ -379,13 +386,14 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
         observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
         if spec is None:
             row_hash = _row_hash(values)
-            rows = df.selectExpr(
+            exprs = [
                 *columns,
                 f"{row_hash} AS {sql_name(ROWHASH_COLUMN)}",
                 size,
                 f"CAST(pmod({row_hash}, {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
-            ).observe(observed, F.expr("count(1)").alias("rows"))
-            _write_staged(rows, target, staging)
+            ]
+            rows = selected(df, exprs).observe(observed, F.expr("count(1)").alias("rows"))
+            _write_staged(rows, target, mode)
             staged.append(
                 Staged(name, plans, staged_names, _parquet_files(target), _metric(observed, "rows"))
             )
@@ -399,40 +407,47 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             *orders,
             *(f"isnull({o})" for o in orders),
         ]
-        rows = (
-            spec.latest_changes(df)
-            .selectExpr(
-                *columns,
-                f"{_row_hash(values, position)} AS {sql_name(ROWHASH_COLUMN)}",
-                size,
-                f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
-                kind,
-                sql_name(OP_TEXT_COLUMN),
-                sql_name(ORDER_TEXT_COLUMN),
-            )
-            .observe(
-                observed,
-                F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)").alias(
-                    "upserts"
-                ),
-                F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)").alias(
-                    "deletes"
-                ),
+        exprs = [
+            *columns,
+            f"{_row_hash(values, position)} AS {sql_name(ROWHASH_COLUMN)}",
+            size,
+            f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
+            kind,
+            sql_name(OP_TEXT_COLUMN),
+            sql_name(ORDER_TEXT_COLUMN),
+        ]
+        is_error = f"substr({kind}, 1, 2) = 'E_'"
+        rows = selected(df, exprs, spec.latest_query(df.columns)).observe(
+            observed,
+            F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)").alias("upserts"),
+            F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)").alias("deletes"),
+            F.expr(f"sum(CASE WHEN {is_error} THEN 1 ELSE 0 END)").alias("errors"),
+        )
+        # One data set with the kind beside each row, not a folder per kind: a partitioned
+        # write makes Spark sort every row by the kind first. Hyper reads each kind apart.
+        _write_staged(rows, target, mode)
+        files = _parquet_files(target)
+        if _metric(observed, "errors"):
+            raise_on_change_set_errors(spec, plans, staged_names, files)
+        key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
+        staged.append(
+            Staged(
+                name,
+                plans,
+                staged_names,
+                files,
+                _metric(observed, "upserts"),
+                where=kind_is(KIND_UPSERT),
             )
         )
-        _write_staged(rows, target, staging, partition_by=KIND_COLUMN)
-        _raise_on_change_set_errors(spec, plans, staged_names, target)
-        key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
-        upserts = _parquet_files(target / f"{KIND_COLUMN}={KIND_UPSERT}")
-        deletes = _parquet_files(target / f"{KIND_COLUMN}={KIND_DELETE}")
-        staged.append(Staged(name, plans, staged_names, upserts, _metric(observed, "upserts")))
         staged.append(
             Staged(
                 frame.delete_table,
                 [plans[i] for i in key_idx],
                 [staged_names[i] for i in key_idx],
-                deletes,
+                files,
                 _metric(observed, "deletes"),
+                where=kind_is(KIND_DELETE),
             )
         )
     return staged
@@ -488,32 +503,6 @@ def _first_cause(text: str) -> str:
 def _metric(observed: Any, name: str) -> int:
     value = observed.get.get(name)
     return int(value or 0)
-
-
-def _raise_on_change_set_errors(
-    spec: CdcSpec, plans: Sequence[ColumnPlan], staged_names: Sequence[str], target: Path
-) -> None:
-    for kind in KIND_ERRORS:
-        files = _parquet_files(target / f"{KIND_COLUMN}={kind}")
-        if not files:
-            continue
-        by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
-        key_cols = ", ".join(quote_name(by_name[k]) for k in spec.key)
-        source = external(files)
-        with connect() as conn:
-            count = int(conn.execute_scalar_query(f"SELECT COUNT(*) FROM {source}"))
-            if count == 0:
-                continue
-            row = conn.execute_list_query(
-                f"SELECT {key_cols}, {quote_name(OP_TEXT_COLUMN)}, "
-                f"{quote_name(ORDER_TEXT_COLUMN)} FROM {source} LIMIT 1"
-            )[0]
-        n = len(spec.key)
-        raise PayloadError(spec.describe_error(kind, row[:n], row[n], row[n + 1], count))
-
-
-# ---------------------------------------------------------------------------------------------
-# Hyper: statistics, the split plan, the part files
 
 
 # ---------------------------------------------------------------------------------------------

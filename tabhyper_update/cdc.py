@@ -34,7 +34,7 @@ and written aside, never collected, and reported from there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,7 +42,7 @@ from .actions import Delete, Upsert, _Action
 from .conditions import keys_match
 from .errors import ArgumentTypeError, PayloadArgumentError, PayloadError
 from .positions import OrderAs, check_order_as, order_sql
-from .spark_sql import sql_name, sql_text
+from .spark_sql import query_over, sql_name, sql_text
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -383,10 +383,13 @@ class CdcSpec:
     def latest_changes(self, df: DataFrame) -> DataFrame:
         """Last change per key, tagged with its kind; error rows are kept and tagged.
 
-        One shuffle (two windows over the same key partitioning); nothing is collected. The
-        plan is given to Spark as SQL text, a few calls in all: building it from column
-        objects costs a round trip to the JVM per function, which a micro-batch feels.
+        One shuffle (two windows over the same key partitioning; none when ``df`` is one
+        partition); nothing is collected. The plan is one Spark SQL query over ``df``.
         """
+        return query_over(df, self.latest_query(df.columns))
+
+    def latest_query(self, columns: Sequence[str]) -> Callable[[str], str]:
+        """:meth:`latest_changes` as Spark SQL text over a source named in the text."""
         op = f"CAST({sql_name(self.op_column)} AS STRING)"
         by_meaning: dict[str, list[str]] = {
             "upsert": [],
@@ -432,37 +435,42 @@ class CdcSpec:
         is_error = f"(substr({kind_col}, 1, 2) = 'E_')"
         # Error rows sort first so that a later valid change can never hide them; rows that
         # share the key, the greatest ordering values and the priority are a tie.
-        ranked = (
-            f"rank() OVER (PARTITION BY {keys} ORDER BY {is_error} DESC, "
-            f"{', '.join(o + ' DESC' for o in positions)}, {priority} DESC)"
+        ordering = (
+            f"PARTITION BY {keys} ORDER BY {is_error} DESC, "
+            f"{', '.join(o + ' DESC' for o in positions)}, {priority} DESC"
         )
-        tied = (
-            f"count(1) OVER (PARTITION BY {keys}, {is_error}, {', '.join(positions)}, {priority})"
-        )
+        ranked = f"rank() OVER ({ordering})"
+        # Over the same ordering, the rows up to and including the current row's peers: for
+        # a row ranked first, how many share its place (one sort serves both).
+        tied = f"count(1) OVER ({ordering} RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
         final_kind = (
             f"CASE WHEN {is_error} THEN {kind_col} WHEN {ties} > 1 THEN '{KIND_TIE}' "
             f"ELSE {kind_col} END"
         )
         raw_orders = ", ".join(sql_name(o) for o in self.order_by)
         order_text = f"to_json(struct({raw_orders}))"  # fields named after the columns
-        tagged = df.selectExpr(
-            "*",
-            f"{kind} AS {kind_col}",
-            f"CASE WHEN {preimage} THEN 0 ELSE 1 END AS {priority}",
-            *(f"{o} AS {p}" for o, p in zip(order_sql, positions, strict=True)),
-        ).where(f"{kind_col} IS NOT NULL")
-        latest = tagged.selectExpr("*", f"{ranked} AS {rank}", f"{tied} AS {ties}").where(
-            f"{rank} = 1"
-        )
-        data = [sql_name(c) for c in df.columns]
-        return latest.selectExpr(
-            *data,
-            f"{final_kind} AS {kind_col}",
-            f"CASE WHEN substr({final_kind}, 1, 2) = 'E_' THEN {op} END "
-            f"AS {sql_name(OP_TEXT_COLUMN)}",
-            f"CASE WHEN substr({final_kind}, 1, 2) = 'E_' THEN {order_text} END "
-            f"AS {sql_name(ORDER_TEXT_COLUMN)}",
-        )
+        data = [sql_name(c) for c in columns]
+
+        def query(source: str) -> str:
+            tagged = (
+                f"SELECT * FROM (SELECT *, {kind} AS {kind_col}, "
+                f"CASE WHEN {preimage} THEN 0 ELSE 1 END AS {priority}, "
+                + ", ".join(f"{o} AS {p}" for o, p in zip(order_sql, positions, strict=True))
+                + f" FROM {source}) AS changes WHERE {kind_col} IS NOT NULL"
+            )
+            latest = (
+                f"SELECT * FROM (SELECT *, {ranked} AS {rank}, {tied} AS {ties} "
+                f"FROM ({tagged}) AS tagged) AS ranked WHERE {rank} = 1"
+            )
+            return (
+                f"SELECT {', '.join(data)}, {final_kind} AS {kind_col}, "
+                f"CASE WHEN substr({final_kind}, 1, 2) = 'E_' THEN {op} END "
+                f"AS {sql_name(OP_TEXT_COLUMN)}, "
+                f"CASE WHEN substr({final_kind}, 1, 2) = 'E_' THEN {order_text} END "
+                f"AS {sql_name(ORDER_TEXT_COLUMN)} FROM ({latest}) AS latest"
+            )
+
+        return query
 
     def _sql_of(self, column: str) -> str:
         if not self.order_sql:

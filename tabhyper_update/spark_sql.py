@@ -3,7 +3,13 @@ parser setting, whole numbers read from text."""
 
 from __future__ import annotations
 
-__all__ = ["number_from_text", "sql_name", "sql_text"]
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["number_from_text", "query_over", "sql_name", "sql_text"]
 
 #: Whole numbers written as text, as many digits as DECIMAL(38, 0) holds.
 _WHOLE_NUMBER = "^[0-9]{1,38}$"
@@ -24,3 +30,20 @@ def number_from_text(sql: str) -> str:
     """Spark SQL: the whole number written in ``sql``'s text, or NULL when it is none."""
     text = f"CAST({sql} AS STRING)"
     return f"CASE WHEN {text} RLIKE '{_WHOLE_NUMBER}' THEN CAST({text} AS DECIMAL(38, 0)) END"
+
+
+_SOURCE = "\x00source\x00"
+
+
+def query_over(df: DataFrame, query_of: Callable[[str], str]) -> DataFrame:
+    """The Spark SQL query ``query_of(source)`` run over ``df`` (``source`` names it in the
+    query's text), in one call to Spark.
+
+    A plan built from DataFrame calls costs a round trip to the JVM per call, and one per
+    expression of each list it passes; a micro-batch feels that. One query text costs one
+    parse, one analysis and a few calls, on Spark Connect too (``df`` travels as a named
+    argument, not a temporary view).
+    """
+    # Braces in the text (literals, names) are the formatter's escapes, not placeholders.
+    text = query_of(_SOURCE).replace("{", "{{").replace("}", "}}").replace(_SOURCE, "{source}")
+    return df.sparkSession.sql(text, source=df)

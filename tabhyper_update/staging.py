@@ -1,9 +1,19 @@
 """Where Spark's staged rows go: a shared folder, or the driver.
 
-``staging="shared"`` (the default): the executors write Parquet into ``staging_dir`` and
-Hyper, on the driver, reads it there. Fast, and the driver never holds rows; on a cluster
-the folder must be one path that every executor and the driver see (NFS, a FUSE mount, a
-Unity Catalog volume).
+``staging="auto"`` (the default): the driver for a small change set, the shared folder
+otherwise. Small is Spark's own size estimate of the DataFrame (the one its optimizer uses
+to choose a broadcast join) at most :data:`SMALL_BYTES`; without an estimate (a DataFrame
+made from Python rows or an RDD, a source Spark cannot size) a DataFrame is small when Spark
+runs in local mode, where the executors are the driver's own process, and large otherwise
+(also on Spark Connect, where no estimate is read). A small change set is also ranked in
+one partition, so its last-change-wins needs no shuffle. Every mode stages the same rows:
+the payload and its digests do not depend on the mode.
+
+``staging="shared"``: the executors write Parquet into ``staging_dir`` and Hyper, on the
+driver, reads it there. Fast for large change sets, and the driver never holds rows; on a
+cluster the folder must be one path that every executor and the driver see (NFS, a FUSE
+mount, a Unity Catalog volume). A Spark write job has a fixed cost (a commit protocol,
+temporary folders, a sort by the partition column) that a micro-batch feels.
 
 ``staging="driver"``: the rows come to the driver as Arrow record batches, as Spark
 computes each partition, and the driver writes them into Parquet files in its own
@@ -17,21 +27,40 @@ Needs pyarrow (``pip install 'tabhyper-update[connect]'`` or ``pyarrow``).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ConfigurationError, PayloadError
+from .redaction import get_logger
+from .spark_sql import query_over
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["STAGING_MODES", "StagingMode", "check_staging", "write_on_driver"]
+__all__ = [
+    "SMALL_BYTES",
+    "STAGING_MODES",
+    "StagingMode",
+    "check_staging",
+    "estimated_bytes",
+    "has_pyarrow",
+    "runs_locally",
+    "selected",
+    "staging_for",
+    "write_on_driver",
+]
 
-StagingMode = Literal["shared", "driver"]
-STAGING_MODES: tuple[str, ...] = ("shared", "driver")
+log = get_logger("tabhyper_update.build")
+
+StagingMode = Literal["shared", "driver", "auto"]
+STAGING_MODES: tuple[str, ...] = ("shared", "driver", "auto")
 #: Rows per staged file on the driver (Hyper reads the files of a table in parallel).
 ROWS_PER_FILE = 1_000_000
+#: A DataFrame Spark estimates at most this size is small: staged through the driver under
+#: ``staging="auto"``, and a change set is ranked in one partition (no shuffle).
+SMALL_BYTES = 32 * 1024 * 1024
+_UNKNOWN_SIZE = (1 << 63) - 1
 
 
 def check_staging(staging: object) -> None:
@@ -40,14 +69,76 @@ def check_staging(staging: object) -> None:
         raise ConfigurationError(
             f"staging must be one of {', '.join(map(repr, STAGING_MODES))}, got {staging!r}"
         )
-    if staging == "driver":
-        try:
-            import pyarrow.parquet  # noqa: F401 - only whether it is there
-        except ImportError:
-            raise ConfigurationError(
-                "staging='driver' writes the rows with pyarrow: pip install pyarrow (or "
-                "'tabhyper-update[connect]')"
-            ) from None
+    if staging == "driver" and not has_pyarrow():
+        raise ConfigurationError(
+            "staging='driver' writes the rows with pyarrow: pip install pyarrow (or "
+            "'tabhyper-update[connect]')"
+        )
+
+
+def has_pyarrow() -> bool:
+    try:
+        import pyarrow.parquet  # noqa: F401 - only whether it is there
+    except ImportError:
+        return False
+    return True
+
+
+def estimated_bytes(df: DataFrame) -> int | None:
+    """Spark's size estimate of ``df``'s rows (its optimizer's statistics), or ``None``
+    when there is none to read (Spark Connect) or Spark could not size the source."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return None
+    try:
+        size = int(str(jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # an estimate is optional: without one the build stages as before
+        return None
+    # Spark's "unknown" is spark.sql.defaultSizeInBytes: Long.MaxValue unless configured.
+    return size if 0 <= size < _UNKNOWN_SIZE else None
+
+
+def runs_locally(df: DataFrame) -> bool:
+    """Whether ``df``'s Spark runs in local mode (not known on Spark Connect: no)."""
+    try:
+        return str(df.sparkSession.sparkContext.master).startswith("local")
+    except Exception:  # Spark Connect has no SparkContext
+        return False
+
+
+def selected(
+    df: DataFrame, exprs: Sequence[str], inner: Callable[[str], str] | None = None
+) -> DataFrame:
+    """``SELECT exprs`` over ``df``, or over ``inner``'s query of ``df``: one Spark call."""
+
+    def query(source: str) -> str:
+        relation = source if inner is None else f"({inner(source)}) AS rows"
+        return f"SELECT {', '.join(exprs)} FROM {relation}"
+
+    return query_over(df, query)
+
+
+def staging_for(
+    df: DataFrame, staging: StagingMode, *, table: str, change_set: bool
+) -> tuple[StagingMode, bool]:
+    """Where ``df``'s rows are staged, and whether it is small enough to rank in one
+    partition (a change set's last-change-wins without a shuffle)."""
+    if staging != "auto" and not change_set:
+        return staging, False
+    size = estimated_bytes(df)
+    # Small: Spark says so, or cannot say and runs in this process (local mode), where the
+    # rows were made on the driver (Python rows, an RDD) or come through it anyway.
+    small = size <= SMALL_BYTES if size is not None else runs_locally(df)
+    mode: StagingMode = staging
+    if staging == "auto":
+        mode = "driver" if small and has_pyarrow() else "shared"
+    log.debug(
+        "table %r: Spark estimates %s; staged %s",
+        table,
+        "no size" if size is None else f"{size:,} bytes",
+        "through the driver" if mode == "driver" else "in the shared folder",
+    )
+    return mode, small
 
 
 def write_on_driver(df: DataFrame, target: Path, partition_by: str | None) -> None:
@@ -71,8 +162,12 @@ def write_on_driver(df: DataFrame, target: Path, partition_by: str | None) -> No
         folder = target if partition_by is None else target / f"{partition_by}={value}"
         folder.mkdir(exist_ok=True)
         counter += 1
+        # Uncompressed, no dictionaries: the files live for seconds on the driver's disk.
         made = pq.ParquetWriter(
-            folder / f"part-{counter:05d}.parquet", schema, compression="snappy"
+            folder / f"part-{counter:05d}.parquet",
+            schema,
+            compression="none",
+            use_dictionary=False,
         )
         writers[value] = (made, 0)
         return made

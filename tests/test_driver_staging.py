@@ -1,14 +1,24 @@
 """staging="driver": the rows come to the driver as Arrow batches instead of through a shared
-folder, and the payload is the same (tables, row counts, digests, so the same identity)."""
+folder, and the payload is the same (tables, row counts, digests, so the same identity).
+staging="auto" (the default) takes the driver for a change set Spark estimates small and
+ranks it in one partition: again the same payload, and the same refusals."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from tabhyper_update import ChangeSet, ConfigurationError, build_payload
+from tabhyper_update import (
+    ChangeSet,
+    ConfigurationError,
+    Payload,
+    PayloadError,
+    build_payload,
+    staging,
+)
 from tabhyper_update.testing.files import read_table
 
 if TYPE_CHECKING:
@@ -71,3 +81,91 @@ def test_plain_and_multi_table_payloads_staged_on_the_driver(
 def test_an_unknown_staging_mode_is_refused_before_any_work(spark: SparkSession) -> None:
     with pytest.raises(ConfigurationError, match="staging must be one of 'shared', 'driver'"):
         build_payload(spark.range(1), staging="executor")  # type: ignore[arg-type]
+
+
+# -- staging="auto": small change sets through the driver, ranked in one partition ----------
+
+
+def history(spark: SparkSession) -> DataFrame:
+    """Many changes per key: updates, deletes, re-inserts, pre-images at a position a later
+    change shares, NULL values, positions out of order across partitions."""
+    return (
+        spark.range(6_000)
+        .selectExpr(
+            "id % 700 AS id",
+            "IF(id % 17 = 0, NULL, CONCAT('v', CAST(id AS STRING))) AS v",
+            "CASE id % 7 WHEN 0 THEN 'delete' WHEN 1 THEN 'update_preimage' WHEN 2 THEN 'insert' "
+            "ELSE 'update_postimage' END AS op",
+            "IF(id % 7 = 1, id + 1, id) * 1000 + (id * 7919) % 1000 AS seq",
+        )
+        .repartition(5)
+    )
+
+
+def build_logged(
+    df: DataFrame, cs: ChangeSet, caplog: pytest.LogCaptureFixture, **options: object
+) -> tuple[Payload, str]:
+    with caplog.at_level(logging.DEBUG, logger="tabhyper_update.build"):
+        caplog.clear()
+        payload = build_payload(df, cs, keep_files=True, **options)  # type: ignore[arg-type]
+    said = [r.getMessage() for r in caplog.records if "Spark estimates" in r.getMessage()]
+    assert len(said) == 1, said
+    return payload, said[0]
+
+
+def test_auto_takes_the_driver_for_a_small_change_set_and_the_same_payload_comes_out(
+    spark: SparkSession,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cs = ChangeSet("id", op_column="_change_type", order_by="seq")
+    df = history(spark).withColumnRenamed("op", "_change_type")
+    small, said = build_logged(df, cs, caplog, output_dir=tmp_path / "a")
+    assert "staged through the driver" in said
+    # The same rows as Spark sees a large change set: shuffled ranking, shared folder.
+    monkeypatch.setattr(staging, "estimated_bytes", lambda df: 1 << 40)
+    large, said = build_logged(df, cs, caplog, output_dir=tmp_path / "b")
+    assert "staged in the shared folder" in said
+    assert small.digest == large.digest
+    assert {n: (t.row_count, t.row_digest) for n, t in small.tables.items()} == {
+        n: (t.row_count, t.row_digest) for n, t in large.tables.items()
+    }
+    for table in ("upserts", "deletes"):
+        assert sorted(read_table(small.parts[0].path, table)) == sorted(
+            read_table(large.parts[0].path, table)
+        )
+    assert small.tables["upserts"].row_count + small.tables["deletes"].row_count == 700
+
+
+@pytest.mark.parametrize("ranking", ["one partition", "shuffled"])
+def test_a_tie_and_a_null_key_are_refused_whichever_way_the_change_set_is_ranked(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, ranking: str
+) -> None:
+    if ranking == "shuffled":
+        monkeypatch.setattr(staging, "estimated_bytes", lambda df: 1 << 40)
+    cs = ChangeSet("id", op_column="op", order_by="seq")
+    rows = [(i, "x", "U", i) for i in range(50)]
+    tie = spark.createDataFrame([*rows, (7, "y", "U", 7)], "id long, v string, op string, seq long")
+    with pytest.raises(PayloadError, match="share the greatest"):
+        build_payload(tie.repartition(3), cs)
+    null_key = spark.createDataFrame(
+        [*rows, (None, "y", "U", 99)], "id long, v string, op string, seq long"
+    )
+    with pytest.raises(PayloadError, match="NULL"):
+        build_payload(null_key.repartition(3), cs)
+
+
+def test_braces_in_names_and_op_values_reach_spark_as_written(spark: SparkSession) -> None:
+    # The change set's plan is one SQL text: braces must not be read as placeholders.
+    df = spark.createDataFrame(
+        [(1, "a", "{up}", 1), (2, "b", "{up}", 1), (2, None, "{gone}", 2)],
+        "`{id}` long, `v}` string, `{op` string, seq long",
+    )
+    cs = ChangeSet(
+        "{id}", op_column="{op", order_by="seq", op_map={"{up}": "upsert", "{gone}": "delete"}
+    )
+    with build_payload(df, cs) as payload:
+        assert {n: t.row_count for n, t in payload.tables.items()} == {"upserts": 1, "deletes": 1}
+        assert read_table(payload.parts[0].path, "upserts") == [(1, "a")]
+        assert read_table(payload.parts[0].path, "deletes") == [(2,)]

@@ -126,7 +126,7 @@ class TableauSink:
         staging_dir: str | os.PathLike[str] | None = None,
         state_dir: str | os.PathLike[str] | None = None,
         timeout: float | None = None,
-        staging: StagingMode = "shared",
+        staging: StagingMode = "auto",
     ) -> None:
         if not isinstance(target, (DataSourceRef, str)) or not target:
             raise ArgumentTypeError(
