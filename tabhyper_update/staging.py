@@ -2,12 +2,12 @@
 
 ``staging="auto"`` (the default): the driver for a small change set, the shared folder
 otherwise. Small is Spark's own size estimate of the DataFrame (the one its optimizer uses
-to choose a broadcast join) at most :data:`SMALL_BYTES`; without an estimate (a DataFrame
-made from Python rows or an RDD, a source Spark cannot size) a DataFrame is small when Spark
-runs in local mode, where the executors are the driver's own process, and large otherwise
-(also on Spark Connect, where no estimate is read). A small change set is also ranked in
-one partition, so its last-change-wins needs no shuffle. Every mode stages the same rows:
-the payload and its digests do not depend on the mode.
+to choose a broadcast join) at most :data:`SMALL_BYTES`. Without an estimate (a DataFrame
+made from Python rows or an RDD, a source Spark cannot size) the driver when Spark runs in
+local mode, where the executors are the driver's own process, and the shared folder
+otherwise (also on Spark Connect, where no estimate is read). A change set Spark estimates
+small is also ranked in one partition, in any mode, so its last-change-wins needs no
+shuffle. Every mode stages the same rows: the payload and its digests do not depend on it.
 
 ``staging="shared"``: the executors write Parquet into ``staging_dir`` and Hyper, on the
 driver, reads it there. Fast for large change sets, and the driver never holds rows; on a
@@ -121,22 +121,24 @@ def selected(
 def staging_for(
     df: DataFrame, staging: StagingMode, *, table: str, change_set: bool
 ) -> tuple[StagingMode, bool]:
-    """Where ``df``'s rows are staged, and whether it is small enough to rank in one
-    partition (a change set's last-change-wins without a shuffle)."""
+    """Where ``df``'s rows are staged, and whether Spark estimates it small enough to rank
+    in one partition (a change set's last-change-wins without a shuffle)."""
     if staging != "auto" and not change_set:
         return staging, False
     size = estimated_bytes(df)
-    # Small: Spark says so, or cannot say and runs in this process (local mode), where the
-    # rows were made on the driver (Python rows, an RDD) or come through it anyway.
-    small = size <= SMALL_BYTES if size is not None else runs_locally(df)
+    small = size is not None and size <= SMALL_BYTES
     mode: StagingMode = staging
     if staging == "auto":
-        mode = "driver" if small and has_pyarrow() else "shared"
+        # Without an estimate (rows made in Python, an RDD), local mode stages through the
+        # driver: its executors are the driver's own process, so no row crosses a network.
+        near = small or (size is None and runs_locally(df))
+        mode = "driver" if near and has_pyarrow() else "shared"
     log.debug(
-        "table %r: Spark estimates %s; staged %s",
+        "table %r: Spark estimates %s; staged %s%s",
         table,
         "no size" if size is None else f"{size:,} bytes",
         "through the driver" if mode == "driver" else "in the shared folder",
+        ", ranked in one partition" if small and change_set else "",
     )
     return mode, small
 
