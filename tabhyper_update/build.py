@@ -348,19 +348,16 @@ def _row_hash(values: Sequence[str], extra: Sequence[str] = ()) -> str:
     return f"xxhash64({', '.join([*values, *extra, *flags])})"
 
 
-def _write_staged(
-    df: DataFrame, target: Path, staging: StagingMode, partition_by: str | None = None
-) -> None:
+def _write_staged(df: DataFrame, target: Path, staging: StagingMode) -> None:
     if staging == "driver":
-        write_on_driver(df, target, partition_by)
+        write_on_driver(df, target)
         return
     # A file URI of the raw path: Hadoop quotes it itself, so the files land at exactly this
     # path whatever it holds (spaces, %, #, ?, quotes, non-ASCII). ``Path.as_uri()`` would
     # percent-encode it and Spark would take the escapes literally.
-    writer = df.write.mode("overwrite").options(**_PARQUET_OPTIONS)
-    if partition_by is not None:
-        writer = writer.partitionBy(partition_by)
-    writer.parquet("file://" + str(target.resolve()))
+    df.write.mode("overwrite").options(**_PARQUET_OPTIONS).parquet(
+        "file://" + str(target.resolve())
+    )
 
 
 def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[Staged]:
@@ -427,8 +424,9 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
         # write makes Spark sort every row by the kind first. Hyper reads each kind apart.
         _write_staged(rows, target, mode)
         files = _parquet_files(target)
-        if _metric(observed, "errors"):
-            raise_on_change_set_errors(spec, plans, staged_names, files)
+        errors = _metric(observed, "errors")
+        if errors:
+            raise_on_change_set_errors(spec, plans, staged_names, files, errors)
         key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
         staged.append(
             Staged(

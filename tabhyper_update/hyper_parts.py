@@ -48,9 +48,9 @@ _MB = 1024 * 1024
 #: Parts are planned a little under the cap, for the estimate's sake.
 _SPLIT_HEADROOM = 0.9
 #: Up to this many planned parts, the payload is first written whole, in case it fits in
-#: one file after all (Hyper writes rows in about a third of their estimate, measured on
-#: the benchmarks' rows); beyond, the whole file could not fit and writing it would double
-#: Hyper's work (measured: 31 s instead of about 16 for 20M changes in 18 parts).
+#: one file after all (on the benchmarks' rows Hyper's files take about a third of the
+#: estimate: 581 MB for 20M changes planned in 18 parts under 90 MB); beyond, the whole
+#: file cannot fit and writing it is one more pass over every staged row.
 _WHOLE_FIRST_UP_TO = 4
 #: A Hyper file's own size before any row (measured: 64 KiB with up to five empty tables).
 _FILE_OVERHEAD = 64 * 1024
@@ -353,29 +353,39 @@ def kind_is(kind: str) -> str:
 
 
 def raise_on_change_set_errors(
-    spec: CdcSpec, plans: Sequence[ColumnPlan], staged_names: Sequence[str], files: list[Path]
+    spec: CdcSpec,
+    plans: Sequence[ColumnPlan],
+    staged_names: Sequence[str],
+    files: list[Path],
+    counted: int,
 ) -> None:
     """Raise for the first kind of error (in :data:`KIND_ERRORS` order) among the staged
-    rows, naming one of its rows and how many there are."""
-    if not files:
-        return
-    by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
-    key_cols = ", ".join(quote_name(by_name[k]) for k in spec.key)
-    source = external(files)
-    with connect() as conn:
-        counts = dict(
-            conn.execute_list_query(
-                f"SELECT {quote_name(KIND_COLUMN)}, COUNT(*) FROM {source} "
-                f"WHERE substr({quote_name(KIND_COLUMN)}, 1, 2) = 'E_' GROUP BY 1"
+    rows, naming one of its rows and how many there are; ``counted`` is how many error rows
+    Spark wrote, so finding none of them is an error too."""
+    if files:
+        by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
+        key_cols = ", ".join(quote_name(by_name[k]) for k in spec.key)
+        source = external(files)
+        with connect() as conn:
+            counts = dict(
+                conn.execute_list_query(
+                    f"SELECT {quote_name(KIND_COLUMN)}, COUNT(*) FROM {source} "
+                    f"WHERE substr({quote_name(KIND_COLUMN)}, 1, 2) = 'E_' GROUP BY 1"
+                )
             )
-        )
-        for kind in KIND_ERRORS:
-            count = int(counts.get(kind) or 0)
-            if count == 0:
-                continue
-            row = conn.execute_list_query(
-                f"SELECT {key_cols}, {quote_name(OP_TEXT_COLUMN)}, "
-                f"{quote_name(ORDER_TEXT_COLUMN)} FROM {source} WHERE {kind_is(kind)} LIMIT 1"
-            )[0]
-            n = len(spec.key)
-            raise PayloadError(spec.describe_error(kind, row[:n], row[n], row[n + 1], count))
+            for kind in KIND_ERRORS:
+                count = int(counts.get(kind) or 0)
+                if count == 0:
+                    continue
+                row = conn.execute_list_query(
+                    f"SELECT {key_cols}, {quote_name(OP_TEXT_COLUMN)}, "
+                    f"{quote_name(ORDER_TEXT_COLUMN)} FROM {source} WHERE {kind_is(kind)} LIMIT 1"
+                )[0]
+                n = len(spec.key)
+                raise PayloadError(spec.describe_error(kind, row[:n], row[n], row[n + 1], count))
+    raise PayloadError(
+        f"Spark wrote {counted} change(s) it could not apply (a NULL key or position, an "
+        f"unknown op, a tie) but none were found in the {len(files)} staged Parquet file(s): "
+        "on a cluster, staging_dir must be a shared path that the executors write and the "
+        "driver reads at the same place, or pass staging='driver'"
+    )

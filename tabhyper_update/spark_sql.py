@@ -41,8 +41,8 @@ def query_over(df: DataFrame, query_of: Callable[[str], str]) -> DataFrame:
 
     A plan built from DataFrame calls costs a round trip to the JVM per call, and one per
     expression of each list it passes; a micro-batch feels that. One query text costs one
-    parse, one analysis and a few calls, on Spark Connect too (``df`` travels as a named
-    argument, not a temporary view).
+    parse, one analysis and a few calls (PySpark names ``df`` by a temporary view it drops
+    again; Spark Connect sends ``df``'s plan with the query).
     """
     # Braces in the text (literals, names) are the formatter's escapes, not placeholders.
     text = query_of(_SOURCE).replace("{", "{{").replace("}", "}}").replace(_SOURCE, "{source}")

@@ -143,56 +143,34 @@ def staging_for(
     return mode, small
 
 
-def write_on_driver(df: DataFrame, target: Path, partition_by: str | None) -> None:
-    """Write ``df`` as Parquet under ``target`` on the driver, laid out as Spark's own
-    ``write.partitionBy(partition_by).parquet(target)`` would (``col=value`` folders)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+def write_on_driver(df: DataFrame, target: Path) -> None:
+    """Write ``df`` as Parquet files under ``target`` on the driver, a record batch at a
+    time, a new file every :data:`ROWS_PER_FILE` rows."""
     import pyarrow.parquet as pq
 
     target.mkdir(parents=True, exist_ok=True)
-    writers: dict[object, tuple[Any, int]] = {}  # partition value → (writer, rows written)
-    counter = 0
-
-    def writer_for(value: object, schema: pa.Schema) -> Any:
-        nonlocal counter
-        open_writer = writers.get(value)
-        if open_writer is not None and open_writer[1] < ROWS_PER_FILE:
-            return open_writer[0]
-        if open_writer is not None:
-            open_writer[0].close()
-        folder = target if partition_by is None else target / f"{partition_by}={value}"
-        folder.mkdir(exist_ok=True)
-        counter += 1
-        # Uncompressed, no dictionaries: the files live for seconds on the driver's disk.
-        made = pq.ParquetWriter(
-            folder / f"part-{counter:05d}.parquet",
-            schema,
-            compression="none",
-            use_dictionary=False,
-        )
-        writers[value] = (made, 0)
-        return made
-
+    made: Any = None
+    rows, counter = 0, 0
     try:
         for batch in _arrow_batches(df):
             if batch.num_rows == 0:
                 continue
-            if partition_by is None:
-                groups: list[tuple[object, pa.RecordBatch]] = [(None, batch)]
-            else:
-                column = batch.column(partition_by)
-                rest = batch.drop_columns([partition_by])
-                groups = [
-                    (value, rest.filter(pc.equal(column, value)))
-                    for value in pc.unique(column).to_pylist()
-                ]
-            for value, rows in groups:
-                made = writer_for(value, rows.schema)
-                made.write_batch(rows)
-                writers[value] = (made, writers[value][1] + rows.num_rows)
+            if made is None or rows >= ROWS_PER_FILE:
+                if made is not None:
+                    made.close()
+                counter += 1
+                # Uncompressed, no dictionaries: the files live for seconds on the driver.
+                made = pq.ParquetWriter(
+                    target / f"part-{counter:05d}.parquet",
+                    batch.schema,
+                    compression="none",
+                    use_dictionary=False,
+                )
+                rows = 0
+            made.write_batch(batch)
+            rows += batch.num_rows
     finally:
-        for made, _ in writers.values():
+        if made is not None:
             made.close()
 
 

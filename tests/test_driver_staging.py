@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -16,6 +16,7 @@ from tabhyper_update import (
     ConfigurationError,
     Payload,
     PayloadError,
+    build,
     build_payload,
     staging,
 )
@@ -169,3 +170,18 @@ def test_braces_in_names_and_op_values_reach_spark_as_written(spark: SparkSessio
         assert {n: t.row_count for n, t in payload.tables.items()} == {"upserts": 1, "deletes": 1}
         assert read_table(payload.parts[0].path, "upserts") == [(1, "a")]
         assert read_table(payload.parts[0].path, "deletes") == [(2,)]
+
+
+def test_error_rows_spark_counted_but_the_sdk_cannot_find_are_an_error(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A NULL key Spark wrote where the driver does not look: never an empty change set.
+    real = build._write_staged
+
+    def misplaced(df: DataFrame, target: Path, mode: Any) -> None:
+        real(df, tmp_path / "elsewhere" / target.name, mode)
+
+    monkeypatch.setattr(build, "_write_staged", misplaced)
+    df = spark.createDataFrame([(None, "a", "U", 1)], "id long, v string, op string, seq long")
+    with pytest.raises(PayloadError, match=r"Spark wrote 1 change\(s\) it could not apply"):
+        build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))

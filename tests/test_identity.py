@@ -207,10 +207,8 @@ def test_rows_spark_wrote_but_the_sdk_cannot_find_are_an_error(
     real = build._write_staged
     elsewhere = tmp_path / "elsewhere"
 
-    def misplaced(
-        df: DataFrame, target: Path, staging: Any, partition_by: str | None = None
-    ) -> None:
-        real(df, elsewhere / target.name, staging, partition_by)
+    def misplaced(df: DataFrame, target: Path, staging: Any) -> None:
+        real(df, elsewhere / target.name, staging)
 
     monkeypatch.setattr(build, "_write_staged", misplaced)
     df = spark.createDataFrame([(1, "a", None), (2, "b", None)], "id long, a string, b string")
