@@ -36,7 +36,6 @@ storage such as ``/dbfs``) on a cluster. It is removed in every case, failures i
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -53,12 +52,19 @@ from .cdc import (
     KIND_UPSERT,
     OP_TEXT_COLUMN,
     ORDER_TEXT_COLUMN,
-    RESERVED_PREFIX,
+    PRIORITY_COLUMN,
     CdcSpec,
     ChangeSet,
+    position_column,
     resolve_change_sets,
 )
-from .errors import ArgumentTypeError, PayloadArgumentError, PayloadError, TabHyperError
+from .errors import (
+    ArgumentTypeError,
+    PayloadArgumentError,
+    PayloadError,
+    TabHyperError,
+    build_failure,
+)
 from .folders import check_folder, private_dir, sweep_leftovers
 from .hyper_parts import (
     BUCKET_COLUMN,
@@ -73,11 +79,12 @@ from .hyper_parts import (
     size_sql,
 )
 from .hyper_parts import write_parts as _write_parts
+from .hyper_ranking import rank_in_hyper, ranks_in_hyper
 from .hyper_types import (
     DEFAULT_DATABASE_VERSION,
     SUPPORTED_DATABASE_VERSIONS,
     ColumnPlan,
-    plan_column,
+    plan_columns,
 )
 from .parts import PayloadPart
 from .payload import (
@@ -247,7 +254,15 @@ def _plan_frames(
     for name, df in frames.items():
         cs = change_sets.get(name) if change_sets is not None else None
         if cs is None:
-            planned.append(_Frame(name, df, _plans(df, name, df.columns, options)))
+            planned.append(
+                _Frame(
+                    name,
+                    df,
+                    plan_columns(
+                        df, name, df.columns, options.database_version, options.complex_as_json
+                    ),
+                )
+            )
             continue
         spec = CdcSpec.create(
             df.columns,
@@ -255,7 +270,13 @@ def _plan_frames(
             table=name if len(frames) > 1 else None,
             types={f.name: f.dataType.simpleString() for f in df.schema.fields},
         )
-        plans = _plans(df, cs.upsert_table, spec.data_columns(df.columns), options)
+        plans = plan_columns(
+            df,
+            cs.upsert_table,
+            spec.data_columns(df.columns),
+            options.database_version,
+            options.complex_as_json,
+        )
         planned.append(_Frame(cs.upsert_table, df, plans, spec, cs.delete_table))
     return planned
 
@@ -287,7 +308,8 @@ def _build_parts(
     except Exception as err:
         # Spark's and Hyper's own errors (Py4J, analysis, HyperException) become ours.
         shutil.rmtree(owned, ignore_errors=True)
-        raise _build_failure(err, frames, stage, owned) from err
+        columns = {frame.name: [p.name for p in frame.plans] for frame in frames}
+        raise build_failure(err, columns, stage, owned) from err
     except BaseException:
         shutil.rmtree(owned, ignore_errors=True)
         raise
@@ -410,23 +432,32 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             size,
             f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
             kind,
-            sql_name(OP_TEXT_COLUMN),
-            sql_name(ORDER_TEXT_COLUMN),
         ]
-        is_error = f"substr({kind}, 1, 2) = 'E_'"
-        rows = selected(df, exprs, spec.latest_query(df.columns)).observe(
-            observed,
-            F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)").alias("upserts"),
-            F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)").alias("deletes"),
-            F.expr(f"sum(CASE WHEN {is_error} THEN 1 ELSE 0 END)").alias("errors"),
-        )
-        # One data set with the kind beside each row, not a folder per kind: a partitioned
-        # write makes Spark sort every row by the kind first. Hyper reads each kind apart.
-        _write_staged(rows, target, mode)
-        files = _parquet_files(target)
-        errors = _metric(observed, "errors")
-        if errors:
-            raise_on_change_set_errors(spec, plans, staged_names, files, errors)
+        is_error = f"sum(CASE WHEN substr({kind}, 1, 2) = 'E_' THEN 1 ELSE 0 END)"
+        if small and mode == "driver" and ranks_in_hyper(spec, plans):
+            log.debug("table %r: Spark tags the changes, Hyper ranks them", name)
+            files, counts = _stage_tagged(
+                df, spec, plans, staged_names, exprs, target, observed, is_error
+            )
+        else:
+            rows = selected(
+                df,
+                [*exprs, sql_name(OP_TEXT_COLUMN), sql_name(ORDER_TEXT_COLUMN)],
+                spec.latest_query(df.columns),
+            ).observe(
+                observed,
+                F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)").alias("U"),
+                F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)").alias("D"),
+                F.expr(is_error).alias("errors"),
+            )
+            # One data set with the kind beside each row, not a folder per kind: a
+            # partitioned write makes Spark sort every row by the kind first. Hyper reads
+            # each kind apart.
+            _write_staged(rows, target, mode)
+            files = _parquet_files(target)
+            counts = {k: _metric(observed, k) for k in (KIND_UPSERT, KIND_DELETE, "errors")}
+        if counts["errors"]:
+            raise_on_change_set_errors(spec, plans, staged_names, files, counts["errors"])
         key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
         staged.append(
             Staged(
@@ -434,7 +465,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
                 plans,
                 staged_names,
                 files,
-                _metric(observed, "upserts"),
+                counts[KIND_UPSERT],
                 where=kind_is(KIND_UPSERT),
             )
         )
@@ -444,58 +475,59 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
                 [plans[i] for i in key_idx],
                 [staged_names[i] for i in key_idx],
                 files,
-                _metric(observed, "deletes"),
+                counts[KIND_DELETE],
                 where=kind_is(KIND_DELETE),
             )
         )
     return staged
 
 
-def _build_failure(
-    err: Exception,
-    frames: Sequence[_Frame],
-    stage: Path,
-    owned: Path,
-) -> PayloadError:
-    """Our error for a failure inside Spark or Hyper, naming what a user can act on."""
-    text = str(err)
-    first = _first_cause(text) or type(err).__name__
-    if len(first) > 400:
-        first = first[:400] + "…"
-    engine = "Hyper" if type(err).__module__.startswith("tableauhyperapi") else "Spark"
-    if "No space left on device" in text or "no space left" in text.lower():
-        return PayloadError(
-            f"no space left on device while building the payload (staging in {str(stage)!r}, "
-            f"payload files in {str(owned)!r}): free space there, or pass staging_dir= / "
-            f"output_dir= on a larger disk ({engine}: {first})"
+def _stage_tagged(
+    df: DataFrame,
+    spec: CdcSpec,
+    plans: Sequence[ColumnPlan],
+    staged_names: Sequence[str],
+    exprs: Sequence[str],
+    target: Path,
+    observed: Any,
+    is_error: str,
+) -> tuple[list[Path], dict[str, int]]:
+    """Stage every tagged change through the driver and let Hyper rank them into
+    ``target`` (:mod:`tabhyper_update.hyper_ranking`): the ranked files and their rows by
+    kind, with ``errors`` as the larger of Spark's and Hyper's count of error rows."""
+    from pyspark.sql import functions as F
+
+    op_text, order_text = spec.texts()
+    tagged = [
+        *exprs,
+        sql_name(PRIORITY_COLUMN),
+        *(sql_name(position_column(i)) for i in range(len(spec.order_by))),
+        f"{op_text} AS {sql_name(OP_TEXT_COLUMN)}",
+        f"{order_text} AS {sql_name(ORDER_TEXT_COLUMN)}",
+    ]
+    rows = selected(df, tagged, spec.tag_query(df.columns)).observe(
+        observed, F.expr("count(1)").alias("rows"), F.expr(is_error).alias("errors")
+    )
+    raw = target.with_name(target.name + "-tagged")
+    _write_staged(rows, raw, "driver")
+    by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
+    keep = [*staged_names, ROWHASH_COLUMN, SIZE_COLUMN, BUCKET_COLUMN]
+    read, files, counts = rank_in_hyper(
+        spec, [by_name[k] for k in spec.key], keep, _parquet_files(raw), target
+    )
+    found_errors = sum(n for k, n in counts.items() if k.startswith("E_"))
+    result = {
+        KIND_UPSERT: counts.get(KIND_UPSERT, 0),
+        KIND_DELETE: counts.get(KIND_DELETE, 0),
+        "errors": max(found_errors, _metric(observed, "errors")),
+    }
+    sent = _metric(observed, "rows")
+    if read != sent and not result["errors"]:
+        raise PayloadError(
+            f"Spark sent {sent} change(s) to the driver but Hyper read {read} from the "
+            f"{len(_parquet_files(raw))} file(s) staged in {str(raw)!r}"
         )
-    # Staged columns are named c0, c1, ...: say which column of which table that is.
-    named = []
-    for frame in frames:
-        table, plans = frame.name, frame.plans
-        for i, plan in enumerate(plans):
-            if re.search(rf"\bc{i}\b", first):
-                named.append(f"c{i} is column {plan.name!r} of table {table!r}")
-    where = f" ({'; '.join(named)})" if named and engine == "Hyper" else ""
-    return PayloadError(f"{engine} failed while building the payload: {first}{where}")
-
-
-#: Spark's error classes (``[MALFORMED_RECORD_IN_PARSING.WITHOUT_SUGGESTION]``).
-_ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*\]")
-
-
-def _first_cause(text: str) -> str:
-    """The line of an engine's error that says what went wrong: the first naming a Spark
-    error class, else the first that is not Py4J's "An error occurred while calling"."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in lines:
-        found = _ERROR_CLASS.search(line)
-        if found is not None and not line.startswith("at "):
-            return line[found.start() :]
-    for line in lines:
-        if not line.startswith(("An error occurred while calling", "at ", "Traceback")):
-            return line
-    return lines[0] if lines else ""
+    return files, result
 
 
 def _metric(observed: Any, name: str) -> int:
@@ -539,31 +571,3 @@ def _parquet_files(directory: Path) -> list[Path]:
 def _check_names(name: str, what: str) -> None:
     if not isinstance(name, str) or not name:
         raise PayloadArgumentError(f"{what} must be a non-empty string, got {name!r}")
-
-
-def _plans(
-    df: DataFrame, table: str, columns: Sequence[str], options: _Options
-) -> list[ColumnPlan]:
-    by_name = {f.name: f for f in df.schema.fields}
-    seen: set[str] = set()
-    for f in df.schema.fields:
-        if f.name.lower().startswith(RESERVED_PREFIX):
-            raise PayloadError(
-                f"table {table!r} has a column named {f.name!r}: names starting with "
-                f"{RESERVED_PREFIX!r} are reserved for the payload builder's own columns; "
-                "rename it"
-            )
-        if f.name in seen:
-            raise PayloadError(f"table {table!r} has two columns named {f.name!r}")
-        seen.add(f.name)
-    if not columns:
-        raise PayloadError(f"table {table!r} has no columns")
-    return [
-        plan_column(
-            by_name[c],
-            table=table,
-            database_version=options.database_version,
-            complex_as_json=options.complex_as_json,
-        )
-        for c in columns
-    ]

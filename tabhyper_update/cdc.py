@@ -38,10 +38,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from .actions import Delete, Upsert, _Action
-from .conditions import keys_match
 from .errors import ArgumentTypeError, PayloadArgumentError, PayloadError
-from .positions import OrderAs, check_order_as, order_sql
+from .positions import OrderAs, check_order_as, order_sql, position_type
 from .spark_sql import query_over, sql_name, sql_text
 
 if TYPE_CHECKING:
@@ -53,9 +51,11 @@ __all__ = [
     "KIND_ERRORS",
     "KIND_UPSERT",
     "METADATA_COLUMNS",
+    "PRIORITY_COLUMN",
     "CdcSpec",
     "ChangeSet",
-    "derived_actions",
+    "latest_of",
+    "position_column",
     "resolve_change_sets",
 ]
 
@@ -96,6 +96,61 @@ RESERVED_PREFIX = "__tabhyper_"
 KIND_COLUMN = "__tabhyper_kind"
 OP_TEXT_COLUMN = "__tabhyper_op"
 ORDER_TEXT_COLUMN = "__tabhyper_order"
+#: A change's priority at its position: a pre-image 0, anything else 1.
+PRIORITY_COLUMN = "__tabhyper_priority"
+_RANK_COLUMN = "__tabhyper_rank"
+_TIES_COLUMN = "__tabhyper_n"
+
+
+def position_column(index: int) -> str:
+    """The tagged column holding a change's ``index``-th position, typed for ranking."""
+    return f"__tabhyper_o{index}"
+
+
+def latest_of(
+    tagged: str,
+    *,
+    quote: Callable[[str], str],
+    keys: Sequence[str],
+    positions: int,
+    keep: Sequence[str],
+    op_text: str,
+    order_text: str,
+) -> str:
+    """SQL that Spark and Hyper both read: the last change per key among the tagged rows
+    of the relation ``tagged`` (:meth:`CdcSpec.tag_query`'s columns), as ``keep`` and the
+    final kind, with the op and position texts for the error rows only.
+
+    ``quote`` quotes a name in the engine's dialect; ``keys``, ``keep``, ``op_text`` and
+    ``order_text`` are expressions over ``tagged`` in it. Error rows rank first, so a later
+    valid change never hides them; rows sharing the key, the greatest positions and the
+    priority are a tie. Positions are compared greatest first with NULLs last, spelled out
+    (Spark puts NULLs last by default, Hyper first).
+    """
+    kind, rank, ties = quote(KIND_COLUMN), quote(_RANK_COLUMN), quote(_TIES_COLUMN)
+    is_error = f"(substr({kind}, 1, 2) = 'E_')"
+    ordering = (
+        f"PARTITION BY {', '.join(keys)} ORDER BY {is_error} DESC, "
+        + "".join(f"{quote(position_column(i))} DESC NULLS LAST, " for i in range(positions))
+        + f"{quote(PRIORITY_COLUMN)} DESC"
+    )
+    # Over the same ordering, the rows up to and including the current row's peers: for a
+    # row ranked first, how many share its place (one sort serves both).
+    tied = f"count(1) OVER ({ordering} RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+    final_kind = (
+        f"CASE WHEN {is_error} THEN {kind} WHEN {ties} > 1 THEN '{KIND_TIE}' ELSE {kind} END"
+    )
+    failed = f"substr({final_kind}, 1, 2) = 'E_'"
+    latest = (
+        f"SELECT * FROM (SELECT *, rank() OVER ({ordering}) AS {rank}, {tied} AS {ties} "
+        f"FROM ({tagged}) AS tagged) AS ranked WHERE {rank} = 1"
+    )
+    return (
+        f"SELECT {', '.join(keep)}, {final_kind} AS {kind}, "
+        f"CASE WHEN {failed} THEN {op_text} END AS {quote(OP_TEXT_COLUMN)}, "
+        f"CASE WHEN {failed} THEN {order_text} END AS {quote(ORDER_TEXT_COLUMN)} "
+        f"FROM ({latest}) AS latest"
+    )
 
 
 def _normalise_op_map(op_map: Mapping[str, str] | None) -> dict[str, OpMeaning]:
@@ -311,6 +366,8 @@ class CdcSpec:
     #: number written as text becomes a number; anything it cannot read becomes NULL,
     #: which is an error).
     order_sql: tuple[str, ...] = ()
+    #: Per ``order_by`` column, Spark's type of its position (``None``: not known).
+    position_types: tuple[str | None, ...] = ()
 
     @classmethod
     def create(
@@ -370,11 +427,10 @@ class CdcSpec:
         metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in present)}
         dropped = tuple(c for c in columns if c in metadata and c not in keep_columns)
         op_map = change_set.op_map if change_set.op_map is not None else DEFAULT_OP_MAP
-        positions = tuple(
-            order_sql(o, (types or {}).get(o), (change_set.order_as or {}).get(o), fail)
-            for o in orders
-        )
-        return cls(keys, op_column, orders, dict(op_map), dropped, table, positions)
+        order_as = change_set.order_as or {}
+        positions = tuple(order_sql(o, (types or {}).get(o), order_as.get(o), fail) for o in orders)
+        typed = tuple(position_type((types or {}).get(o), order_as.get(o)) for o in orders)
+        return cls(keys, op_column, orders, dict(op_map), dropped, table, positions, typed)
 
     def data_columns(self, columns: Sequence[str]) -> list[str]:
         """The payload's columns (everything but the change-feed metadata)."""
@@ -388,14 +444,14 @@ class CdcSpec:
         """
         return query_over(df, self.latest_query(df.columns))
 
-    def latest_query(self, columns: Sequence[str]) -> Callable[[str], str]:
-        """:meth:`latest_changes` as Spark SQL text over a source named in the text."""
+    def tag_query(self, columns: Sequence[str]) -> Callable[[str], str]:
+        """Spark SQL over a source named in the text: every change but the ignored ones,
+        with its kind (:data:`KIND_COLUMN`: upsert, delete or the error it is), priority
+        (:data:`PRIORITY_COLUMN`) and typed positions (:func:`position_column`). No ranking:
+        :func:`latest_of` ranks these rows, in Spark or in Hyper."""
         op = f"CAST({sql_name(self.op_column)} AS STRING)"
         by_meaning: dict[str, list[str]] = {
-            "upsert": [],
-            "delete": [],
-            "preimage": [],
-            "ignore": [],
+            m: [] for m in ("upsert", "delete", "preimage", "ignore")
         }
         for value, meaning in self.op_map.items():
             by_meaning[meaning].append(value)
@@ -406,7 +462,6 @@ class CdcSpec:
                 return "false"
             return f"coalesce({op} IN ({', '.join(sql_text(v) for v in values)}), false)"
 
-        keys = ", ".join(sql_name(k) for k in self.key)
         null_key = " OR ".join(f"{sql_name(k)} IS NULL" for k in self.key)
         order_sql = self.order_sql or tuple(sql_name(o) for o in self.order_by)
         # No position: the first order_by value is NULL, or a value is there but cannot be
@@ -427,47 +482,42 @@ class CdcSpec:
             f"WHEN {null_order} THEN '{KIND_NULL_ORDER}' "
             f"WHEN {upsert} THEN '{KIND_UPSERT}' ELSE '{KIND_DELETE}' END"
         )
-        kind_col, rank, ties = sql_name(KIND_COLUMN), "`__tabhyper_rank`", "`__tabhyper_n`"
-        # A pre-image says its key held a row before this position: every other change at
-        # the same position outranks it.
-        priority = "`__tabhyper_priority`"
-        positions = [f"`__tabhyper_o{i}`" for i in range(len(order_sql))]
-        is_error = f"(substr({kind_col}, 1, 2) = 'E_')"
-        # Error rows sort first so that a later valid change can never hide them; rows that
-        # share the key, the greatest ordering values and the priority are a tie.
-        ordering = (
-            f"PARTITION BY {keys} ORDER BY {is_error} DESC, "
-            f"{', '.join(o + ' DESC' for o in positions)}, {priority} DESC"
-        )
-        ranked = f"rank() OVER ({ordering})"
-        # Over the same ordering, the rows up to and including the current row's peers: for
-        # a row ranked first, how many share its place (one sort serves both).
-        tied = f"count(1) OVER ({ordering} RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
-        final_kind = (
-            f"CASE WHEN {is_error} THEN {kind_col} WHEN {ties} > 1 THEN '{KIND_TIE}' "
-            f"ELSE {kind_col} END"
-        )
+        kind_col = sql_name(KIND_COLUMN)
+        positions = [f"{o} AS {sql_name(position_column(i))}" for i, o in enumerate(order_sql)]
+
+        def query(source: str) -> str:
+            return (
+                f"SELECT * FROM (SELECT *, {kind} AS {kind_col}, "
+                # A pre-image says its key held a row before this position: every other
+                # change at the same position outranks it.
+                f"CASE WHEN {preimage} THEN 0 ELSE 1 END AS {sql_name(PRIORITY_COLUMN)}, "
+                f"{', '.join(positions)} FROM {source}) AS changes WHERE {kind_col} IS NOT NULL"
+            )
+
+        return query
+
+    def texts(self) -> tuple[str, str]:
+        """Spark SQL of a change's op and position as text (named in error messages)."""
         raw_orders = ", ".join(sql_name(o) for o in self.order_by)
-        order_text = f"to_json(struct({raw_orders}))"  # fields named after the columns
+        # to_json names the fields after the columns.
+        return f"CAST({sql_name(self.op_column)} AS STRING)", f"to_json(struct({raw_orders}))"
+
+    def latest_query(self, columns: Sequence[str]) -> Callable[[str], str]:
+        """:meth:`latest_changes` as Spark SQL text over a source named in the text."""
+        tagged = self.tag_query(columns)
+        op_text, order_text = self.texts()
+        keys = [sql_name(k) for k in self.key]
         data = [sql_name(c) for c in columns]
 
         def query(source: str) -> str:
-            tagged = (
-                f"SELECT * FROM (SELECT *, {kind} AS {kind_col}, "
-                f"CASE WHEN {preimage} THEN 0 ELSE 1 END AS {priority}, "
-                + ", ".join(f"{o} AS {p}" for o, p in zip(order_sql, positions, strict=True))
-                + f" FROM {source}) AS changes WHERE {kind_col} IS NOT NULL"
-            )
-            latest = (
-                f"SELECT * FROM (SELECT *, {ranked} AS {rank}, {tied} AS {ties} "
-                f"FROM ({tagged}) AS tagged) AS ranked WHERE {rank} = 1"
-            )
-            return (
-                f"SELECT {', '.join(data)}, {final_kind} AS {kind_col}, "
-                f"CASE WHEN substr({final_kind}, 1, 2) = 'E_' THEN {op} END "
-                f"AS {sql_name(OP_TEXT_COLUMN)}, "
-                f"CASE WHEN substr({final_kind}, 1, 2) = 'E_' THEN {order_text} END "
-                f"AS {sql_name(ORDER_TEXT_COLUMN)} FROM ({latest}) AS latest"
+            return latest_of(
+                tagged(source),
+                quote=sql_name,
+                keys=keys,
+                positions=len(self.order_by),
+                keep=data,
+                op_text=op_text,
+                order_text=order_text,
             )
 
         return query
@@ -538,38 +588,3 @@ class CdcSpec:
             f"{order} in column(s) {', '.join(repr(o) for o in self.order_by)}{more}: "
             "the last change cannot be told; order by a column that is unique per key"
         )
-
-
-def derived_actions(
-    key: Sequence[str],
-    *,
-    target_schema: str,
-    target_table: str,
-    source_schema: str,
-    delete_table: str | None,
-    upsert_table: str | None,
-) -> list[_Action]:
-    """Delete (by key) then upsert (by key), for the tables that hold rows."""
-    condition = keys_match(*key)
-    actions: list[_Action] = []
-    if delete_table is not None:
-        actions.append(
-            Delete(
-                target_schema=target_schema,
-                target_table=target_table,
-                source_schema=source_schema,
-                source_table=delete_table,
-                condition=condition,
-            )
-        )
-    if upsert_table is not None:
-        actions.append(
-            Upsert(
-                target_schema=target_schema,
-                target_table=target_table,
-                source_schema=source_schema,
-                source_table=upsert_table,
-                condition=condition,
-            )
-        )
-    return actions

@@ -13,10 +13,13 @@ secrets the SDK's clients hold (:mod:`tabhyper_update.redaction`).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .redaction import scrub, scrub_value
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "ApiError",
@@ -411,3 +414,48 @@ class DriftError(TabHyperError):
         if applied:
             text = f"{applied}; reading it back found drift: {text}"
         super().__init__(text)
+
+
+def build_failure(
+    err: Exception, columns: Mapping[str, Sequence[str]], stage: Path, owned: Path
+) -> PayloadError:
+    """Our error for a failure inside Spark or Hyper while a payload was built, naming what
+    a user can act on; ``columns`` lists each table's columns in staged order."""
+    text = str(err)
+    first = _first_cause(text) or type(err).__name__
+    if len(first) > 400:
+        first = first[:400] + "…"
+    engine = "Hyper" if type(err).__module__.startswith("tableauhyperapi") else "Spark"
+    if "No space left on device" in text or "no space left" in text.lower():
+        return PayloadError(
+            f"no space left on device while building the payload (staging in {str(stage)!r}, "
+            f"payload files in {str(owned)!r}): free space there, or pass staging_dir= / "
+            f"output_dir= on a larger disk ({engine}: {first})"
+        )
+    # Staged columns are named c0, c1, ...: say which column of which table that is.
+    named = [
+        f"c{i} is column {name!r} of table {table!r}"
+        for table, names in columns.items()
+        for i, name in enumerate(names)
+        if re.search(rf"\bc{i}\b", first)
+    ]
+    where = f" ({'; '.join(named)})" if named and engine == "Hyper" else ""
+    return PayloadError(f"{engine} failed while building the payload: {first}{where}")
+
+
+#: Spark's error classes (``[MALFORMED_RECORD_IN_PARSING.WITHOUT_SUGGESTION]``).
+_ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*\]")
+
+
+def _first_cause(text: str) -> str:
+    """The line of an engine's error that says what went wrong: the first naming a Spark
+    error class, else the first that is not Py4J's "An error occurred while calling"."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        found = _ERROR_CLASS.search(line)
+        if found is not None and not line.startswith("at "):
+            return line[found.start() :]
+    for line in lines:
+        if not line.startswith(("An error occurred while calling", "at ", "Traceback")):
+            return line
+    return lines[0] if lines else ""

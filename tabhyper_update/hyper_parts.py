@@ -377,9 +377,10 @@ def raise_on_change_set_errors(
                 count = int(counts.get(kind) or 0)
                 if count == 0:
                     continue
+                # The first in a fixed order, so that a re-run names the same row.
+                named = f"{key_cols}, {quote_name(OP_TEXT_COLUMN)}, {quote_name(ORDER_TEXT_COLUMN)}"
                 row = conn.execute_list_query(
-                    f"SELECT {key_cols}, {quote_name(OP_TEXT_COLUMN)}, "
-                    f"{quote_name(ORDER_TEXT_COLUMN)} FROM {source} WHERE {kind_is(kind)} LIMIT 1"
+                    f"SELECT {named} FROM {source} WHERE {kind_is(kind)} ORDER BY {named} LIMIT 1"
                 )[0]
                 n = len(spec.key)
                 raise PayloadError(spec.describe_error(kind, row[:n], row[n], row[n + 1], count))

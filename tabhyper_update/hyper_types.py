@@ -28,12 +28,15 @@ untyped NULLs) and ``variant`` are refused too; cast them to a concrete type fir
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .cdc import RESERVED_PREFIX
 from .errors import PayloadError
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType, StructField
 
 __all__ = [
@@ -42,6 +45,7 @@ __all__ = [
     "ColumnPlan",
     "max_decimal_precision",
     "plan_column",
+    "plan_columns",
 ]
 
 #: Hyper file format written by default: every supported Tableau release reads it.
@@ -166,3 +170,37 @@ def plan_column(
     if kind == "NullType":
         raise PayloadError(f"{where} has no type (void): cast it to a concrete type first")
     raise PayloadError(f"{where} has type {simple}, which cannot be carried to Hyper")
+
+
+def plan_columns(
+    df: DataFrame,
+    table: str,
+    columns: Sequence[str],
+    database_version: int,
+    complex_as_json: bool,
+) -> list[ColumnPlan]:
+    """The plans of ``columns`` of ``df`` (table ``table``), after its column names are
+    checked: none twice, none in the builder's reserved prefix, at least one column."""
+    by_name = {f.name: f for f in df.schema.fields}
+    seen: set[str] = set()
+    for f in df.schema.fields:
+        if f.name.lower().startswith(RESERVED_PREFIX):
+            raise PayloadError(
+                f"table {table!r} has a column named {f.name!r}: names starting with "
+                f"{RESERVED_PREFIX!r} are reserved for the payload builder's own columns; "
+                "rename it"
+            )
+        if f.name in seen:
+            raise PayloadError(f"table {table!r} has two columns named {f.name!r}")
+        seen.add(f.name)
+    if not columns:
+        raise PayloadError(f"table {table!r} has no columns")
+    return [
+        plan_column(
+            by_name[c],
+            table=table,
+            database_version=database_version,
+            complex_as_json=complex_as_json,
+        )
+        for c in columns
+    ]

@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -34,9 +34,10 @@ from .actions import (
     Insert,
     Replace,
     Upsert,
+    _Action,
 )
-from .cdc import ChangeSet, derived_actions
-from .conditions import condition_columns
+from .cdc import ChangeSet
+from .conditions import condition_columns, keys_match
 from .errors import (
     InvalidActionBatchError,
     InvalidArgumentError,
@@ -188,7 +189,7 @@ class Payload:
             targets = [(target_table, self.change_set)]
         actions = []
         for table, cs in targets:
-            actions += derived_actions(
+            actions += _change_set_actions(
                 cs.key,
                 target_schema=target_schema,
                 target_table=table,
@@ -391,3 +392,38 @@ class Payload:
         tb: TracebackType | None,
     ) -> None:
         self.cleanup()
+
+
+def _change_set_actions(
+    key: Sequence[str],
+    *,
+    target_schema: str,
+    target_table: str,
+    source_schema: str,
+    delete_table: str | None,
+    upsert_table: str | None,
+) -> list[_Action]:
+    """Delete (by key) then upsert (by key), for the tables that hold rows."""
+    condition = keys_match(*key)
+    actions: list[_Action] = []
+    if delete_table is not None:
+        actions.append(
+            Delete(
+                target_schema=target_schema,
+                target_table=target_table,
+                source_schema=source_schema,
+                source_table=delete_table,
+                condition=condition,
+            )
+        )
+    if upsert_table is not None:
+        actions.append(
+            Upsert(
+                target_schema=target_schema,
+                target_table=target_table,
+                source_schema=source_schema,
+                source_table=upsert_table,
+                condition=condition,
+            )
+        )
+    return actions

@@ -10,7 +10,7 @@ from typing import Literal
 from .errors import ArgumentTypeError, PayloadError
 from .spark_sql import number_from_text, sql_name
 
-__all__ = ["ORDER_AS", "OrderAs", "check_order_as", "order_sql"]
+__all__ = ["ORDER_AS", "OrderAs", "check_order_as", "order_sql", "position_type"]
 
 OrderAs = Literal["number", "text", "binlog-file", "hex-lsn", "number-list"]
 #: How ``order_as`` reads a text position (Spark SQL of the value ``{v}``'s text).
@@ -95,3 +95,13 @@ def order_sql(
         f"{', '.join(map(repr, ORDER_AS))}; or cast the column (command line: --order-as "
         f"{column}=number)"
     )
+
+
+def position_type(spark_type: str | None, order_as: OrderAs | None) -> str | None:
+    """Spark's type of the position :func:`order_sql` makes of a column of ``spark_type``
+    (``None``: not known)."""
+    if order_as in ("number", "binlog-file"):
+        return "decimal(38,0)"
+    if order_as in ("hex-lsn", "number-list"):
+        return "array<decimal(38,0)>"
+    return spark_type
