@@ -433,12 +433,9 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
             kind,
         ]
-        is_error = f"sum(CASE WHEN substr({kind}, 1, 2) = 'E_' THEN 1 ELSE 0 END)"
         if small and mode == "driver" and ranks_in_hyper(spec, plans):
             log.debug("table %r: Spark tags the changes, Hyper ranks them", name)
-            files, counts = _stage_tagged(
-                df, spec, plans, staged_names, exprs, target, observed, is_error
-            )
+            files, counts = _stage_tagged(df, spec, plans, staged_names, exprs, target)
         else:
             rows = selected(
                 df,
@@ -448,7 +445,9 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
                 observed,
                 F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)").alias("U"),
                 F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)").alias("D"),
-                F.expr(is_error).alias("errors"),
+                F.expr(f"sum(CASE WHEN substr({kind}, 1, 2) = 'E_' THEN 1 ELSE 0 END)").alias(
+                    "errors"
+                ),
             )
             # One data set with the kind beside each row, not a folder per kind: a
             # partitioned write makes Spark sort every row by the kind first. Hyper reads
@@ -489,14 +488,11 @@ def _stage_tagged(
     staged_names: Sequence[str],
     exprs: Sequence[str],
     target: Path,
-    observed: Any,
-    is_error: str,
 ) -> tuple[list[Path], dict[str, int]]:
     """Stage every tagged change through the driver and let Hyper rank them into
     ``target`` (:mod:`tabhyper_update.hyper_ranking`): the ranked files and their rows by
-    kind, with ``errors`` as the larger of Spark's and Hyper's count of error rows."""
-    from pyspark.sql import functions as F
-
+    kind (``errors``: the error rows). The driver counts the rows it receives, so no
+    observation is needed: Hyper must read exactly that many."""
     op_text, order_text = spec.texts()
     tagged = [
         *exprs,
@@ -505,29 +501,23 @@ def _stage_tagged(
         f"{op_text} AS {sql_name(OP_TEXT_COLUMN)}",
         f"{order_text} AS {sql_name(ORDER_TEXT_COLUMN)}",
     ]
-    rows = selected(df, tagged, spec.tag_query(df.columns)).observe(
-        observed, F.expr("count(1)").alias("rows"), F.expr(is_error).alias("errors")
-    )
     raw = target.with_name(target.name + "-tagged")
-    _write_staged(rows, raw, "driver")
+    sent = write_on_driver(selected(df, tagged, spec.tag_query(df.columns)), raw)
     by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
     keep = [*staged_names, ROWHASH_COLUMN, SIZE_COLUMN, BUCKET_COLUMN]
     read, files, counts = rank_in_hyper(
         spec, [by_name[k] for k in spec.key], keep, _parquet_files(raw), target
     )
-    found_errors = sum(n for k, n in counts.items() if k.startswith("E_"))
-    result = {
-        KIND_UPSERT: counts.get(KIND_UPSERT, 0),
-        KIND_DELETE: counts.get(KIND_DELETE, 0),
-        "errors": max(found_errors, _metric(observed, "errors")),
-    }
-    sent = _metric(observed, "rows")
-    if read != sent and not result["errors"]:
+    if read != sent:
         raise PayloadError(
             f"Spark sent {sent} change(s) to the driver but Hyper read {read} from the "
             f"{len(_parquet_files(raw))} file(s) staged in {str(raw)!r}"
         )
-    return files, result
+    return files, {
+        KIND_UPSERT: counts.get(KIND_UPSERT, 0),
+        KIND_DELETE: counts.get(KIND_DELETE, 0),
+        "errors": sum(n for k, n in counts.items() if k.startswith("E_")),
+    }
 
 
 def _metric(observed: Any, name: str) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import re
@@ -207,12 +208,29 @@ def _unusable(what: str, shown: str, err: OSError) -> ConfigurationError:
 # a build's own folders and their leases
 
 
+@functools.cache
+def _boot_id() -> str:
+    with contextlib.suppress(OSError):
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return ""
+
+
+@functools.cache
+def _boot_time() -> float | None:
+    """When the machine booted (epoch seconds), from ``/proc/stat``; ``None``: unknown."""
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        return next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    return None
+
+
 def _identity() -> dict[str, object]:
     """Where this process lives: a pid is meaningful only within the same boot of the same
     machine and the same pid namespace."""
-    boot = ""
-    with contextlib.suppress(OSError):
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    boot = _boot_id()
     namespace = ""
     with contextlib.suppress(OSError):
         namespace = os.readlink("/proc/self/ns/pid")
@@ -322,14 +340,12 @@ def is_dead(folder: Path, now: float | None = None) -> bool:
 
 def _process_start(pid: int) -> float | None:
     """When process ``pid`` started (epoch seconds), ``None`` when there is none."""
+    boot = _boot_time()
     try:
         stat_line = Path(f"/proc/{pid}/stat").read_text()
-        boot = next(
-            float(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime ")
-        )
-    except (OSError, StopIteration, ValueError):
+    except OSError:
+        stat_line = ""
+    if boot is None or not stat_line:
         return None if not _alive(pid) else 0.0  # no /proc: alive is all that is known
     ticks = int(stat_line.rsplit(")", 1)[1].split()[19])
     return boot + ticks / os.sysconf("SC_CLK_TCK")

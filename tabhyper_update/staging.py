@@ -143,14 +143,14 @@ def staging_for(
     return mode, small
 
 
-def write_on_driver(df: DataFrame, target: Path) -> None:
+def write_on_driver(df: DataFrame, target: Path) -> int:
     """Write ``df`` as Parquet files under ``target`` on the driver, a record batch at a
-    time, a new file every :data:`ROWS_PER_FILE` rows."""
+    time, a new file every :data:`ROWS_PER_FILE` rows; returns how many rows came."""
     import pyarrow.parquet as pq
 
     target.mkdir(parents=True, exist_ok=True)
     made: Any = None
-    rows, counter = 0, 0
+    rows, counter, total = 0, 0, 0
     try:
         for batch in _arrow_batches(df):
             if batch.num_rows == 0:
@@ -169,9 +169,11 @@ def write_on_driver(df: DataFrame, target: Path) -> None:
                 rows = 0
             made.write_batch(batch)
             rows += batch.num_rows
+            total += batch.num_rows
     finally:
         if made is not None:
             made.close()
+    return total
 
 
 def _arrow_batches(df: DataFrame) -> Iterator[Any]:
