@@ -3,15 +3,17 @@
     python benchmarks/small_builds.py
 
 In one fresh local Spark session (``local[2]``): the first build after the session starts,
-then warm builds of 10 rows, plain and as a change set (the default ``staging="auto"``:
-through the driver, ranked in one partition), the change set also with
-``staging="shared"`` (Spark's Parquet write into the staging folder), each the median of
-the runs after two warm-ups, beside the floor of the same rows through Spark into a no-op
-sink. The first build is broken down: Hyper's process start and Spark's first query (the
-same rows into a no-op sink) are timed on their own first, then the build's Spark staging,
-Hyper's work and the rest (the SDK's own Python) come from the build's debug log. What the
-first build spends beyond a warm one is the JVM's first queries of their kind (class
-loading, code generation), not the SDK's own work.
+then warm builds of 10 rows made in Python, plain and as a change set (the default
+``staging="auto"``: Spark cannot size Python-made rows, so in local mode they come through
+the driver, ranked by Spark after a shuffle), the change set also with ``staging="shared"``
+(Spark's Parquet write into the staging folder) and as the same rows in a VALUES list,
+which Spark sizes as it does a Delta or Parquet read (``auto``: Spark tags them, Hyper
+ranks them on the driver), each the median of the runs after two warm-ups, beside the floor
+of the same rows through Spark into a no-op sink. The first build is broken down: Hyper's
+process start and Spark's first query (the same rows into a no-op sink) are timed on their
+own first, then the build's Spark staging, Hyper's work and the rest (the SDK's own Python)
+come from the build's debug log. What the first build spends beyond a warm one is the JVM's
+first queries of their kind (class loading, code generation), not the SDK's own work.
 """
 
 from __future__ import annotations
@@ -75,6 +77,15 @@ def main() -> None:
             with build_payload(changes, change_set, progress=False):
                 pass
 
+        # The same rows as a VALUES list: a relation Spark sizes (as it does a Delta or
+        # Parquet read), so auto ranks them in Hyper; Python-made rows have no size.
+        values = ", ".join(f"({i}L, 'v{i}', 'U', {i}L)" for i in range(10))
+        sized = spark.sql(f"SELECT * FROM VALUES {values} AS t(id, v, op, seq)")
+
+        def build_sized() -> None:
+            with build_payload(sized, change_set, progress=False):
+                pass
+
         def build_changes_shared() -> None:
             with build_payload(changes, change_set, progress=False, staging="shared"):
                 pass
@@ -97,6 +108,7 @@ def main() -> None:
         warm_plain = _median_ms(build_plain, args.runs)
         warm_changes = _median_ms(build_changes, args.runs)
         warm_shared = _median_ms(build_changes_shared, args.runs)
+        warm_sized = _median_ms(build_sized, args.runs)
         floor = _median_ms(lambda: plain.write.format("noop").mode("overwrite").save(), args.runs)
     spark_s, hyper_w = stages.seconds.get("spark", 0.0), stages.seconds.get("hyper", 0.0)
     print(f"Spark session start                      {session_s * 1000:8.0f} ms")
@@ -109,6 +121,7 @@ def main() -> None:
     print(f"warm 10-row plain build (median)         {warm_plain:8.0f} ms")
     print(f"warm 10-row change set build (median)    {warm_changes:8.0f} ms")
     print(f"  the same with staging='shared'         {warm_shared:8.0f} ms")
+    print(f"  the same rows as VALUES (Spark sizes them: Hyper ranks) {warm_sized:5.0f} ms")
     print(f"Spark floor: the rows into a no-op sink  {floor:8.0f} ms")
     print(f"=> plain {warm_plain / floor:.1f}x, change set {warm_changes / floor:.1f}x the floor")
 
