@@ -4,8 +4,8 @@
 
 In one fresh local Spark session (``local[2]``): the first build after the session starts,
 then warm builds of 10 rows made in Python, plain and as a change set (the default
-``staging="auto"``: Spark cannot size Python-made rows, so in local mode they come through
-the driver, ranked by Spark after a shuffle), the change set also with ``staging="shared"``
+``staging="auto"``: Spark cannot size Python-made rows, so they are staged in the shared
+folder and ranked by Spark after a shuffle), the change set also with ``staging="shared"``
 (Spark's Parquet write into the staging folder) and as the same rows in a VALUES list,
 which Spark sizes as it does a Delta or Parquet read (``auto``: Spark tags them, Hyper
 ranks them on the driver), each the median of the runs after two warm-ups, beside the floor

@@ -394,8 +394,9 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
     for index, frame in enumerate(frames):
         name, df, plans, spec = frame.name, frame.df, frame.plans, frame.spec
         mode, small = staging_for(df, staging, table=name, change_set=spec is not None)
-        if spec is not None and small:
-            # One partition satisfies the ranking's partitioning: no shuffle, one task.
+        by_hyper = spec is not None and small and mode == "driver" and ranks_in_hyper(spec, plans)
+        if spec is not None and small and not by_hyper:
+            # One partition satisfies Spark's ranking's partitioning: no shuffle, one task.
             df = df.coalesce(1)
         staged_names = [f"c{i}" for i in range(len(plans))]
         values = [p.spark_sql(sql_name(p.name)) for p in plans]
@@ -433,7 +434,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
             kind,
         ]
-        if small and mode == "driver" and ranks_in_hyper(spec, plans):
+        if by_hyper:
             log.debug("table %r: Spark tags the changes, Hyper ranks them", name)
             files, counts = _stage_tagged(df, spec, plans, staged_names, exprs, target)
         else:

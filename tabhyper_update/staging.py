@@ -3,11 +3,11 @@
 ``staging="auto"`` (the default): the driver for a small change set, the shared folder
 otherwise. Small is Spark's own size estimate of the DataFrame (the one its optimizer uses
 to choose a broadcast join) at most :data:`SMALL_BYTES`. Without an estimate (a DataFrame
-made from Python rows or an RDD, a source Spark cannot size) the driver when Spark runs in
-local mode, where the executors are the driver's own process, and the shared folder
-otherwise (also on Spark Connect, where no estimate is read). A change set Spark estimates
-small is also ranked in one partition, in any mode, so its last-change-wins needs no
-shuffle. Every mode stages the same rows: the payload and its digests do not depend on it.
+made from Python rows or an RDD, a JDBC read, Spark Connect) the shared folder: an unknown
+size may be large, and a large partition sent whole to the driver can exhaust a default
+1 GB driver. A small change set is also ranked without a shuffle (by Hyper on the driver
+when its types allow, else by Spark in one partition). Every mode stages the same rows:
+the payload and its digests do not depend on it.
 
 ``staging="shared"``: the executors write Parquet into ``staging_dir`` and Hyper, on the
 driver, reads it there. Fast for large change sets, and the driver never holds rows; on a
@@ -45,7 +45,6 @@ __all__ = [
     "check_staging",
     "estimated_bytes",
     "has_pyarrow",
-    "runs_locally",
     "selected",
     "staging_for",
     "write_on_driver",
@@ -58,8 +57,11 @@ STAGING_MODES: tuple[str, ...] = ("shared", "driver", "auto")
 #: Rows per staged file on the driver (Hyper reads the files of a table in parallel).
 ROWS_PER_FILE = 1_000_000
 #: A DataFrame Spark estimates at most this size is small: staged through the driver under
-#: ``staging="auto"``, and a change set is ranked in one partition (no shuffle).
-SMALL_BYTES = 32 * 1024 * 1024
+#: ``staging="auto"``, and a change set is ranked without a shuffle. The estimate of a file
+#: read is its compressed size: a change set estimated at 32 MiB (1.15M rows) made a 1 GB
+#: driver hang in one partition, 16 MiB did not; this keeps a margin for data that
+#: compresses better.
+SMALL_BYTES = 8 * 1024 * 1024
 _UNKNOWN_SIZE = (1 << 63) - 1
 
 
@@ -98,14 +100,6 @@ def estimated_bytes(df: DataFrame) -> int | None:
     return size if 0 <= size < _UNKNOWN_SIZE else None
 
 
-def runs_locally(df: DataFrame) -> bool:
-    """Whether ``df``'s Spark runs in local mode (not known on Spark Connect: no)."""
-    try:
-        return str(df.sparkSession.sparkContext.master).startswith("local")
-    except Exception:  # Spark Connect has no SparkContext
-        return False
-
-
 def selected(
     df: DataFrame, exprs: Sequence[str], inner: Callable[[str], str] | None = None
 ) -> DataFrame:
@@ -129,10 +123,7 @@ def staging_for(
     small = size is not None and size <= SMALL_BYTES
     mode: StagingMode = staging
     if staging == "auto":
-        # Without an estimate (rows made in Python, an RDD), local mode stages through the
-        # driver: its executors are the driver's own process, so no row crosses a network.
-        near = small or (size is None and runs_locally(df))
-        mode = "driver" if near and has_pyarrow() else "shared"
+        mode = "driver" if small and has_pyarrow() else "shared"
     log.debug(
         "table %r: Spark estimates %s; staged %s%s",
         table,

@@ -185,3 +185,19 @@ def test_error_rows_spark_counted_but_the_sdk_cannot_find_are_an_error(
     df = spark.createDataFrame([(None, "a", "U", 1)], "id long, v string, op string, seq long")
     with pytest.raises(PayloadError, match=r"Spark wrote 1 change\(s\) it could not apply"):
         build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
+
+
+def test_auto_stages_rows_spark_cannot_size_in_the_shared_folder(
+    spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An unknown size may be large (a JDBC read, an RDD): a partition sent whole to the
+    # driver can exhaust it, so auto takes the shared folder, and the change set lands.
+    rows = [(i % 7, f"v{i}", "U", i) for i in range(40)]
+    df = spark.createDataFrame(rows, "id long, v string, op string, seq long")
+    payload, said = build_logged(df, ChangeSet("id", op_column="op", order_by="seq"), caplog)
+    assert "Spark estimates no size" in said
+    assert said.endswith("staged in the shared folder")
+    with payload:
+        assert read_table(payload.parts[0].path, "upserts") == [
+            (k, f"v{max(i for i in range(40) if i % 7 == k)}") for k in range(7)
+        ]
