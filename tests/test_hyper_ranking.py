@@ -240,3 +240,25 @@ def test_a_floating_point_key_is_ranked_by_spark_and_still_lands(
     with payload:
         # Spark's window reads 0.0 and -0.0 as one key: its later change wins.
         assert payload.tables["upserts"].row_count == 2
+
+
+def test_hyper_ranks_in_a_staging_folder_with_an_odd_name(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    odd = tmp_path / 'it\'s a "dir" ü %20 #1'
+    odd.mkdir()
+    df = spark.range(50).selectExpr(
+        "id % 7 AS id", "CAST(id AS STRING) AS v", "IF(id = 49, 'D', 'U') AS op", "id AS seq"
+    )
+    with caplog.at_level(logging.DEBUG, logger="tabhyper_update.build"):
+        payload = build_payload(
+            df, ChangeSet("id", op_column="op", order_by="seq"), staging_dir=odd
+        )
+    assert any("Hyper ranks them" in r.getMessage() for r in caplog.records)
+    with payload:
+        # id 0 last changed at 49 (a delete); the others at their greatest seq below it.
+        assert read_table(payload.parts[0].path, "deletes") == [(0,)]
+        assert read_table(payload.parts[0].path, "upserts") == [
+            (k, str(max(i for i in range(49) if i % 7 == k))) for k in range(1, 7)
+        ]
+    assert list(odd.iterdir()) == []  # nothing of the build is left behind
