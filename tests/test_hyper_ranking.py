@@ -262,3 +262,21 @@ def test_hyper_ranks_in_a_staging_folder_with_an_odd_name(
             (k, str(max(i for i in range(49) if i % 7 == k))) for k in range(1, 7)
         ]
     assert list(odd.iterdir()) == []  # nothing of the build is left behind
+
+
+def test_changes_the_driver_received_but_hyper_cannot_read_are_an_error(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rows that reach the driver must all be ranked: never a smaller change set.
+    def misplaced(df: DataFrame, target: Path) -> int:
+        return staging.write_on_driver(df, tmp_path / "elsewhere" / target.name)
+
+    monkeypatch.setattr("tabhyper_update.build.write_on_driver", misplaced)
+    df = spark.range(30).selectExpr("id % 4 AS id", "'U' AS op", "id AS seq")
+    with pytest.raises(
+        PayloadError, match=r"Spark sent 30 change\(s\) to the driver but Hyper read 0"
+    ):
+        build_payload(
+            df, ChangeSet("id", op_column="op", order_by="seq"), output_dir=tmp_path / "out"
+        )
+    assert list((tmp_path / "out").iterdir()) == []  # no half-built payload
