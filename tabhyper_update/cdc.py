@@ -1,4 +1,5 @@
-"""Change-set conventions and last-change-wins per key, computed by Spark.
+"""Change-set conventions and last-change-wins per key, in SQL that Spark runs (and Hyper,
+for a small change set Spark only tags: :mod:`tabhyper_update.hyper_ranking`).
 
 A change set is a DataFrame with an operation column. These conventions are understood
 out of the box (their values do not collide, so one table serves them all):
@@ -28,8 +29,8 @@ Positions order as their source means them: a text ``order_by`` column is refuse
 its text order is its meaning), and a change without a position (a NULL ``order_by``
 value) is an error, never silently the oldest.
 Every check that needs the data (NULL keys, unknown op values, ties on ``order_by``) is
-folded into the same single Spark pass that produces the result: offending rows are tagged
-and written aside, never collected, and reported from there.
+folded into the same single pass that produces the result: offending rows are tagged and
+staged beside the others, never collected, and reported from there.
 """
 
 from __future__ import annotations
