@@ -450,7 +450,7 @@ class CdcSpec:
         with its kind (:data:`KIND_COLUMN`: upsert, delete or the error it is), priority
         (:data:`PRIORITY_COLUMN`) and typed positions (:func:`position_column`). No ranking:
         :func:`latest_of` ranks these rows, in Spark or in Hyper."""
-        op = f"CAST({sql_name(self.op_column)} AS STRING)"
+        op = self.texts()[0]
         by_meaning: dict[str, list[str]] = {
             m: [] for m in ("upsert", "delete", "preimage", "ignore")
         }

@@ -405,25 +405,14 @@ def _change_set_actions(
 ) -> list[_Action]:
     """Delete (by key) then upsert (by key), for the tables that hold rows."""
     condition = keys_match(*key)
-    actions: list[_Action] = []
-    if delete_table is not None:
-        actions.append(
-            Delete(
-                target_schema=target_schema,
-                target_table=target_table,
-                source_schema=source_schema,
-                source_table=delete_table,
-                condition=condition,
-            )
+    return [
+        action(
+            target_schema=target_schema,
+            target_table=target_table,
+            source_schema=source_schema,
+            source_table=table,
+            condition=condition,
         )
-    if upsert_table is not None:
-        actions.append(
-            Upsert(
-                target_schema=target_schema,
-                target_table=target_table,
-                source_schema=source_schema,
-                source_table=upsert_table,
-                condition=condition,
-            )
-        )
-    return actions
+        for action, table in ((Delete, delete_table), (Upsert, upsert_table))
+        if table is not None
+    ]

@@ -13,7 +13,7 @@ the payload and its digests do not depend on it.
 driver, reads it there. Fast for large change sets, and the driver never holds rows; on a
 cluster the folder must be one path that every executor and the driver see (NFS, a FUSE
 mount, a Unity Catalog volume). A Spark write job has a fixed cost (a commit protocol,
-temporary folders, a sort by the partition column) that a micro-batch feels.
+temporary folders, on a local disk a forked ``chmod`` per file) that a micro-batch feels.
 
 ``staging="driver"``: the rows come to the driver as Arrow record batches, as Spark
 computes each partition, and the driver writes them into Parquet files in its own
