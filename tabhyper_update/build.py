@@ -393,8 +393,12 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
     staged: list[Staged] = []
     for index, frame in enumerate(frames):
         name, df, plans, spec = frame.name, frame.df, frame.plans, frame.spec
-        mode, small = staging_for(df, staging, table=name, change_set=spec is not None)
-        by_hyper = spec is not None and small and mode == "driver" and ranks_in_hyper(spec, plans)
+        mode, small, probe = staging_for(df, staging, table=name, change_set=spec is not None)
+        by_hyper = (
+            spec is not None
+            and ((small and mode == "driver") or probe > 0)
+            and ranks_in_hyper(spec, plans)
+        )
         if spec is not None and small and not by_hyper:
             # One partition satisfies Spark's ranking's partitioning: no shuffle, one task.
             df = df.coalesce(1)
@@ -434,9 +438,19 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
             kind,
         ]
+        ranked = None
         if by_hyper:
             log.debug("table %r: Spark tags the changes, Hyper ranks them", name)
-            files, counts = _stage_tagged(df, spec, plans, staged_names, exprs, target)
+            ranked = _stage_tagged(df, spec, plans, staged_names, exprs, target, probe)
+            if ranked is None:
+                log.debug(
+                    "table %r: more than %d changes came to the driver; staged in the "
+                    "shared folder instead",
+                    name,
+                    probe,
+                )
+        if ranked is not None:
+            files, counts = ranked
         else:
             rows = selected(
                 df,
@@ -489,11 +503,15 @@ def _stage_tagged(
     staged_names: Sequence[str],
     exprs: Sequence[str],
     target: Path,
-) -> tuple[list[Path], dict[str, int]]:
+    probe: int = 0,
+) -> tuple[list[Path], dict[str, int]] | None:
     """Stage every tagged change through the driver and let Hyper rank them into
     ``target`` (:mod:`tabhyper_update.hyper_ranking`): the ranked files and their rows by
     kind (``errors``: the error rows). The driver counts the rows it receives, so no
-    observation is needed: Hyper must read exactly that many."""
+    observation is needed: Hyper must read exactly that many.
+
+    ``probe`` > 0: take at most ``probe`` + 1 changes; when that many come, drop them and
+    return ``None`` (the change set is larger than a probe: the caller stages it shared)."""
     op_text, order_text = spec.texts()
     tagged = [
         *exprs,
@@ -503,7 +521,11 @@ def _stage_tagged(
         f"{order_text} AS {sql_name(ORDER_TEXT_COLUMN)}",
     ]
     raw = target.with_name(target.name + "-tagged")
-    sent = write_on_driver(selected(df, tagged, spec.tag_query(df.columns)), raw)
+    query = selected(df, tagged, spec.tag_query(df.columns))
+    sent = write_on_driver(query.limit(probe + 1) if probe else query, raw)
+    if probe and sent > probe:
+        shutil.rmtree(raw)
+        return None
     by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
     keep = [*staged_names, ROWHASH_COLUMN, SIZE_COLUMN, BUCKET_COLUMN]
     read, files, counts = rank_in_hyper(

@@ -9,6 +9,14 @@ size may be large, and a large partition sent whole to the driver can exhaust a 
 when its types allow, else by Spark in one partition). Every mode stages the same rows:
 the payload and its digests do not depend on it.
 
+One exception: a change set Spark cannot size whose plan only filters and projects rows
+an RDD holds (Python rows, ``rdd.toDF()``) is *probed* when Hyper can rank it: at most
+:func:`probe_rows` + 1 of its tagged changes come to the driver (a limit: each source
+partition gives at most that many). When fewer come, they are the whole change set and
+Hyper ranks them; when that many come, they are dropped and the change set is staged in
+the shared folder as any other (its source is read again). A plan with a join, an
+aggregate or a window is not probed: its whole input would be computed for the probe.
+
 ``staging="shared"``: the executors write Parquet into ``staging_dir`` and Hyper, on the
 driver, reads it there. Fast for large change sets, and the driver never holds rows; on a
 cluster the folder must be one path that every executor and the driver see (NFS, a FUSE
@@ -29,7 +37,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .errors import ConfigurationError, PayloadError
 from .redaction import get_logger
@@ -41,10 +49,12 @@ if TYPE_CHECKING:
 __all__ = [
     "SMALL_BYTES",
     "STAGING_MODES",
+    "Placement",
     "StagingMode",
     "check_staging",
     "estimated_bytes",
     "has_pyarrow",
+    "probe_rows",
     "selected",
     "staging_for",
     "write_on_driver",
@@ -63,6 +73,22 @@ ROWS_PER_FILE = 1_000_000
 #: compresses better.
 SMALL_BYTES = 8 * 1024 * 1024
 _UNKNOWN_SIZE = (1 << 63) - 1
+#: The most changes a probe of an unsized change set takes through the driver (fewer for
+#: wide rows: :func:`probe_rows`).
+PROBE_ROWS = 10_000
+#: The only operators a probed plan may hold: each gives its rows as it reads them, so a
+#: limit above them stops each source partition after that many rows.
+_PROBED_NODES = frozenset({"Project", "Filter", "Union", "LogicalRDD"})
+
+
+class Placement(NamedTuple):
+    """Where a DataFrame's rows are staged (``mode``), whether Spark estimates it small,
+    and how many changes to probe through the driver first (0: no probe, see the module's
+    docstring)."""
+
+    mode: StagingMode
+    small: bool
+    probe: int = 0
 
 
 def check_staging(staging: object) -> None:
@@ -112,26 +138,54 @@ def selected(
     return query_over(df, query)
 
 
-def staging_for(
-    df: DataFrame, staging: StagingMode, *, table: str, change_set: bool
-) -> tuple[StagingMode, bool]:
-    """Where ``df``'s rows are staged, and whether Spark estimates it small enough to rank
-    in one partition (a change set's last-change-wins without a shuffle)."""
+def staging_for(df: DataFrame, staging: StagingMode, *, table: str, change_set: bool) -> Placement:
+    """Where ``df``'s rows are staged, whether Spark estimates it small enough to rank in
+    one partition (a change set's last-change-wins without a shuffle), and for an unsized
+    change set under ``auto`` how many changes to probe through the driver first."""
     if staging != "auto" and not change_set:
-        return staging, False
+        return Placement(staging, False)
     size = estimated_bytes(df)
     small = size is not None and size <= SMALL_BYTES
     mode: StagingMode = staging
+    probe = 0
     if staging == "auto":
         mode = "driver" if small and has_pyarrow() else "shared"
+        if change_set and not small and has_pyarrow():
+            probe = probe_rows(df)
     log.debug(
         "table %r: Spark estimates %s; staged %s%s",
         table,
         "no size" if size is None else f"{size:,} bytes",
-        "through the driver" if mode == "driver" else "in the shared folder",
+        f"through the driver if at most {probe:,} changes, else in the shared folder"
+        if probe
+        else "through the driver"
+        if mode == "driver"
+        else "in the shared folder",
         ", ranked in one partition" if small and change_set else "",
     )
-    return mode, small
+    return Placement(mode, small, probe)
+
+
+def probe_rows(df: DataFrame) -> int:
+    """How many of ``df``'s rows to probe through the driver: 0 unless its plan only
+    filters and projects rows an RDD holds (:data:`_PROBED_NODES`); else
+    :data:`PROBE_ROWS`, fewer when Spark's default row width says they would exceed
+    :data:`SMALL_BYTES`."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return 0
+    try:
+        pending = [jdf.queryExecution().optimizedPlan()]
+        while pending:
+            node = pending.pop()
+            if node.nodeName() not in _PROBED_NODES:
+                return 0
+            children = node.children()
+            pending.extend(children.apply(i) for i in range(children.size()))
+        width = int(jdf.schema().defaultSize())
+    except Exception:  # a probe is optional: without one the rows are staged shared
+        return 0
+    return min(PROBE_ROWS, SMALL_BYTES // max(1, width))
 
 
 def write_on_driver(df: DataFrame, target: Path) -> int:

@@ -184,20 +184,107 @@ def test_error_rows_spark_counted_but_the_sdk_cannot_find_are_an_error(
     monkeypatch.setattr(build, "_write_staged", misplaced)
     df = spark.createDataFrame([(None, "a", "U", 1)], "id long, v string, op string, seq long")
     with pytest.raises(PayloadError, match=r"Spark wrote 1 change\(s\) it could not apply"):
-        build_payload(df, ChangeSet("id", op_column="op", order_by="seq"))
+        # Spark's ranking (Hyper's has its own test in test_hyper_ranking.py)
+        build_payload(df, ChangeSet("id", op_column="op", order_by="seq"), staging="shared")
 
 
 def test_auto_stages_rows_spark_cannot_size_in_the_shared_folder(
-    spark: SparkSession, caplog: pytest.LogCaptureFixture
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # An unknown size may be large (a JDBC read, an RDD): a partition sent whole to the
     # driver can exhaust it, so auto takes the shared folder, and the change set lands.
+    # (A plan that only projects and filters such rows is probed first: see below.)
     rows = [(i % 7, f"v{i}", "U", i) for i in range(40)]
-    df = spark.createDataFrame(rows, "id long, v string, op string, seq long")
-    payload, said = build_logged(df, ChangeSet("id", op_column="op", order_by="seq"), caplog)
+    df = spark.createDataFrame(rows, "id long, v string, op string, seq long").repartition(2)
+    payload, said = build_logged(
+        df, ChangeSet("id", op_column="op", order_by="seq"), caplog, output_dir=tmp_path
+    )
     assert "Spark estimates no size" in said
     assert said.endswith("staged in the shared folder")
     with payload:
         assert read_table(payload.parts[0].path, "upserts") == [
             (k, f"v{max(i for i in range(40) if i % 7 == k)}") for k in range(7)
         ]
+
+
+def test_rows_spark_cannot_size_are_probed_and_hyper_ranks_them(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Python-made rows only filtered and projected: at most a probe's rows come to the
+    # driver; fewer came, so they are the whole change set and Hyper ranks them.
+    cs = ChangeSet("id", op_column="op", order_by="seq")
+    df = history(spark).coalesce(1).where("seq >= 0").select("id", "v", "op", "seq")
+    rows = df.collect()
+    unsized = spark.createDataFrame(rows, df.schema).where("seq >= 0")
+    probed, said = build_logged(unsized, cs, caplog, output_dir=tmp_path / "a")
+    assert "Spark estimates no size" in said
+    assert "through the driver if at most 10,000 changes" in said
+    assert any("Hyper ranks them" in r.getMessage() for r in caplog.records)
+    shared, _ = build_logged(unsized, cs, caplog, output_dir=tmp_path / "b", staging="shared")
+    with probed, shared:
+        assert probed.digest == shared.digest
+        for table in ("upserts", "deletes"):
+            assert sorted(read_table(probed.parts[0].path, table)) == sorted(
+                read_table(shared.parts[0].path, table)
+            )
+        assert probed.tables["upserts"].row_count + probed.tables["deletes"].row_count == 700
+
+
+@pytest.mark.parametrize(("changes", "probed"), [(12, True), (13, False)])
+def test_a_change_set_larger_than_a_probe_is_staged_shared_and_lands_whole(
+    spark: SparkSession,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    changes: int,
+    probed: bool,
+) -> None:
+    monkeypatch.setattr(staging, "PROBE_ROWS", 12)
+    rows = [(i % 5, f"v{i}", "D" if i == 11 else "U", i) for i in range(changes)]
+    df = spark.createDataFrame(rows, "id long, v string, op string, seq long")
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    payload, said = build_logged(
+        df,
+        ChangeSet("id", op_column="op", order_by="seq"),
+        caplog,
+        staging_dir=stage,
+        output_dir=tmp_path / "out",
+    )
+    fell_back = [r.getMessage() for r in caplog.records if "more than 12" in r.getMessage()]
+    assert "through the driver if at most 12 changes" in said
+    if probed:
+        assert fell_back == []
+    else:
+        assert fell_back == [
+            "table 'upserts': more than 12 changes came to the driver; staged in the shared "
+            "folder instead"
+        ]
+    with payload:
+        # Every key's last change, whichever way it was ranked: key 1's is the delete at 11.
+        last = {k: max(i for i in range(changes) if i % 5 == k) for k in range(5)}
+        assert read_table(payload.parts[0].path, "deletes") == [(1,)]
+        assert sorted(read_table(payload.parts[0].path, "upserts")) == [
+            (k, f"v{last[k]}") for k in range(5) if k != 1
+        ]
+    assert list(stage.iterdir()) == []  # neither the probe's rows nor the staging are left
+
+
+def test_only_plans_that_read_no_more_than_the_probe_are_probed(spark: SparkSession) -> None:
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([(1, "a", "U", 1)], "id long, v string, op string, seq long")
+    assert staging.probe_rows(df) == staging.PROBE_ROWS
+    assert staging.probe_rows(df.where("id > 0").select("id", "op", "seq")) == staging.PROBE_ROWS
+    assert staging.probe_rows(df.union(df)) == staging.PROBE_ROWS
+    # A shuffle below the probe would compute its whole input first.
+    assert staging.probe_rows(df.groupBy("id").agg(F.max("seq"))) == 0
+    assert staging.probe_rows(df.join(df.select("id"), "id")) == 0
+    assert staging.probe_rows(df.repartition(3)) == 0
+    assert staging.probe_rows(df.distinct()) == 0
+    # Rows Spark sizes are never probed: a sized source is small or it is not.
+    assert staging.probe_rows(spark.range(5)) == 0
+    # Wide rows: fewer, so that a probe stays near SMALL_BYTES by Spark's default widths
+    # (20 bytes a string).
+    wide = spark.createDataFrame([tuple("x" * 400)], ", ".join(f"c{i} string" for i in range(400)))
+    assert staging.probe_rows(wide) == staging.SMALL_BYTES // (400 * 20)
