@@ -4,11 +4,12 @@
 
 In one fresh local Spark session (``local[2]``): the first build after the session starts,
 then warm builds of 10 rows made in Python, plain and as a change set (the default
-``staging="auto"``: Spark cannot size Python-made rows, so they are staged in the shared
-folder and ranked by Spark after a shuffle), the change set also with ``staging="shared"``
-(Spark's Parquet write into the staging folder) and as the same rows in a VALUES list,
-which Spark sizes as it does a Delta or Parquet read (``auto``: Spark tags them, Hyper
-ranks them on the driver), each the median of the runs after two warm-ups, beside the floor
+``staging="auto"``: Spark cannot size Python-made rows, but their plan only reads them, so
+a probe of at most 10,000 rows brings them to the driver, and Hyper ranks the change set),
+the change set also with ``staging="shared"`` (Spark's Parquet write into the staging
+folder, Spark's ranking after a shuffle) and as the same rows in a VALUES list, which Spark
+sizes as it does a Delta or Parquet read (``auto``: Spark tags them, Hyper ranks them on
+the driver), each the median of the runs after two warm-ups, beside the floor
 of the same rows through Spark into a no-op sink. The first build is broken down: Hyper's
 process start and Spark's first query (the same rows into a no-op sink) are timed on their
 own first, then the build's Spark staging, Hyper's work and the rest (the SDK's own Python)

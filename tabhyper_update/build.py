@@ -416,11 +416,14 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
                 size,
                 f"CAST(pmod({row_hash}, {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
             ]
-            rows = selected(df, exprs).observe(observed, F.expr("count(1)").alias("rows"))
-            _write_staged(rows, target, mode)
-            staged.append(
-                Staged(name, plans, staged_names, _parquet_files(target), _metric(observed, "rows"))
-            )
+            sent = _probe(selected(df, exprs), target, probe) if probe else None
+            if sent is None:
+                if probe:
+                    _log_fallback(name, probe)
+                rows = selected(df, exprs).observe(observed, F.expr("count(1)").alias("rows"))
+                _write_staged(rows, target, mode)
+                sent = _metric(observed, "rows")
+            staged.append(Staged(name, plans, staged_names, _parquet_files(target), sent))
             continue
         keys = ", ".join(sql_name(k) for k in spec.key)
         kind = sql_name(KIND_COLUMN)
@@ -443,12 +446,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             log.debug("table %r: Spark tags the changes, Hyper ranks them", name)
             ranked = _stage_tagged(df, spec, plans, staged_names, exprs, target, probe)
             if ranked is None:
-                log.debug(
-                    "table %r: more than %d changes came to the driver; staged in the "
-                    "shared folder instead",
-                    name,
-                    probe,
-                )
+                _log_fallback(name, probe)
         if ranked is not None:
             files, counts = ranked
         else:
@@ -522,9 +520,8 @@ def _stage_tagged(
     ]
     raw = target.with_name(target.name + "-tagged")
     query = selected(df, tagged, spec.tag_query(df.columns))
-    sent = write_on_driver(query.limit(probe + 1) if probe else query, raw)
-    if probe and sent > probe:
-        shutil.rmtree(raw)
+    sent = _probe(query, raw, probe) if probe else write_on_driver(query, raw)
+    if sent is None:
         return None
     by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
     keep = [*staged_names, ROWHASH_COLUMN, SIZE_COLUMN, BUCKET_COLUMN]
@@ -541,6 +538,25 @@ def _stage_tagged(
         KIND_DELETE: counts.get(KIND_DELETE, 0),
         "errors": sum(n for k, n in counts.items() if k.startswith("E_")),
     }
+
+
+def _probe(rows: DataFrame, target: Path, probe: int) -> int | None:
+    """Stage at most ``probe`` + 1 of ``rows`` through the driver into ``target``: how many
+    came when that is at most ``probe`` (then they are all of them), else ``None`` and
+    ``target`` is removed again."""
+    sent = write_on_driver(rows.limit(probe + 1), target)
+    if sent <= probe:
+        return sent
+    shutil.rmtree(target)
+    return None
+
+
+def _log_fallback(name: str, probe: int) -> None:
+    log.debug(
+        "table %r: more than %s rows came to the driver; staged in the shared folder instead",
+        name,
+        f"{probe:,}",
+    )
 
 
 def _metric(observed: Any, name: str) -> int:

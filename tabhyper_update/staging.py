@@ -9,13 +9,13 @@ size may be large, and a large partition sent whole to the driver can exhaust a 
 when its types allow, else by Spark in one partition). Every mode stages the same rows:
 the payload and its digests do not depend on it.
 
-One exception: a change set Spark cannot size whose plan only filters and projects rows
-an RDD holds (Python rows, ``rdd.toDF()``) is *probed* when Hyper can rank it: at most
-:func:`probe_rows` + 1 of its tagged changes come to the driver (a limit: each source
-partition gives at most that many). When fewer come, they are the whole change set and
-Hyper ranks them; when that many come, they are dropped and the change set is staged in
-the shared folder as any other (its source is read again). A plan with a join, an
-aggregate or a window is not probed: its whole input would be computed for the probe.
+One exception: a DataFrame Spark cannot size whose plan only filters and projects rows
+an RDD holds (Python rows, ``rdd.toDF()``) is *probed* (a change set only when Hyper can
+rank it): at most :func:`probe_rows` + 1 of its staged rows come to the driver (a limit:
+no source partition is read past that many). When fewer come, they are all of them (a
+change set's are then ranked by Hyper); when that many come, they are dropped and the rows
+are staged in the shared folder as any other (the source is read again). A plan with a
+join, an aggregate or a window is not probed: its whole input would be computed for it.
 
 ``staging="shared"``: the executors write Parquet into ``staging_dir`` and Hyper, on the
 driver, reads it there. Fast for large change sets, and the driver never holds rows; on a
@@ -73,8 +73,8 @@ ROWS_PER_FILE = 1_000_000
 #: compresses better.
 SMALL_BYTES = 8 * 1024 * 1024
 _UNKNOWN_SIZE = (1 << 63) - 1
-#: The most changes a probe of an unsized change set takes through the driver (fewer for
-#: wide rows: :func:`probe_rows`).
+#: The most rows a probe of an unsized DataFrame takes through the driver (fewer for wide
+#: rows: :func:`probe_rows`).
 PROBE_ROWS = 10_000
 #: The only operators a probed plan may hold: each gives its rows as it reads them, so a
 #: limit above them stops each source partition after that many rows.
@@ -83,7 +83,7 @@ _PROBED_NODES = frozenset({"Project", "Filter", "Union", "LogicalRDD"})
 
 class Placement(NamedTuple):
     """Where a DataFrame's rows are staged (``mode``), whether Spark estimates it small,
-    and how many changes to probe through the driver first (0: no probe, see the module's
+    and how many rows to probe through the driver first (0: no probe, see the module's
     docstring)."""
 
     mode: StagingMode
@@ -141,7 +141,7 @@ def selected(
 def staging_for(df: DataFrame, staging: StagingMode, *, table: str, change_set: bool) -> Placement:
     """Where ``df``'s rows are staged, whether Spark estimates it small enough to rank in
     one partition (a change set's last-change-wins without a shuffle), and for an unsized
-    change set under ``auto`` how many changes to probe through the driver first."""
+    DataFrame under ``auto`` how many rows to probe through the driver first."""
     if staging != "auto" and not change_set:
         return Placement(staging, False)
     size = estimated_bytes(df)
@@ -150,13 +150,13 @@ def staging_for(df: DataFrame, staging: StagingMode, *, table: str, change_set: 
     probe = 0
     if staging == "auto":
         mode = "driver" if small and has_pyarrow() else "shared"
-        if change_set and not small and has_pyarrow():
+        if not small and has_pyarrow():
             probe = probe_rows(df)
     log.debug(
         "table %r: Spark estimates %s; staged %s%s",
         table,
         "no size" if size is None else f"{size:,} bytes",
-        f"through the driver if at most {probe:,} changes, else in the shared folder"
+        f"through the driver if at most {probe:,} rows, else in the shared folder"
         if probe
         else "through the driver"
         if mode == "driver"

@@ -218,7 +218,7 @@ def test_rows_spark_cannot_size_are_probed_and_hyper_ranks_them(
     unsized = spark.createDataFrame(rows, df.schema).where("seq >= 0")
     probed, said = build_logged(unsized, cs, caplog, output_dir=tmp_path / "a")
     assert "Spark estimates no size" in said
-    assert "through the driver if at most 10,000 changes" in said
+    assert "through the driver if at most 10,000 rows" in said
     assert any("Hyper ranks them" in r.getMessage() for r in caplog.records)
     shared, _ = build_logged(unsized, cs, caplog, output_dir=tmp_path / "b", staging="shared")
     with probed, shared:
@@ -252,12 +252,12 @@ def test_a_change_set_larger_than_a_probe_is_staged_shared_and_lands_whole(
         output_dir=tmp_path / "out",
     )
     fell_back = [r.getMessage() for r in caplog.records if "more than 12" in r.getMessage()]
-    assert "through the driver if at most 12 changes" in said
+    assert "through the driver if at most 12 rows" in said
     if probed:
         assert fell_back == []
     else:
         assert fell_back == [
-            "table 'upserts': more than 12 changes came to the driver; staged in the shared "
+            "table 'upserts': more than 12 rows came to the driver; staged in the shared "
             "folder instead"
         ]
     with payload:
@@ -268,6 +268,31 @@ def test_a_change_set_larger_than_a_probe_is_staged_shared_and_lands_whole(
             (k, f"v{last[k]}") for k in range(5) if k != 1
         ]
     assert list(stage.iterdir()) == []  # neither the probe's rows nor the staging are left
+
+
+@pytest.mark.parametrize(("count", "probed"), [(12, True), (13, False)])
+def test_a_plain_table_spark_cannot_size_is_probed_too_and_lands_whole(
+    spark: SparkSession,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    count: int,
+    probed: bool,
+) -> None:
+    monkeypatch.setattr(staging, "PROBE_ROWS", 12)
+    rows = [(i, f"v{i}" if i % 3 else None) for i in range(count)]
+    df = spark.createDataFrame(rows, "id long, v string")
+    with (
+        caplog.at_level(logging.DEBUG, logger="tabhyper_update.build"),
+        build_payload(df, output_dir=tmp_path / "a") as payload,
+    ):
+        assert sorted(read_table(payload.parts[0].path, "Extract")) == rows
+        digest = payload.digest
+    said = [r.getMessage() for r in caplog.records]
+    assert any("through the driver if at most 12 rows" in m for m in said)
+    assert any("more than 12 rows came to the driver" in m for m in said) is not probed
+    with build_payload(df, output_dir=tmp_path / "b", staging="shared") as shared:
+        assert shared.digest == digest
 
 
 def test_only_plans_that_read_no_more_than_the_probe_are_probed(spark: SparkSession) -> None:
@@ -288,3 +313,16 @@ def test_only_plans_that_read_no_more_than_the_probe_are_probed(spark: SparkSess
     # (20 bytes a string).
     wide = spark.createDataFrame([tuple("x" * 400)], ", ".join(f"c{i} string" for i in range(400)))
     assert staging.probe_rows(wide) == staging.SMALL_BYTES // (400 * 20)
+
+
+def test_probed_rows_the_driver_received_but_hyper_cannot_read_are_an_error(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def misplaced(df: DataFrame, target: Path) -> int:
+        return staging.write_on_driver(df, tmp_path / "elsewhere" / target.name)
+
+    monkeypatch.setattr(build, "write_on_driver", misplaced)
+    df = spark.createDataFrame([(1, "a"), (2, None)], "id long, v string")
+    with pytest.raises(PayloadError, match=r"Spark wrote 2 row\(s\) for table 'Extract' but 0"):
+        build_payload(df, output_dir=tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == []  # no half-built payload

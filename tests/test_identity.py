@@ -213,7 +213,8 @@ def test_rows_spark_wrote_but_the_sdk_cannot_find_are_an_error(
     monkeypatch.setattr(build, "_write_staged", misplaced)
     df = spark.createDataFrame([(1, "a", None), (2, "b", None)], "id long, a string, b string")
     with pytest.raises(PayloadError, match=r"Spark wrote 2 row\(s\) for table 'Extract' but 0"):
-        build_payload(df, output_dir=tmp_path / "out")
+        # Spark's write into the shared folder (rows sent to the driver: test_driver_staging)
+        build_payload(df, output_dir=tmp_path / "out", staging="shared")
     assert list((tmp_path / "out").iterdir()) == []  # no half-built payload
 
 
