@@ -65,7 +65,7 @@ from .errors import (
     TabHyperError,
     build_failure,
 )
-from .folders import check_folder, private_dir, sweep_leftovers
+from .folders import check_folder, private_dir, sweep_leftovers_if_due
 from .hyper_parts import (
     BUCKET_COLUMN,
     NO_CAP,
@@ -582,12 +582,12 @@ def _claim_folders(
     staging_dir: str | os.PathLike[str] | None, output_dir: str | os.PathLike[str] | None
 ) -> tuple[Path | None, Path | None]:
     """The staging and output folders, created when missing (their parents must exist),
-    after dead builds' leftovers in them are swept."""
+    after dead builds' leftovers in them are swept (once a minute per folder at most)."""
     stage_parent = check_folder(staging_dir, "staging_dir")
     out = check_folder(output_dir, "output_dir")
-    sweep_leftovers(stage_parent)
+    sweep_leftovers_if_due(stage_parent)
     if out is not None and out != (stage_parent or Path(tempfile.gettempdir()).absolute()):
-        sweep_leftovers(out)
+        sweep_leftovers_if_due(out)
     return stage_parent, out
 
 

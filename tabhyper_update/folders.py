@@ -43,6 +43,7 @@ __all__ = [
     "LEASE_EXPIRY_SECONDS",
     "LEASE_NAME",
     "LEASE_REFRESH_SECONDS",
+    "LEFTOVER_SWEEP_SECONDS",
     "MIN_FREE_BYTES",
     "Lease",
     "check_folder",
@@ -50,6 +51,7 @@ __all__ = [
     "private_dir",
     "refuse_symlink",
     "sweep_leftovers",
+    "sweep_leftovers_if_due",
 ]
 
 log = get_logger("tabhyper_update")
@@ -66,6 +68,10 @@ MIN_FREE_BYTES = 1024 * 1024
 #: Payload folders without a saved manifest are removed after this long (a payload kept
 #: beyond its process is marked by saving its manifest).
 PAYLOAD_RETENTION_SECONDS = 86400.0
+#: How often one process sweeps a folder for dead builds' leftovers when it builds: a
+#: streaming job builds every few seconds, and each sweep reads every leftover's lease.
+LEFTOVER_SWEEP_SECONDS = 60.0
+_SWEPT: dict[str, float] = {}
 
 _LEFTOVER = re.compile(r"^(tabhyper-stage|tabhyper-payload)-(\d+)-")
 
@@ -349,6 +355,18 @@ def _process_start(pid: int) -> float | None:
         return None if not _alive(pid) else 0.0  # no /proc: alive is all that is known
     ticks = int(stat_line.rsplit(")", 1)[1].split()[19])
     return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def sweep_leftovers_if_due(parent: str | os.PathLike[str] | None) -> int:
+    """:func:`sweep_leftovers`, at most every :data:`LEFTOVER_SWEEP_SECONDS` per folder and
+    process."""
+    key = os.path.abspath(parent) if parent is not None else tempfile.gettempdir()
+    now = time.monotonic()
+    last = _SWEPT.get(key)
+    if last is not None and now - last < LEFTOVER_SWEEP_SECONDS:
+        return 0
+    _SWEPT[key] = now
+    return sweep_leftovers(parent)
 
 
 def sweep_leftovers(parent: str | os.PathLike[str] | None) -> int:

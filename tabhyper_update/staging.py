@@ -12,10 +12,12 @@ the payload and its digests do not depend on it.
 One exception: a DataFrame Spark cannot size whose plan only filters and projects rows
 an RDD holds (Python rows, ``rdd.toDF()``) is *probed* (a change set only when Hyper can
 rank it): at most :func:`probe_rows` + 1 of its staged rows come to the driver (a limit:
-no source partition is read past that many). When fewer come, they are all of them (a
-change set's are then ranked by Hyper); when that many come, they are dropped and the rows
-are staged in the shared folder as any other (the source is read again). A plan with a
-join, an aggregate or a window is not probed: its whole input would be computed for it.
+Spark stops reading once that many have passed its filters). When fewer come, they are all
+of them (a change set's are then ranked by Hyper); when that many come, they are dropped
+and the rows are staged in the shared folder as any other (the source is read again). A
+plan with a join, an aggregate or a window is not probed: its whole input would be
+computed for it. The driver holds the probe's rows in Spark's process once (10,000 rows of
+the widths Spark assumes are ~8 MiB; longer strings take more).
 
 ``staging="shared"``: the executors write Parquet into ``staging_dir`` and Hyper, on the
 driver, reads it there. Fast for large change sets, and the driver never holds rows; on a

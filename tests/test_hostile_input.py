@@ -175,6 +175,39 @@ def test_leftovers_of_dead_builds_are_swept_and_nothing_else(tmp_path: Path) -> 
 @pytest.mark.skipif(
     shutil.which("unshare") is None or os.geteuid() != 0, reason="needs unshare and root"
 )
+def test_builds_sweep_a_folder_of_leftovers_at_most_once_a_minute(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = int(
+        subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+
+    def leftover(name: str) -> Path:
+        stage = tmp_path / f"tabhyper-stage-{gone}-{name}"
+        (stage / "t0").mkdir(parents=True)
+        _lease(stage, pid=gone)
+        return stage
+
+    def build() -> None:
+        with build_payload(spark.range(3), staging_dir=tmp_path, output_dir=tmp_path / "out"):
+            pass
+
+    first = leftover("a")
+    build()
+    assert not first.exists()  # the process's first build here swept it
+    second = leftover("b")
+    build()
+    assert second.exists()  # swept a moment ago: a streaming job builds every few seconds
+    monkeypatch.setattr(folders, "LEFTOVER_SWEEP_SECONDS", 0.0)
+    build()
+    assert not second.exists()
+
+
 def test_a_live_build_in_another_pid_namespace_keeps_its_folder(tmp_path: Path) -> None:
     """A real process in its own pid namespace (as in a container) holds a staging folder
     in a shared path: a sweep here leaves it while it lives, and removes it only once its
