@@ -393,12 +393,16 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
     staged: list[Staged] = []
     for index, frame in enumerate(frames):
         name, df, plans, spec = frame.name, frame.df, frame.plans, frame.spec
-        mode, small, probe = staging_for(df, staging, table=name, change_set=spec is not None)
-        by_hyper = (
-            spec is not None
-            and ((small and mode == "driver") or probe > 0)
-            and ranks_in_hyper(spec, plans)
+        hyper_ranks = spec is not None and ranks_in_hyper(spec, plans)
+        mode, small, probe = staging_for(
+            df,
+            staging,
+            table=name,
+            change_set=spec is not None,
+            # A change set's probe is ranked by Hyper: Spark's ranking needs all of it.
+            probe=spec is None or hyper_ranks,
         )
+        by_hyper = hyper_ranks and ((small and mode == "driver") or probe > 0)
         if spec is not None and small and not by_hyper:
             # One partition satisfies Spark's ranking's partitioning: no shuffle, one task.
             df = df.coalesce(1)

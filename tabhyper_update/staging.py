@@ -79,7 +79,7 @@ _UNKNOWN_SIZE = (1 << 63) - 1
 #: rows: :func:`probe_rows`).
 PROBE_ROWS = 10_000
 #: The only operators a probed plan may hold: each gives its rows as it reads them, so a
-#: limit above them stops each source partition after that many rows.
+#: limit above them stops reading once that many rows have passed.
 _PROBED_NODES = frozenset({"Project", "Filter", "Union", "LogicalRDD"})
 
 
@@ -140,32 +140,35 @@ def selected(
     return query_over(df, query)
 
 
-def staging_for(df: DataFrame, staging: StagingMode, *, table: str, change_set: bool) -> Placement:
+def staging_for(
+    df: DataFrame, staging: StagingMode, *, table: str, change_set: bool, probe: bool = True
+) -> Placement:
     """Where ``df``'s rows are staged, whether Spark estimates it small enough to rank in
     one partition (a change set's last-change-wins without a shuffle), and for an unsized
-    DataFrame under ``auto`` how many rows to probe through the driver first."""
+    DataFrame under ``auto`` how many rows to probe through the driver first (none unless
+    ``probe``)."""
     if staging != "auto" and not change_set:
         return Placement(staging, False)
     size = estimated_bytes(df)
     small = size is not None and size <= SMALL_BYTES
     mode: StagingMode = staging
-    probe = 0
+    rows = 0
     if staging == "auto":
         mode = "driver" if small and has_pyarrow() else "shared"
-        if not small and has_pyarrow():
-            probe = probe_rows(df)
+        if probe and not small and has_pyarrow():
+            rows = probe_rows(df)
     log.debug(
         "table %r: Spark estimates %s; staged %s%s",
         table,
         "no size" if size is None else f"{size:,} bytes",
-        f"through the driver if at most {probe:,} rows, else in the shared folder"
-        if probe
+        f"through the driver if at most {rows:,} rows, else in the shared folder"
+        if rows
         else "through the driver"
         if mode == "driver"
         else "in the shared folder",
         ", ranked in one partition" if small and change_set else "",
     )
-    return Placement(mode, small, probe)
+    return Placement(mode, small, rows)
 
 
 def probe_rows(df: DataFrame) -> int:

@@ -326,3 +326,18 @@ def test_probed_rows_the_driver_received_but_hyper_cannot_read_are_an_error(
     with pytest.raises(PayloadError, match=r"Spark wrote 2 row\(s\) for table 'Extract' but 0"):
         build_payload(df, output_dir=tmp_path / "out")
     assert list((tmp_path / "out").iterdir()) == []  # no half-built payload
+
+
+def test_a_change_set_hyper_cannot_rank_is_not_probed(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Spark's ranking needs the whole change set: a probe's rows could not be ranked.
+    df = spark.createDataFrame(
+        [(0.5, "a", "U", 1), (0.5, "b", "U", 2)], "k double, v string, op string, seq long"
+    )
+    payload, said = build_logged(
+        df, ChangeSet("k", op_column="op", order_by="seq"), caplog, output_dir=tmp_path
+    )
+    assert said.endswith("Spark estimates no size; staged in the shared folder")
+    with payload:
+        assert read_table(payload.parts[0].path, "upserts") == [(0.5, "b")]
