@@ -76,6 +76,7 @@ from .hyper_parts import (
     plan_parts,
     raise_on_change_set_errors,
     read_bucket_stats,
+    row_hash_sql,
     size_sql,
 )
 from .hyper_parts import write_parts as _write_parts
@@ -96,7 +97,14 @@ from .progress import bar as progress_bar
 from .progress import show_progress
 from .redaction import get_logger
 from .spark_sql import sql_name
-from .staging import StagingMode, check_staging, selected, staging_for, write_on_driver
+from .staging import (
+    StagingMode,
+    check_staging,
+    selected,
+    staged_files,
+    staging_for,
+    write_on_driver,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -359,17 +367,6 @@ def _stage_and_write(
 # Spark: stage the rows
 
 
-def _row_hash(values: Sequence[str], extra: Sequence[str] = ()) -> str:
-    """A 64-bit hash of the values, their NULL flags and ``extra`` (Spark SQL text).
-
-    Spark's ``xxhash64`` chains each argument's hash into the next (so column boundaries
-    count) but skips NULLs: the NULL flags make ``(5, 'x', NULL)`` and ``(5, NULL, 'x')``
-    differ.
-    """
-    flags = [f"isnull({v})" for v in values]
-    return f"xxhash64({', '.join([*values, *extra, *flags])})"
-
-
 def _write_staged(df: DataFrame, target: Path, staging: StagingMode) -> None:
     if staging == "driver":
         write_on_driver(df, target)
@@ -413,21 +410,21 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
         target = stage / f"t{index}"
         observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
         if spec is None:
-            row_hash = _row_hash(values)
+            row_hash = row_hash_sql(values)
             exprs = [
                 *columns,
                 f"{row_hash} AS {sql_name(ROWHASH_COLUMN)}",
                 size,
                 f"CAST(pmod({row_hash}, {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
             ]
-            sent = _probe(selected(df, exprs), target, probe) if probe else None
+            rows = selected(df, exprs)
+            sent = _probe(rows, target, probe, name) if probe else None
             if sent is None:
-                if probe:
-                    _log_fallback(name, probe)
-                rows = selected(df, exprs).observe(observed, F.expr("count(1)").alias("rows"))
-                _write_staged(rows, target, mode)
+                _write_staged(
+                    rows.observe(observed, F.expr("count(1)").alias("rows")), target, mode
+                )
                 sent = _metric(observed, "rows")
-            staged.append(Staged(name, plans, staged_names, _parquet_files(target), sent))
+            staged.append(Staged(name, plans, staged_names, staged_files(target), sent))
             continue
         keys = ", ".join(sql_name(k) for k in spec.key)
         kind = sql_name(KIND_COLUMN)
@@ -440,7 +437,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
         ]
         exprs = [
             *columns,
-            f"{_row_hash(values, position)} AS {sql_name(ROWHASH_COLUMN)}",
+            f"{row_hash_sql(values, position)} AS {sql_name(ROWHASH_COLUMN)}",
             size,
             f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
             kind,
@@ -448,9 +445,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
         ranked = None
         if by_hyper:
             log.debug("table %r: Spark tags the changes, Hyper ranks them", name)
-            ranked = _stage_tagged(df, spec, plans, staged_names, exprs, target, probe)
-            if ranked is None:
-                _log_fallback(name, probe)
+            ranked = _stage_tagged(df, spec, plans, staged_names, exprs, target, probe, name)
         if ranked is not None:
             files, counts = ranked
         else:
@@ -470,7 +465,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             # partitioned write makes Spark sort every row by the kind first. Hyper reads
             # each kind apart.
             _write_staged(rows, target, mode)
-            files = _parquet_files(target)
+            files = staged_files(target)
             counts = {k: _metric(observed, k) for k in (KIND_UPSERT, KIND_DELETE, "errors")}
         if counts["errors"]:
             raise_on_change_set_errors(spec, plans, staged_names, files, counts["errors"])
@@ -506,6 +501,7 @@ def _stage_tagged(
     exprs: Sequence[str],
     target: Path,
     probe: int = 0,
+    name: str = "",
 ) -> tuple[list[Path], dict[str, int]] | None:
     """Stage every tagged change through the driver and let Hyper rank them into
     ``target`` (:mod:`tabhyper_update.hyper_ranking`): the ranked files and their rows by
@@ -524,18 +520,19 @@ def _stage_tagged(
     ]
     raw = target.with_name(target.name + "-tagged")
     query = selected(df, tagged, spec.tag_query(df.columns))
-    sent = _probe(query, raw, probe) if probe else write_on_driver(query, raw)
+    sent = _probe(query, raw, probe, name) if probe else write_on_driver(query, raw)
     if sent is None:
         return None
     by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
     keep = [*staged_names, ROWHASH_COLUMN, SIZE_COLUMN, BUCKET_COLUMN]
+    tagged_files = staged_files(raw)
     read, files, counts = rank_in_hyper(
-        spec, [by_name[k] for k in spec.key], keep, _parquet_files(raw), target
+        spec, [by_name[k] for k in spec.key], keep, tagged_files, target
     )
     if read != sent:
         raise PayloadError(
             f"Spark sent {sent} change(s) to the driver but Hyper read {read} from the "
-            f"{len(_parquet_files(raw))} file(s) staged in {str(raw)!r}"
+            f"{len(tagged_files)} file(s) staged in {str(raw)!r}"
         )
     return files, {
         KIND_UPSERT: counts.get(KIND_UPSERT, 0),
@@ -544,23 +541,20 @@ def _stage_tagged(
     }
 
 
-def _probe(rows: DataFrame, target: Path, probe: int) -> int | None:
-    """Stage at most ``probe`` + 1 of ``rows`` through the driver into ``target``: how many
-    came when that is at most ``probe`` (then they are all of them), else ``None`` and
-    ``target`` is removed again."""
+def _probe(rows: DataFrame, target: Path, probe: int, name: str) -> int | None:
+    """Stage at most ``probe`` + 1 of ``rows`` (table ``name``'s) through the driver into
+    ``target``: how many came when that is at most ``probe`` (then they are all of them),
+    else ``None`` and ``target`` is removed again."""
     sent = write_on_driver(rows.limit(probe + 1), target)
     if sent <= probe:
         return sent
     shutil.rmtree(target)
-    return None
-
-
-def _log_fallback(name: str, probe: int) -> None:
     log.debug(
         "table %r: more than %s rows came to the driver; staged in the shared folder instead",
         name,
         f"{probe:,}",
     )
+    return None
 
 
 def _metric(observed: Any, name: str) -> int:
@@ -593,12 +587,6 @@ def _claim_folders(
     if out is not None and out != (stage_parent or Path(tempfile.gettempdir()).absolute()):
         sweep_leftovers_if_due(out)
     return stage_parent, out
-
-
-def _parquet_files(directory: Path) -> list[Path]:
-    if not directory.is_dir():
-        return []
-    return sorted(p for p in directory.rglob("*.parquet") if p.is_file())
 
 
 def _check_names(name: str, what: str) -> None:

@@ -29,6 +29,7 @@ __all__ = [
     "plan_parts",
     "raise_on_change_set_errors",
     "read_bucket_stats",
+    "row_hash_sql",
     "size_sql",
     "write_parts",
 ]
@@ -84,6 +85,17 @@ def size_sql(plans: Sequence[ColumnPlan], values: Sequence[str]) -> str:
             fixed += _VARIABLE_OVERHEAD
             variable.append(f"CAST(coalesce(octet_length({value}), 0) AS BIGINT)")
     return " + ".join([f"CAST({fixed} AS BIGINT)", *variable])
+
+
+def row_hash_sql(values: Sequence[str], extra: Sequence[str] = ()) -> str:
+    """A 64-bit hash of the values, their NULL flags and ``extra`` (Spark SQL text).
+
+    Spark's ``xxhash64`` chains each argument's hash into the next (so column boundaries
+    count) but skips NULLs: the NULL flags make ``(5, 'x', NULL)`` and ``(5, NULL, 'x')``
+    differ.
+    """
+    flags = [f"isnull({v})" for v in values]
+    return f"xxhash64({', '.join([*values, *extra, *flags])})"
 
 
 @dataclass

@@ -58,6 +58,7 @@ __all__ = [
     "has_pyarrow",
     "probe_rows",
     "selected",
+    "staged_files",
     "staging_for",
     "write_on_driver",
 ]
@@ -191,6 +192,14 @@ def probe_rows(df: DataFrame) -> int:
     except Exception:  # a probe is optional: without one the rows are staged shared
         return 0
     return min(PROBE_ROWS, SMALL_BYTES // max(1, width))
+
+
+def staged_files(directory: Path) -> list[Path]:
+    """The Parquet files staged under ``directory`` (by Spark's write or the driver's), in
+    name order; none when it does not exist."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.rglob("*.parquet") if p.is_file())
 
 
 def write_on_driver(df: DataFrame, target: Path) -> int:
