@@ -33,6 +33,7 @@ from .errors import (
     TransportError,
 )
 from .jobs import Job, PollPolicy
+from .policies import JobTimes
 from .projects import Project
 from .redaction import get_logger, remember
 from .refs import DataSourceRef, check_job_target, check_request_id
@@ -96,6 +97,8 @@ class TableauClient:
         self.api_version = api_version
         self.chunk_size = int(chunk_size_mb * MB)
         self.poll = poll or PollPolicy()
+        #: How long recent updates of each data source took (``PollPolicy.learn``).
+        self.job_times = JobTimes()
         self.max_upload_restarts = max_upload_restarts
         self.sleep = sleep
         self.clock = clock

@@ -170,8 +170,12 @@ class Job(BaseModel):
         sleep: Callable[[float], None] | None = None,
         clock: Callable[[], float] | None = None,
         on_poll: Callable[[Job], None] | None = None,
+        expected: float | None = None,
     ) -> Job:
         """Poll until the job finishes; raise if it failed, was cancelled or took too long.
+
+        ``expected``: about how many seconds jobs like this one take to be seen finished
+        (polled as :meth:`PollPolicy.expecting` says); ``None``: the policy's doubling waits.
 
         >>> job.wait(timeout=600)  # doctest: +SKIP
         """
@@ -181,7 +185,7 @@ class Job(BaseModel):
         clock = clock or client.clock
         deadline_s = policy.timeout if timeout is None else timeout
         start = clock()
-        next_wait = policy.waits()
+        next_wait = policy.expecting(expected)
         while True:
             self.refresh()
             if on_poll is not None:

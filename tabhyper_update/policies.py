@@ -12,6 +12,7 @@ says how a job is followed to its end. Both are plain frozen values passed to
 from __future__ import annotations
 
 import random
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,7 +24,7 @@ from .errors import (
     TlsVerificationError,
 )
 
-__all__ = ["PollPolicy", "RetryPolicy"]
+__all__ = ["JobTimes", "PollPolicy", "RetryPolicy"]
 
 
 @dataclass(frozen=True)
@@ -68,12 +69,19 @@ class PollPolicy:
 
     The first waits are short (0.05 s, doubling): a small update is often applied within
     a fraction of a second, and a micro-batch should not wait half a second to learn it.
-    From a second on it polls less often than a 0.5 s start growing by 1.4 would."""
+    From a second on it polls less often than a 0.5 s start growing by 1.4 would.
+
+    ``learn``: an update waits on its job as :meth:`expecting` says, given how long the
+    last updates of the same data source took to be seen finished (a stream's jobs take
+    similar times). Doubling waits can see a job finished only when it has been done for as
+    long again; these see a job that takes between half and all of the usual time at most
+    a quarter of that late, and one that takes longer in steps that grow as before."""
 
     initial: float = 0.05
     factor: float = 2.0
     maximum: float = 30.0
     timeout: float = 3600.0
+    learn: bool = True
 
     def waits(self) -> Callable[[], float]:
         current = self.initial
@@ -85,3 +93,58 @@ class PollPolicy:
             return value
 
         return next_wait
+
+    def expecting(self, seconds: float | None) -> Callable[[], float]:
+        """The waits for a job expected to be seen finished after about ``seconds``: polls
+        at 1/2, 3/4, 7/8 and all of it, then at 1.25, 1.5 and 2 times it, then waits
+        growing by ``factor`` from ``seconds`` (none longer than ``maximum``; marks closer
+        than half of ``initial`` to the previous poll are skipped). Without an expectation,
+        with ``learn`` off, or when ``seconds`` is within ``initial``: :meth:`waits`."""
+        if seconds is None or not self.learn or seconds <= self.initial:
+            return self.waits()
+        return _Marks(seconds, self).next_wait
+
+
+_MARKS = (0.5, 0.75, 0.875, 1.0, 1.25, 1.5, 2.0)
+
+
+class _Marks:
+    """Waits that reach the marks of :meth:`PollPolicy.expecting` one after another."""
+
+    def __init__(self, expected: float, policy: PollPolicy) -> None:
+        self.policy = policy
+        self.marks = [expected * m for m in _MARKS]
+        self.at = 0.0
+        self.then = min(policy.maximum, expected)
+
+    def next_wait(self) -> float:
+        gap = self.policy.initial / 2
+        while self.marks and self.marks[0] - self.at < gap:
+            self.marks.pop(0)
+        if self.marks:
+            wait = min(self.policy.maximum, self.marks[0] - self.at)
+        else:
+            wait, self.then = self.then, min(self.policy.maximum, self.then * self.policy.factor)
+        self.at += wait
+        return wait
+
+
+class JobTimes:
+    """How long the last jobs of each data source took to be seen finished, in seconds
+    (from the first poll on): the expectation :meth:`PollPolicy.expecting` takes."""
+
+    KEPT = 3
+
+    def __init__(self) -> None:
+        self._seconds: dict[str, list[float]] = {}
+
+    def expected(self, datasource_id: str) -> float | None:
+        """The median of the kept times (one slow or quick job does not move it), or
+        ``None`` before the first."""
+        kept = self._seconds.get(datasource_id)
+        return statistics.median(kept) if kept else None
+
+    def note(self, datasource_id: str, seconds: float) -> None:
+        kept = self._seconds.setdefault(datasource_id, [])
+        kept.append(max(0.0, seconds))
+        del kept[: -self.KEPT]

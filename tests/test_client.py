@@ -26,6 +26,7 @@ from tabhyper_update import (
     JobFailedError,
     JobTimeoutError,
     NotFoundError,
+    PollPolicy,
     RequestTimeoutError,
     RetryPolicy,
     TransportError,
@@ -36,6 +37,7 @@ from tabhyper_update import (
 )
 from tabhyper_update.auth import ConnectedAppJWT, PersonalAccessToken, UsernamePassword
 from tabhyper_update.client import DataSourceRef, TableauClient
+from tabhyper_update.policies import JobTimes
 from tabhyper_update.uploads import multipart_framing
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -807,6 +809,88 @@ def test_wait_polls_with_growing_waits(rsps: responses.RequestsMock, clock: Fake
     assert job.wait(timeout=600).succeeded
     # client.job() fetched once; wait() polls at once, then after growing waits.
     assert clock.sleeps == [0.05, 0.1, 0.2]
+
+
+def test_wait_expecting_a_time_polls_near_it_then_grows(
+    rsps: responses.RequestsMock, clock: FakeClock
+) -> None:
+    add_signin(rsps)
+    for _ in range(10):
+        add_job(rsps, progress="50")
+    add_job(rsps, finishCode="0", completedAt="t")
+    job = make_client(clock).job("job-1")
+    assert job.wait(timeout=600, expected=0.8).succeeded
+    # Polls at 0.4, 0.6, 0.7 and 0.8 s, then 1.0, 1.2 and 1.6 s, then waits doubling from 0.8.
+    assert clock.sleeps == [0.4, 0.2, 0.1, 0.1, 0.2, 0.2, 0.4, 0.8, 1.6]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (PollPolicy(), 0.05),  # within the first wait: the usual waits
+        (PollPolicy(), None),
+        (PollPolicy(learn=False), 0.8),
+    ],
+)
+def test_wait_without_a_usable_expectation_polls_as_usual(
+    rsps: responses.RequestsMock, clock: FakeClock, policy: PollPolicy, expected: float | None
+) -> None:
+    add_signin(rsps)
+    for _ in range(4):
+        add_job(rsps, progress="50")
+    add_job(rsps, finishCode="0", completedAt="t")
+    job = make_client(clock, poll=policy).job("job-1")
+    assert job.wait(timeout=600, expected=expected).succeeded
+    assert clock.sleeps == [0.05, 0.1, 0.2]
+
+
+def test_expected_polls_keep_to_the_longest_wait_and_skip_close_marks() -> None:
+    # 240 s expected, 30 s the longest wait: no wait above it, and every mark is reached.
+    waits = PollPolicy().expecting(240.0)
+    taken = [waits() for _ in range(12)]
+    assert max(taken) == 30.0
+    marks = [sum(taken[: i + 1]) for i in range(len(taken))]
+    assert {120.0, 180.0, 210.0, 240.0, 300.0, 360.0} <= set(marks)
+    # 0.06 s expected with 0.05 s first waits: marks closer than 0.025 s to the last poll
+    # are skipped (0.045 and 0.0525 after 0.03, 0.075 after 0.06), so polls stay at least
+    # that far apart: 0.03, 0.06, 0.09, 0.12, then waits doubling from 0.06.
+    close = PollPolicy().expecting(0.06)
+    assert [round(close(), 6) for _ in range(5)] == [0.03, 0.03, 0.03, 0.03, 0.06]
+
+
+def _seen_after(waits: Callable[[], float], took: float) -> tuple[float, int]:
+    """When a job that takes ``took`` seconds is seen finished, and after how many polls."""
+    at, polls = 0.0, 1
+    while at < took:
+        at += waits()
+        polls += 1
+    return at, polls
+
+
+@pytest.mark.parametrize("took", [0.12, 0.7, 3.0, 12.0, 95.0])
+def test_learned_polls_see_a_steady_stream_of_jobs_sooner(took: float) -> None:
+    policy, times = PollPolicy(), JobTimes()
+    late_first, polls_first = _seen_after(policy.waits(), took)
+    for n in range(8):
+        # Job lengths vary by 10% around ``took``.
+        length = took * (0.9, 1.0, 1.1)[n % 3]
+        seen, polls = _seen_after(policy.expecting(times.expected("ds")), length)
+        times.note("ds", seen)
+        if n >= 3:
+            # Seen at most a quarter of its length late (doubling waits: up to all of it),
+            # with no more polls than doubling waits take.
+            assert seen - length <= 0.25 * length + 1e-9
+            assert polls <= polls_first + 1
+    assert late_first - took >= 0
+    assert times.expected("other") is None
+
+
+def test_one_slow_job_does_not_make_the_next_ones_late() -> None:
+    policy, times = PollPolicy(), JobTimes()
+    for length in (2.0, 2.0, 2.0, 40.0):
+        times.note("ds", _seen_after(policy.expecting(times.expected("ds")), length)[0])
+    seen, _ = _seen_after(policy.expecting(times.expected("ds")), 2.0)
+    assert seen - 2.0 <= 0.5
 
 
 def test_wait_caps_the_wait_at_30_seconds(rsps: responses.RequestsMock, clock: FakeClock) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from tabhyper_update import (
     InvalidArgumentError,
     JobFailedError,
     PersonalAccessToken,
+    PollPolicy,
     TableauClient,
     build_payload,
     target,
@@ -24,7 +26,7 @@ from tabhyper_update import (
 from tabhyper_update.state import StateStore
 from tabhyper_update.testing import FakeTableauServer
 
-from ._util import read_rows, use_environment
+from ._util import client_for, read_rows, use_environment
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -77,6 +79,37 @@ def test_cdc_round_trip_with_derived_actions(
     (record,) = StateStore(tmp_path / "state").records()
     assert record.finished
     assert record.kind == "position"
+
+
+def test_an_update_polls_near_the_time_the_last_updates_took(
+    spark: SparkSession, server: FakeTableauServer, tmp_path: Path
+) -> None:
+    server.backend.job_delay = 0.2
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        time.sleep(seconds)
+
+    with client_for(server, poll=PollPolicy(), sleep=sleep) as client:
+        build_payload(changes(spark, CHANGES), BY_ID).upload(
+            "Orders", client=client, progress=False, state_dir=tmp_path
+        ).apply()
+        # The first update of the data source: the usual doubling waits.
+        assert sleeps[:2] == [0.05, 0.1]
+        (luid,) = server.backend.sources
+        expected = client.job_times.expected(luid)
+        assert expected is not None
+        assert expected >= 0.2
+        sleeps.clear()
+        more = [(1, "a2", 11, "U", 2), (6, "f", 60, "I", 1)]
+        build_payload(changes(spark, more), BY_ID).upload(
+            "Orders", client=client, progress=False, state_dir=tmp_path
+        ).apply()
+        # The next one first polls at half the time the first took to be seen finished.
+        assert sleeps[0] == pytest.approx(expected / 2)
+        assert client.job_times.expected(luid) != expected
+    assert orders(server) == [(1, "a2", 11), (2, "b3", 22), (4, "d2", 41), (6, "f", 60)]
 
 
 def test_the_literal_one_line_with_the_environment(
