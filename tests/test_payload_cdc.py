@@ -141,6 +141,28 @@ def test_user_op_map_and_kept_columns(spark: SparkSession) -> None:
         assert tables(p) == {"upserts": [(1, 1)], "deletes": [(2,)]}
 
 
+@pytest.mark.parametrize("escaped", ["false", "true"])
+def test_op_values_mean_themselves_under_either_literal_escaping(
+    spark: SparkSession, escaped: str
+) -> None:
+    # Plain values go to Spark as quoted text, the others as their bytes: either way an op
+    # value matches exactly itself, whatever the parser does with backslashes.
+    ops = {"I": "upsert", "it's": "upsert", "a\\b": "delete", "a\\\\b": "ignore"}
+    ops |= {"über": "delete", "x-y.z:1": "upsert", "%_": "upsert", "": "delete"}
+    rows = [(i, op, 1) for i, op in enumerate(ops)]
+    df = spark.createDataFrame(rows, "id int, op string, seq int")
+    before = spark.conf.get("spark.sql.parser.escapedStringLiterals") or "false"
+    spark.conf.set("spark.sql.parser.escapedStringLiterals", escaped)
+    try:
+        with build_payload(df, ChangeSet("id", op_column="op", order_by="seq", op_map=ops)) as p:
+            found = tables(p)
+    finally:
+        spark.conf.set("spark.sql.parser.escapedStringLiterals", before)
+    meaning = list(ops.values())
+    assert found["upserts"] == [(i,) for i, m in enumerate(meaning) if m == "upsert"]
+    assert found["deletes"] == [(i,) for i, m in enumerate(meaning) if m == "delete"]
+
+
 def test_empty_change_set_is_a_clear_no_op(spark: SparkSession, tmp_path: Path) -> None:
     # Every change ignored (a Debezium heartbeat-like op): nothing to send.
     df = spark.createDataFrame(
