@@ -71,7 +71,9 @@ from .hyper_parts import (
     NO_CAP,
     ROWHASH_COLUMN,
     SIZE_COLUMN,
+    BucketStats,
     Staged,
+    kind_counts,
     kind_is,
     plan_parts,
     raise_on_change_set_errors,
@@ -442,12 +444,12 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
             kind,
         ]
-        ranked = None
+        stats = None  # the ranked rows' statistics by kind, when Hyper ranks them
         if by_hyper:
             log.debug("table %r: Spark tags the changes, Hyper ranks them", name)
-            ranked = _stage_tagged(df, spec, plans, staged_names, exprs, target, probe, name)
-        if ranked is not None:
-            files, counts = ranked
+            stats = _stage_tagged(df, spec, plans, staged_names, exprs, target, probe, name)
+        if stats is not None:
+            counts = kind_counts(stats)
         else:
             rows = selected(
                 df,
@@ -465,8 +467,8 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             # partitioned write makes Spark sort every row by the kind first. Hyper reads
             # each kind apart.
             _write_staged(rows, target, mode)
-            files = staged_files(target)
             counts = {k: _metric(observed, k) for k in (KIND_UPSERT, KIND_DELETE, "errors")}
+        files = staged_files(target)
         if counts["errors"]:
             raise_on_change_set_errors(spec, plans, staged_names, files, counts["errors"])
         key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
@@ -477,6 +479,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
                 staged_names,
                 files,
                 counts[KIND_UPSERT],
+                buckets=None if stats is None else stats.get(KIND_UPSERT, {}),
                 where=kind_is(KIND_UPSERT),
             )
         )
@@ -487,6 +490,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
                 [staged_names[i] for i in key_idx],
                 files,
                 counts[KIND_DELETE],
+                buckets=None if stats is None else stats.get(KIND_DELETE, {}),
                 where=kind_is(KIND_DELETE),
             )
         )
@@ -502,11 +506,11 @@ def _stage_tagged(
     target: Path,
     probe: int = 0,
     name: str = "",
-) -> tuple[list[Path], dict[str, int]] | None:
+) -> dict[str, BucketStats] | None:
     """Stage every tagged change through the driver and let Hyper rank them into
-    ``target`` (:mod:`tabhyper_update.hyper_ranking`): the ranked files and their rows by
-    kind (``errors``: the error rows). The driver counts the rows it receives, so no
-    observation is needed: Hyper must read exactly that many.
+    ``target`` (:mod:`tabhyper_update.hyper_ranking`): the ranked rows' bucket statistics
+    by kind. The driver counts the rows it receives, so no observation is needed: Hyper
+    must read exactly that many.
 
     ``probe`` > 0: take at most ``probe`` + 1 changes; when that many come, drop them and
     return ``None`` (the change set is larger than a probe: the caller stages it shared)."""
@@ -526,19 +530,13 @@ def _stage_tagged(
     by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
     keep = [*staged_names, ROWHASH_COLUMN, SIZE_COLUMN, BUCKET_COLUMN]
     tagged_files = staged_files(raw)
-    read, files, counts = rank_in_hyper(
-        spec, [by_name[k] for k in spec.key], keep, tagged_files, target
-    )
+    read, stats = rank_in_hyper(spec, [by_name[k] for k in spec.key], keep, tagged_files, target)
     if read != sent:
         raise PayloadError(
             f"Spark sent {sent} change(s) to the driver but Hyper read {read} from the "
             f"{len(tagged_files)} file(s) staged in {str(raw)!r}"
         )
-    return files, {
-        KIND_UPSERT: counts.get(KIND_UPSERT, 0),
-        KIND_DELETE: counts.get(KIND_DELETE, 0),
-        "errors": sum(n for k, n in counts.items() if k.startswith("E_")),
-    }
+    return stats
 
 
 def _probe(rows: DataFrame, target: Path, probe: int, name: str) -> int | None:

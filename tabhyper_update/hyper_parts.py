@@ -8,16 +8,28 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._hyper import connect, quote_literal, quote_name, table_ref
-from .cdc import KIND_COLUMN, KIND_ERRORS, OP_TEXT_COLUMN, ORDER_TEXT_COLUMN, CdcSpec
+from .cdc import (
+    KIND_COLUMN,
+    KIND_DELETE,
+    KIND_ERRORS,
+    KIND_UPSERT,
+    OP_TEXT_COLUMN,
+    ORDER_TEXT_COLUMN,
+    CdcSpec,
+)
 from .errors import PayloadError
 from .hyper_types import ColumnPlan
 from .parts import BUCKETS, ColumnInfo, PayloadPart, RowDigest, TableInfo
 from .redaction import get_logger
+
+if TYPE_CHECKING:
+    from tableauhyperapi import Connection
 
 __all__ = [
     "BUCKET_COLUMN",
@@ -126,27 +138,53 @@ def external(files: Sequence[Path]) -> str:
     )
 
 
-def read_bucket_stats(staged: Sequence[Staged], stage: Path) -> None:
-    """Per-bucket row counts, size estimates and digests; checks Spark's count."""
+BucketStats = dict[int, tuple[int, int, RowDigest]]
+
+
+def bucket_stats(
+    conn: Connection, source: str, where: str = "", by: str | None = None
+) -> dict[str | None, BucketStats]:
+    """Per-bucket row counts, size estimates and digests of ``source``'s rows (``where``:
+    which), grouped by the column ``by`` too when given (``None``: the one group)."""
     h, b = quote_name(ROWHASH_COLUMN), quote_name(BUCKET_COLUMN)
     sums = ", ".join(f"SUM({h} % {m})" for m in RowDigest.MODULI)
     size = quote_name(SIZE_COLUMN)
+    groups = f"{quote_name(by)}, {b}" if by else b
+    found: dict[str | None, BucketStats] = {}
+    for row in conn.execute_list_query(
+        f"SELECT {groups}, COUNT(*), SUM({size}), {sums} FROM {source}{where} GROUP BY {groups}"
+    ):
+        group, (bucket, count, nbytes, *residues) = (str(row[0]), row[1:]) if by else (None, row)
+        digest = RowDigest(int(count), tuple(int(r) for r in residues))
+        found.setdefault(group, {})[int(bucket)] = (int(count), int(nbytes), digest)
+    return found
+
+
+def kind_counts(stats: Mapping[str, BucketStats]) -> dict[str, int]:
+    """A change set's rows by kind (``errors``: of every error kind) from its ranked rows'
+    statistics by kind."""
+    rows = {kind: sum(c for c, _, _ in found.values()) for kind, found in stats.items()}
+    errors = sum(n for kind, n in rows.items() if kind.startswith("E_"))
+    return {
+        KIND_UPSERT: rows.get(KIND_UPSERT, 0),
+        KIND_DELETE: rows.get(KIND_DELETE, 0),
+        "errors": errors,
+    }
+
+
+def read_bucket_stats(staged: Sequence[Staged], stage: Path) -> None:
+    """Per-bucket row counts, size estimates and digests of the tables whose statistics
+    are not known yet; checks Spark's count."""
     with connect() as conn:
         for t in staged:
-            buckets: dict[int, tuple[int, int, RowDigest]] = {}
-            if t.files:
-                rows = conn.execute_list_query(
-                    f"SELECT {b}, COUNT(*), SUM({size}), {sums} FROM {external(t.files)}"
-                    f"{t.rows_where()} GROUP BY {b}"
-                )
-                for bucket, count, nbytes, *residues in rows:
-                    digest = RowDigest(int(count), tuple(int(r) for r in residues))
-                    buckets[int(bucket)] = (int(count), int(nbytes), digest)
-            t.buckets = buckets
-            found = sum(c for c, _, _ in buckets.values())
-            if found != t.written:
+            if t.buckets is not None:
+                continue
+            found = bucket_stats(conn, external(t.files), t.rows_where()) if t.files else {}
+            t.buckets = found.get(None, {})
+            rows = sum(c for c, _, _ in t.buckets.values())
+            if rows != t.written:
                 raise PayloadError(
-                    f"Spark wrote {t.written} row(s) for table {t.name!r} but {found} were "
+                    f"Spark wrote {t.written} row(s) for table {t.name!r} but {rows} were "
                     f"found in the staging directory {str(stage)!r} ({len(t.files)} Parquet "
                     "file(s)): on a cluster, staging_dir must be a shared path that the "
                     "executors write and the driver reads at the same place, or pass "

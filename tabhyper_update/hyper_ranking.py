@@ -27,7 +27,7 @@ from .cdc import (
     CdcSpec,
     latest_of,
 )
-from .hyper_parts import external
+from .hyper_parts import BucketStats, bucket_stats, external
 from .hyper_types import ColumnPlan
 
 __all__ = ["rank_in_hyper", "ranks_in_hyper"]
@@ -60,14 +60,16 @@ def rank_in_hyper(
     keep: Sequence[str],
     tagged: Sequence[Path],
     out: Path,
-) -> tuple[int, list[Path], dict[str, int]]:
-    """Rank the tagged changes staged in ``tagged`` into one Parquet file under ``out``.
+) -> tuple[int, dict[str, BucketStats]]:
+    """Rank the tagged changes staged in ``tagged`` into one Parquet file under ``out``
+    (none without tagged changes).
 
     ``keys`` and ``keep`` are staged column names (the keys' staged values; the columns the
-    ranked rows keep). Returns how many tagged changes Hyper read, the ranked files (none
-    without tagged changes) and the ranked rows by kind."""
+    ranked rows keep). Returns how many tagged changes Hyper read and the ranked rows'
+    bucket statistics by kind (read in the same connection: the build does not read them
+    again)."""
     if not tagged:
-        return 0, [], {}
+        return 0, {}
     out.mkdir(parents=True, exist_ok=True)
     target = out / "part-00000.parquet"
     source = external(tagged)
@@ -85,11 +87,5 @@ def rank_in_hyper(
         conn.execute_command(
             f"COPY ({ranked}) TO {quote_literal(str(target))} WITH (FORMAT parquet)"
         )
-        kind = quote_name(KIND_COLUMN)
-        counts = {
-            str(k): int(n)
-            for k, n in conn.execute_list_query(
-                f"SELECT {kind}, COUNT(*) FROM {external([target])} GROUP BY {kind}"
-            )
-        }
-    return read, [target], counts
+        stats = bucket_stats(conn, external([target]), by=KIND_COLUMN)
+    return read, {str(kind): found for kind, found in stats.items()}
