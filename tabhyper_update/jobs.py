@@ -170,12 +170,14 @@ class Job(BaseModel):
         sleep: Callable[[float], None] | None = None,
         clock: Callable[[], float] | None = None,
         on_poll: Callable[[Job], None] | None = None,
-        expected: float | None = None,
+        learn_as: str | None = None,
     ) -> Job:
         """Poll until the job finishes; raise if it failed, was cancelled or took too long.
 
-        ``expected``: about how many seconds jobs like this one take to be seen finished
-        (polled as :meth:`PollPolicy.expecting` says); ``None``: the policy's doubling waits.
+        ``learn_as``: the key (an update's data source id) of jobs like this one. The wait
+        polls near the time the last of them took to be seen finished
+        (:meth:`PollPolicy.expecting`, from ``client.job_times``), and a success adds this
+        one's time. ``None``: the policy's doubling waits.
 
         >>> job.wait(timeout=600)  # doctest: +SKIP
         """
@@ -185,14 +187,22 @@ class Job(BaseModel):
         clock = clock or client.clock
         deadline_s = policy.timeout if timeout is None else timeout
         start = clock()
-        next_wait = policy.expecting(expected)
+        times = client.job_times
+        next_wait = policy.expecting(None if learn_as is None else times.expected(learn_as))
+
+        def succeeded() -> Job:
+            done = self.raise_for_status()
+            if learn_as is not None:
+                times.note(learn_as, clock() - start)
+            return done
+
         while True:
             self.refresh()
             if on_poll is not None:
                 on_poll(self)
             if self.is_done:
                 log.info("job %s finished with code %s", self.id, self.finish_code)
-                return self.raise_for_status()
+                return succeeded()
             waited = clock() - start
             pause = next_wait()
             if waited + pause > deadline_s:
@@ -201,7 +211,7 @@ class Job(BaseModel):
                     sleep(remaining)
                     self.refresh()
                     if self.is_done:
-                        return self.raise_for_status()
+                        return succeeded()
                 raise JobTimeoutError(self.id, clock() - start)
             log.debug(
                 "job %s not finished (progress %s); next poll in %.1f s",

@@ -487,10 +487,8 @@ class BoundPayload:
                 if bar is not None and job.succeeded:
                     bar.update(100 - bar.n)
 
-            times, source = self.client.job_times, self.target.id
-            polled = self.client.clock()
             try:
-                update.job.wait(timeout=timeout, on_poll=on_poll, expected=times.expected(source))
+                update.job.wait(timeout=timeout, on_poll=on_poll, learn_as=self.target.id)
             except (JobFailedError, JobCancelledError) as err:
                 # Batches are atomic: this part applied nothing. The next run submits it
                 # again as a new attempt (a new RequestID derived from the identity).
@@ -504,7 +502,6 @@ class BoundPayload:
                     "nothing of this part was applied; running the job again submits it anew",
                 )
                 raise
-            times.note(source, self.client.clock() - polled)
         update.seconds["wait"] = time.perf_counter() - started
         state.status = "applied"
         self.state.save(record)

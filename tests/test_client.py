@@ -818,30 +818,49 @@ def test_wait_expecting_a_time_polls_near_it_then_grows(
     for _ in range(10):
         add_job(rsps, progress="50")
     add_job(rsps, finishCode="0", completedAt="t")
-    job = make_client(clock).job("job-1")
-    assert job.wait(timeout=600, expected=0.8).succeeded
-    # Polls at 0.4, 0.6, 0.7 and 0.8 s, then 1.0, 1.2 and 1.6 s, then waits doubling from 0.8.
+    client = make_client(clock)
+    for seconds in (0.7, 0.8, 5.0):
+        client.job_times.note("ds-1", seconds)
+    job = client.job("job-1")
+    assert job.wait(timeout=600, learn_as="ds-1").succeeded
+    # The median of the last three, 0.8 s: polls at 0.4, 0.6, 0.7 and 0.8 s, then 1.0, 1.2
+    # and 1.6 s, then waits doubling from 0.8 s.
     assert clock.sleeps == [0.4, 0.2, 0.1, 0.1, 0.2, 0.2, 0.4, 0.8, 1.6]
+    # Seen after 4.0 s: the three kept are now 0.8, 5.0 and 4.0.
+    assert client.job_times.expected("ds-1") == pytest.approx(4.0)
+    assert client.job_times.expected("ds-2") is None
 
 
 @pytest.mark.parametrize(
-    ("policy", "expected"),
+    ("policy", "noted"),
     [
         (PollPolicy(), 0.05),  # within the first wait: the usual waits
-        (PollPolicy(), None),
+        (PollPolicy(), None),  # nothing learned yet
         (PollPolicy(learn=False), 0.8),
     ],
 )
 def test_wait_without_a_usable_expectation_polls_as_usual(
-    rsps: responses.RequestsMock, clock: FakeClock, policy: PollPolicy, expected: float | None
+    rsps: responses.RequestsMock, clock: FakeClock, policy: PollPolicy, noted: float | None
 ) -> None:
     add_signin(rsps)
     for _ in range(4):
         add_job(rsps, progress="50")
     add_job(rsps, finishCode="0", completedAt="t")
-    job = make_client(clock, poll=policy).job("job-1")
-    assert job.wait(timeout=600, expected=expected).succeeded
+    client = make_client(clock, poll=policy)
+    if noted is not None:
+        client.job_times.note("ds-1", noted)
+    assert client.job("job-1").wait(timeout=600, learn_as="ds-1").succeeded
     assert clock.sleeps == [0.05, 0.1, 0.2]
+
+
+def test_a_failed_job_is_not_learned(rsps: responses.RequestsMock, clock: FakeClock) -> None:
+    add_signin(rsps)
+    add_job(rsps, progress="50")
+    add_job(rsps, finishCode="1", notes="no")
+    client = make_client(clock)
+    with pytest.raises(JobFailedError):
+        client.job("job-1").wait(timeout=600, learn_as="ds-1")
+    assert client.job_times.expected("ds-1") is None
 
 
 def test_expected_polls_keep_to_the_longest_wait_and_skip_close_marks() -> None:
