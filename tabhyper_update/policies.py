@@ -73,15 +73,23 @@ class PollPolicy:
 
     ``learn``: an update waits on its job as :meth:`expecting` says, given how long the
     last updates of the same data source took to be seen finished (a stream's jobs take
-    similar times). Doubling waits can see a job finished only when it has been done for as
-    long again; these see a job that takes between half and all of the usual time at most
-    a quarter of that late, and one that takes longer in steps that grow as before."""
+    similar times). Doubling waits may see a job finished as late again as it took; these
+    see a job that takes between half and all of the usual time at most a quarter of the
+    usual time late, and a longer one in steps that grow as before."""
 
     initial: float = 0.05
     factor: float = 2.0
     maximum: float = 30.0
     timeout: float = 3600.0
     learn: bool = True
+
+    def __post_init__(self) -> None:
+        if not (0 < self.initial <= self.maximum) or self.factor < 1 or self.timeout < 0:
+            raise InvalidArgumentError(
+                "poll waits need 0 < initial <= maximum, factor >= 1 and timeout >= 0; got "
+                f"initial={self.initial!r}, maximum={self.maximum!r}, factor={self.factor!r}, "
+                f"timeout={self.timeout!r}"
+            )
 
     def waits(self) -> Callable[[], float]:
         current = self.initial

@@ -35,6 +35,7 @@ from tabhyper_update import (
     NotFoundError,
     PayloadError,
     PersonalAccessToken,
+    PollPolicy,
     Replace,
     RetryPolicy,
     TabHyperError,
@@ -763,6 +764,18 @@ HOSTILE: list[Case] = [
         lambda c: RetryPolicy(max_attempts=0),
         InvalidArgumentError,
         "max_attempts",
+    ),
+    Case(
+        "poll-without-pause",
+        lambda c: PollPolicy(initial=0),
+        InvalidArgumentError,
+        "0 < initial <= maximum",
+    ),
+    Case(
+        "poll-shrinking-waits",
+        lambda c: PollPolicy(factor=0.5),
+        InvalidArgumentError,
+        "factor=0.5",
     ),
     Case(
         "chunk-size-over-64",
