@@ -27,6 +27,7 @@ from .cdc import (
     CdcSpec,
     latest_of,
 )
+from .errors import PayloadError
 from .hyper_parts import BucketStats, bucket_stats, external
 from .hyper_types import ColumnPlan
 
@@ -88,4 +89,7 @@ def rank_in_hyper(
             f"COPY ({ranked}) TO {quote_literal(str(target))} WITH (FORMAT parquet)"
         )
         stats = bucket_stats(conn, external([target]), by=KIND_COLUMN)
+    if read and not stats:
+        # Every key read has a last change: none ranked would report an empty change set.
+        raise PayloadError(f"Hyper read {read} tagged change(s) but ranked none into {out}")
     return read, {str(kind): found for kind, found in stats.items()}

@@ -91,8 +91,10 @@ class PollPolicy:
                 f"timeout={self.timeout!r}"
             )
 
-    def waits(self) -> Callable[[], float]:
-        current = self.initial
+    def waits(self, start: float | None = None) -> Callable[[], float]:
+        """Waits from ``start`` (``initial`` by default) growing by ``factor`` up to
+        ``maximum``."""
+        current = min(self.maximum, self.initial if start is None else start)
 
         def next_wait() -> float:
             nonlocal current
@@ -123,16 +125,15 @@ class _Marks:
         self.policy = policy
         self.marks = [expected * m for m in _MARKS]
         self.at = 0.0
-        self.then = min(policy.maximum, expected)
+        self.then = policy.waits(expected)
 
     def next_wait(self) -> float:
         gap = self.policy.initial / 2
         while self.marks and self.marks[0] - self.at < gap:
             self.marks.pop(0)
-        if self.marks:
-            wait = min(self.policy.maximum, self.marks[0] - self.at)
-        else:
-            wait, self.then = self.then, min(self.policy.maximum, self.then * self.policy.factor)
+        if not self.marks:
+            return self.then()
+        wait = min(self.policy.maximum, self.marks[0] - self.at)
         self.at += wait
         return wait
 

@@ -156,7 +156,7 @@ def staging_for(
     rows = 0
     if staging == "auto":
         mode = "driver" if small and has_pyarrow() else "shared"
-        if probe and not small and has_pyarrow():
+        if probe and size is None and has_pyarrow():
             rows = probe_rows(df)
     log.debug(
         "table %r: Spark estimates %s; staged %s%s",

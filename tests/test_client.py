@@ -889,7 +889,7 @@ def _seen_after(waits: Callable[[], float], took: float) -> tuple[float, int]:
 @pytest.mark.parametrize("took", [0.12, 0.7, 3.0, 12.0, 95.0])
 def test_learned_polls_see_a_steady_stream_of_jobs_sooner(took: float) -> None:
     policy, times = PollPolicy(), JobTimes()
-    late_first, polls_first = _seen_after(policy.waits(), took)
+    _, polls_first = _seen_after(policy.waits(), took)
     for n in range(8):
         # Job lengths vary by 10% around ``took``.
         length = took * (0.9, 1.0, 1.1)[n % 3]
@@ -900,8 +900,7 @@ def test_learned_polls_see_a_steady_stream_of_jobs_sooner(took: float) -> None:
             # with no more polls than doubling waits take.
             assert seen - length <= 0.25 * length + 1e-9
             assert polls <= polls_first + 1
-    assert late_first - took >= 0
-    assert times.expected("other") is None
+    assert times.expected("other") is None  # learned per data source
 
 
 def test_one_slow_job_does_not_make_the_next_ones_late() -> None:

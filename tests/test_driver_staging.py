@@ -315,6 +315,18 @@ def test_only_plans_that_read_no_more_than_the_probe_are_probed(spark: SparkSess
     assert staging.probe_rows(wide) == staging.SMALL_BYTES // (400 * 20)
 
 
+def test_only_rows_without_a_size_estimate_are_probed(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    df = spark.createDataFrame([(1, "a", "U", 1)], "id long, v string, op string, seq long")
+    unsized = staging.staging_for(df, "auto", table="t", change_set=False)
+    assert (unsized.mode, unsized.probe) == ("shared", staging.PROBE_ROWS)
+    # Estimated large: staged shared at once (a probe would read 10,001 rows for nothing).
+    monkeypatch.setattr(staging, "estimated_bytes", lambda df: staging.SMALL_BYTES + 1)
+    large = staging.staging_for(df, "auto", table="t", change_set=False)
+    assert (large.mode, large.probe) == ("shared", 0)
+
+
 def test_probed_rows_the_driver_received_but_hyper_cannot_read_are_an_error(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

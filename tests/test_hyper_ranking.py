@@ -280,3 +280,21 @@ def test_changes_the_driver_received_but_hyper_cannot_read_are_an_error(
             df, ChangeSet("id", op_column="op", order_by="seq"), output_dir=tmp_path / "out"
         )
     assert list((tmp_path / "out").iterdir()) == []  # no half-built payload
+
+
+def test_changes_hyper_read_but_ranked_none_are_an_error_not_an_empty_change_set(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tabhyper_update.cdc import latest_of
+
+    def loses_every_row(source: str, **kwargs: Any) -> str:
+        return f"SELECT * FROM ({latest_of(source, **kwargs)}) AS r WHERE false"
+
+    # A ranking that loses every row, as a broken one would.
+    monkeypatch.setattr("tabhyper_update.hyper_ranking.latest_of", loses_every_row)
+    df = spark.range(30).selectExpr("id % 4 AS id", "'U' AS op", "id AS seq")
+    with pytest.raises(PayloadError, match=r"Hyper read 30 tagged change\(s\) but ranked none"):
+        build_payload(
+            df, ChangeSet("id", op_column="op", order_by="seq"), output_dir=tmp_path / "out"
+        )
+    assert list((tmp_path / "out").iterdir()) == []  # no half-built payload
