@@ -139,6 +139,32 @@ def test_auto_takes_the_driver_for_a_small_change_set_and_the_same_payload_comes
     assert small.tables["upserts"].row_count + small.tables["deletes"].row_count == 700
 
 
+def test_a_file_source_is_sized_from_its_files_before_anything_runs(
+    spark: SparkSession,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The estimate is Spark's, read without running or optimizing the source: the bytes
+    # of the Parquet files under it. Over the small limit, the shared folder; under it,
+    # the driver; the same payload either way.
+    cs = ChangeSet("id", op_column="_change_type", order_by="seq")
+    folder = tmp_path / "source"
+    history(spark).withColumnRenamed("op", "_change_type").write.parquet(str(folder))
+    on_disk = sum(p.stat().st_size for p in folder.glob("*.parquet"))
+    df = spark.read.parquet(str(folder))
+    monkeypatch.setattr(staging, "SMALL_BYTES", on_disk - 1)
+    large, said = build_logged(df, cs, caplog, output_dir=tmp_path / "a")
+    assert said == (
+        f"table 'upserts': Spark estimates {on_disk:,} bytes; staged in the shared folder"
+    ), said
+    monkeypatch.setattr(staging, "SMALL_BYTES", on_disk)
+    small, said = build_logged(df, cs, caplog, output_dir=tmp_path / "b")
+    assert f"Spark estimates {on_disk:,} bytes; staged through the driver" in said
+    assert small.digest == large.digest
+    assert small.tables["upserts"].row_count + small.tables["deletes"].row_count == 700
+
+
 @pytest.mark.parametrize("ranking", ["one partition", "shuffled"])
 def test_a_tie_and_a_null_key_are_refused_whichever_way_the_change_set_is_ranked(
     spark: SparkSession, monkeypatch: pytest.MonkeyPatch, ranking: str
