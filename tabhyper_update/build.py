@@ -421,7 +421,10 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             ]
             rows = selected(df, exprs)
             sent = _probe(rows, target, probe, name) if probe else None
-            if sent is None:
+            if sent is None and mode == "driver":
+                # The driver counts the rows it receives: no observation to wait for.
+                sent = write_on_driver(rows, target)
+            elif sent is None:
                 _write_staged(
                     rows.observe(observed, F.expr("count(1)").alias("rows")), target, mode
                 )

@@ -75,7 +75,10 @@ ROWS_PER_FILE = 1_000_000
 #: driver hang in one partition, 16 MiB did not; this keeps a margin for data that
 #: compresses better.
 SMALL_BYTES = 8 * 1024 * 1024
-_UNKNOWN_SIZE = (1 << 63) - 1
+#: Spark's "unknown" size is spark.sql.defaultSizeInBytes (Long.MaxValue unless
+#: configured), and operators above a source scale it: a projection by its share of the
+#: row width. An estimate at or above a pebibyte derives from that, not from a source.
+_UNKNOWN_SIZE = 1 << 50
 #: The most rows a probe of an unsized DataFrame takes through the driver (fewer for wide
 #: rows: :func:`probe_rows`).
 PROBE_ROWS = 10_000
@@ -130,7 +133,6 @@ def estimated_bytes(df: DataFrame) -> int | None:
         size = int(str(jdf.queryExecution().analyzed().stats().sizeInBytes()))
     except Exception:  # an estimate is optional: without one the build stages as before
         return None
-    # Spark's "unknown" is spark.sql.defaultSizeInBytes: Long.MaxValue unless configured.
     return size if 0 <= size < _UNKNOWN_SIZE else None
 
 
