@@ -171,7 +171,8 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     global CLOCK
-    CLOCK = CpuClock(int(spark._jvm.java.lang.ProcessHandle.current().pid()))
+    jvm: Any = spark._jvm
+    CLOCK = CpuClock(int(jvm.java.lang.ProcessHandle.current().pid()) if jvm else None)
     df = synthetic(spark, args.rows)
     options: dict[str, Any] = {"table": "orders", "staging": args.staging}
     changes: ChangeSet | None = None
