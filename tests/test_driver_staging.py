@@ -165,6 +165,28 @@ def test_a_file_source_is_sized_from_its_files_before_anything_runs(
     assert small.tables["upserts"].row_count + small.tables["deletes"].row_count == 700
 
 
+def test_a_persisted_change_set_is_sized_by_what_it_holds(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Python-made rows have no size, but once persisted and computed Spark knows their
+    # bytes: a persisted micro-batch (foreachBatch) is small and ranked by Hyper.
+    rows = [(i % 7, f"v{i}", "U", i) for i in range(40)]
+    df = spark.createDataFrame(rows, "id long, v string, op string, seq long").persist()
+    try:
+        assert df.count() == 40
+        payload, said = build_logged(
+            df, ChangeSet("id", op_column="op", order_by="seq"), caplog, output_dir=tmp_path
+        )
+        assert "Spark estimates no size" not in said
+        assert said.endswith("staged through the driver, ranked in one partition"), said
+        with payload:
+            assert read_table(payload.parts[0].path, "upserts") == [
+                (k, f"v{max(i for i in range(40) if i % 7 == k)}") for k in range(7)
+            ]
+    finally:
+        df.unpersist()
+
+
 @pytest.mark.parametrize("ranking", ["one partition", "shuffled"])
 def test_a_tie_and_a_null_key_are_refused_whichever_way_the_change_set_is_ranked(
     spark: SparkSession, monkeypatch: pytest.MonkeyPatch, ranking: str
