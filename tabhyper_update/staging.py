@@ -84,7 +84,8 @@ _UNKNOWN_SIZE = 1 << 50
 PROBE_ROWS = 10_000
 #: The only operators a probed plan may hold: each gives its rows as it reads them, so a
 #: limit above them stops reading once that many rows have passed.
-_PROBED_NODES = frozenset({"Project", "Filter", "Union", "LogicalRDD"})
+#: (The plan is the analyzed one: a view's or an alias's name passes its rows on as read.)
+_PROBED_NODES = frozenset({"Project", "Filter", "Union", "LogicalRDD", "SubqueryAlias", "View"})
 
 
 class Placement(NamedTuple):
@@ -131,20 +132,21 @@ def estimated_bytes(df: DataFrame) -> int | None:
     if jdf is None:
         return None
     try:
-        execution = jdf.queryExecution()
-        plan = execution.withCachedData() if _caches(jdf) else execution.analyzed()
-        size = int(str(plan.stats().sizeInBytes()))
+        size = int(str(_sizing_plan(jdf).stats().sizeInBytes()))
     except Exception:  # an estimate is optional: without one the build stages as before
         return None
     return size if 0 <= size < _UNKNOWN_SIZE else None
 
 
-def _caches(jdf: Any) -> bool:
-    """Whether the session holds any cached data (putting it in place costs a plan walk)."""
+def _sizing_plan(jdf: Any) -> Any:
+    """``jdf``'s analyzed plan, with cached data in place when the session caches anything
+    (putting it in place costs a plan walk): what Spark reads, without optimizing it."""
+    execution = jdf.queryExecution()
     try:
-        return not bool(jdf.sparkSession().sharedState().cacheManager().isEmpty())
+        caches = not bool(jdf.sparkSession().sharedState().cacheManager().isEmpty())
     except Exception:  # unknown: look for it
-        return True
+        caches = True
+    return execution.withCachedData() if caches else execution.analyzed()
 
 
 def selected(
@@ -199,7 +201,7 @@ def probe_rows(df: DataFrame) -> int:
     if jdf is None:
         return 0
     try:
-        pending = [jdf.queryExecution().optimizedPlan()]
+        pending = [_sizing_plan(jdf)]
         while pending:
             node = pending.pop()
             if node.nodeName() not in _PROBED_NODES:

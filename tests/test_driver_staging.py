@@ -40,6 +40,18 @@ def changes(spark: SparkSession) -> DataFrame:
     )
 
 
+def assert_same_change_set(a: Payload, b: Payload) -> None:
+    """The same payload: digest, each table's rows and digest, and each part's rows."""
+    assert a.digest == b.digest
+    assert {n: (t.row_count, t.row_digest) for n, t in a.tables.items()} == {
+        n: (t.row_count, t.row_digest) for n, t in b.tables.items()
+    }
+    assert len(a.parts) == len(b.parts)
+    for x, y in zip(a.parts, b.parts, strict=True):
+        for table in ("upserts", "deletes"):
+            assert sorted(read_table(x.path, table)) == sorted(read_table(y.path, table))
+
+
 @pytest.mark.parametrize("cap", [None, 0.2])
 def test_a_change_set_staged_on_the_driver_is_the_same_payload(
     spark: SparkSession, tmp_path: Path, cap: float | None
@@ -53,14 +65,7 @@ def test_a_change_set_staged_on_the_driver_is_the_same_payload(
         for mode in ("shared", "driver")
     }
     shared, driver = built["shared"], built["driver"]
-    assert driver.digest == shared.digest
-    assert {n: (t.row_count, t.row_digest) for n, t in driver.tables.items()} == {
-        n: (t.row_count, t.row_digest) for n, t in shared.tables.items()
-    }
-    assert len(driver.parts) == len(shared.parts)
-    for a, b in zip(driver.parts, shared.parts, strict=True):
-        for table in ("upserts", "deletes"):
-            assert sorted(read_table(a.path, table)) == sorted(read_table(b.path, table))
+    assert_same_change_set(driver, shared)
     if cap is not None:
         assert len(driver.parts) > 1
 
@@ -128,14 +133,7 @@ def test_auto_takes_the_driver_for_a_small_change_set_and_the_same_payload_comes
     monkeypatch.setattr(staging, "estimated_bytes", lambda df: 1 << 40)
     large, said = build_logged(df, cs, caplog, output_dir=tmp_path / "b")
     assert said.endswith("staged in the shared folder")  # and ranked after a shuffle
-    assert small.digest == large.digest
-    assert {n: (t.row_count, t.row_digest) for n, t in small.tables.items()} == {
-        n: (t.row_count, t.row_digest) for n, t in large.tables.items()
-    }
-    for table in ("upserts", "deletes"):
-        assert sorted(read_table(small.parts[0].path, table)) == sorted(
-            read_table(large.parts[0].path, table)
-        )
+    assert_same_change_set(small, large)
     assert small.tables["upserts"].row_count + small.tables["deletes"].row_count == 700
 
 
@@ -161,7 +159,7 @@ def test_a_file_source_is_sized_from_its_files_before_anything_runs(
     monkeypatch.setattr(staging, "SMALL_BYTES", on_disk)
     small, said = build_logged(df, cs, caplog, output_dir=tmp_path / "b")
     assert f"Spark estimates {on_disk:,} bytes; staged through the driver" in said
-    assert small.digest == large.digest
+    assert_same_change_set(small, large)
     assert small.tables["upserts"].row_count + small.tables["deletes"].row_count == 700
 
 
@@ -270,11 +268,7 @@ def test_rows_spark_cannot_size_are_probed_and_hyper_ranks_them(
     assert any("Hyper ranks them" in r.getMessage() for r in caplog.records)
     shared, _ = build_logged(unsized, cs, caplog, output_dir=tmp_path / "b", staging="shared")
     with probed, shared:
-        assert probed.digest == shared.digest
-        for table in ("upserts", "deletes"):
-            assert sorted(read_table(probed.parts[0].path, table)) == sorted(
-                read_table(shared.parts[0].path, table)
-            )
+        assert_same_change_set(probed, shared)
         assert probed.tables["upserts"].row_count + probed.tables["deletes"].row_count == 700
 
 
