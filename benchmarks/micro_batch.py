@@ -18,8 +18,10 @@ baseline, the least a hand-rolled job does for the same result:
 
 The two paths alternate (which goes first switches every batch). Figures: the median of
 batches 3-7 of the session ("fresh") and of batches 18-22 ("hot", the JVM compiled), the
-ratio SDK / baseline of each, and the SDK's steps. At the end both copies must hold the
-same rows, or the run fails: the baseline is only a baseline if it does the same work.
+ratio SDK / baseline of each, the steps of both and the CPU seconds each path used (the
+Spark JVM, Hyper, and this process, which runs the fake server too). At the end both
+copies must hold the same rows, or the run fails: the baseline is only a baseline if it
+does the same work.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from cpu_clock import CpuClock, jvm_pid  # noqa: E402  (beside this file)
 
 TARGET_ROWS = 100_000
 FRESH = range(3, 8)
@@ -100,6 +104,8 @@ class Baseline:
         self.base = f"{client.server}/{client._site_path('')}"
         self.luid = luid
         self.work = work
+        #: The last call's steps in seconds: Spark (``toArrow``), Hyper, send (upload to done).
+        self.steps: dict[str, float] = {}
 
     def __call__(self, df: Any) -> None:
         import pyarrow as pa
@@ -107,7 +113,9 @@ class Baseline:
         from tabhyper_update._hyper import connect
 
         arrow_file = self.work / "changes.arrows"
+        started = time.perf_counter()
         table = df.toArrow()
+        arrowed = time.perf_counter()
         with (
             pa.OSFile(str(arrow_file), "wb") as sink,
             pa.ipc.new_stream(sink, table.schema) as writer,
@@ -132,7 +140,13 @@ class Baseline:
             conn.execute_command(
                 f'CREATE TABLE "Extract"."deletes" AS SELECT order_id FROM {latest} AND op = \'D\''
             )
+        written = time.perf_counter()
         self.send(payload)
+        self.steps = {
+            "spark": arrowed - started,
+            "hyper": written - arrowed,
+            "send": time.perf_counter() - written,
+        }
 
     def send(self, payload: Path) -> None:
         from tabhyper_update.uploads import multipart_framing
@@ -186,7 +200,10 @@ def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
             ds = client.datasource("Orders")
             sdk_times: dict[int, float] = {}
             base_times: dict[int, float] = {}
+            base_steps: dict[int, dict[str, float]] = {}
             steps: dict[int, dict[str, float]] = {}
+            clock = CpuClock(jvm_pid(spark))
+            cpu: dict[str, dict[int, dict[str, float]]] = {"SDK": {}, "baseline": {}}
 
             def sdk(df: Any, i: int) -> None:
                 started = time.perf_counter()
@@ -202,12 +219,17 @@ def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
                 started = time.perf_counter()
                 baseline(df)
                 base_times[i] = time.perf_counter() - started
+                base_steps[i] = baseline.steps
 
             for i in range(1, max(HOT) + 1):
                 df = batch(spark, i, args.changes)
-                first, second = (sdk, hand) if i % 2 else (hand, sdk)
-                first(df, i)
-                second(df, i)
+                for path in (sdk, hand) if i % 2 else (hand, sdk):
+                    before = clock.now()
+                    path(df, i)
+                    after = clock.now()
+                    if before is not None and after is not None:
+                        used = {k: after[k] - before[k] for k in after}
+                        cpu["SDK" if path is sdk else "baseline"][i] = used
             server.wait_idle()
             ours = read_table(server.datasource_path(sdk_luid), "Extract")
             theirs = read_table(server.datasource_path(twin_luid), "Extract")
@@ -229,6 +251,16 @@ def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
         for step in ("build", "upload", "submit", "wait"):
             value = statistics.median(steps[i].get(step, 0.0) for i in which)
             print(f"      {'SDK ' + step + ', median':<38} {value:7.3f} s")
+        for step in ("spark", "hyper", "send"):
+            value = statistics.median(base_steps[i][step] for i in which)
+            print(f"      {'baseline ' + step + ', median':<38} {value:7.3f} s")
+        for who, by_batch in cpu.items():
+            if not by_batch:
+                continue
+            each = {k: statistics.median(by_batch[i][k] for i in which) for k in by_batch[which[0]]}
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in each.items())
+            title = f"{who} CPU seconds, median"
+            print(f"      {title:<38} {sum(each.values()):7.3f}   ({parts})")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from cpu_clock import CpuClock, jvm_pid  # noqa: E402  (beside this file)
 
 
 def rss_peak_mb() -> float:
@@ -50,44 +52,6 @@ def rss_now_mb() -> float:
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
     return pages * os.sysconf("SC_PAGE_SIZE") / 1024 / 1024
-
-
-class CpuClock:
-    """CPU seconds (user + system) used so far by this Python process, the Spark JVM and
-    every ``hyperd`` process, read from ``/proc`` (Linux); ``None`` elsewhere."""
-
-    def __init__(self, jvm_pid: int | None) -> None:
-        self.jvm_pid = jvm_pid
-        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-    def _of(self, pid: int) -> float:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / self.tick
-
-    def _hyperd(self) -> list[int]:
-        found = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/comm") as f:
-                        if f.read().startswith("hyperd"):
-                            found.append(int(entry))
-                except OSError:
-                    continue
-        return found
-
-    def now(self) -> dict[str, float] | None:
-        if not os.path.isdir("/proc/self"):
-            return None
-        return {
-            "JVM": self._of(self.jvm_pid) if self.jvm_pid else 0.0,
-            "Hyper": sum(self._of(p) for p in self._hyperd()),
-            "Python": self._of(os.getpid()),
-        }
 
 
 CLOCK: CpuClock | None = None
@@ -171,8 +135,7 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     global CLOCK
-    jvm: Any = spark._jvm
-    CLOCK = CpuClock(int(jvm.java.lang.ProcessHandle.current().pid()) if jvm else None)
+    CLOCK = CpuClock(jvm_pid(spark))
     df = synthetic(spark, args.rows)
     options: dict[str, Any] = {"table": "orders", "staging": args.staging}
     changes: ChangeSet | None = None

@@ -401,3 +401,36 @@ def test_a_change_set_hyper_cannot_rank_is_not_probed(
     assert said.endswith("Spark estimates no size; staged in the shared folder")
     with payload:
         assert read_table(payload.parts[0].path, "upserts") == [(0.5, "b")]
+
+
+def test_a_micro_batch_s_tagging_compiles_to_the_same_code_whatever_its_source_holds(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A source whose literal changes every batch (here a modulus; in a job, a version or an
+    # offset in a filter): the code Spark generates for the SDK's tagging stays the same
+    # text, so Spark compiles it once per session and takes it from its cache after.
+    staged: list[DataFrame] = []
+    write = build.write_on_driver
+
+    def capture(df: DataFrame, target: Path) -> int:
+        staged.append(df)
+        return write(df, target)
+
+    monkeypatch.setattr(build, "write_on_driver", capture)
+    cs = ChangeSet("id", op_column="op", order_by="seq")
+    for modulus in (7, 8):
+        df = spark.range(50).selectExpr(
+            f"id % {modulus} AS id", "CAST(id AS STRING) AS v", "'U' AS op", "id AS seq"
+        )
+        with build_payload(df, cs, output_dir=tmp_path) as payload:
+            assert payload.tables["upserts"].row_count == modulus
+    assert len(staged) == 2
+
+    def tagging_code(df: DataFrame) -> list[str]:
+        stages = df._jdf.queryExecution().debug().codegenToSeq()
+        found = [stages.apply(i) for i in range(stages.size())]
+        return [str(s._2()) for s in found if "__tabhyper_rowhash" in str(s._1())]
+
+    first, second = (tagging_code(df) for df in staged)
+    assert len(first) == 1
+    assert first == second
