@@ -102,6 +102,7 @@ from .spark_sql import sql_name
 from .staging import (
     StagingMode,
     check_staging,
+    compiled_apart,
     selected,
     staged_files,
     staging_for,
@@ -405,6 +406,8 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
         if spec is not None and small and not by_hyper:
             # One partition satisfies Spark's ranking's partitioning: no shuffle, one task.
             df = df.coalesce(1)
+        elif mode == "driver" or probe:
+            df = compiled_apart(df)
         staged_names = [f"c{i}" for i in range(len(plans))]
         values = [p.spark_sql(sql_name(p.name)) for p in plans]
         columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]

@@ -54,6 +54,7 @@ __all__ = [
     "Placement",
     "StagingMode",
     "check_staging",
+    "compiled_apart",
     "estimated_bytes",
     "has_pyarrow",
     "probe_rows",
@@ -86,6 +87,9 @@ PROBE_ROWS = 10_000
 #: limit above them stops reading once that many rows have passed.
 #: (The plan is the analyzed one: a view's or an alias's name passes its rows on as read.)
 _PROBED_NODES = frozenset({"Project", "Filter", "Union", "LogicalRDD", "SubqueryAlias", "View"})
+#: What :func:`compiled_apart` coalesces to: more partitions than a DataFrame staged through
+#: the driver has, so the coalesce keeps them as they are.
+_APART_PARTITIONS = 1 << 16
 
 
 class Placement(NamedTuple):
@@ -147,6 +151,18 @@ def _sizing_plan(jdf: Any) -> Any:
     except Exception:  # unknown: look for it
         caches = True
     return execution.withCachedData() if caches else execution.analyzed()
+
+
+def compiled_apart(df: DataFrame) -> DataFrame:
+    """``df`` below an operator Spark generates no code for (a coalesce that keeps its
+    partitions), so the SDK's projection over it compiles to a class of its own.
+
+    Spark fuses a source's code with the projections above it into one class, compiled
+    again whenever its text changes: a micro-batch whose source holds a literal that
+    changes every batch (a version or an offset in a filter) recompiled the SDK's tagging
+    with it each time, and the JVM compiled that class to machine code again. Apart, the
+    tagging's class is the same text every batch: Spark takes it from its cache."""
+    return df.coalesce(_APART_PARTITIONS)
 
 
 def selected(
