@@ -3,6 +3,7 @@
     python benchmarks/micro_batch.py                  # 1,000 changes, batches 3-7 and 18-22
     python benchmarks/micro_batch.py --changes 10000
     python benchmarks/micro_batch.py --staging shared # the SDK staging in a shared folder
+    python benchmarks/micro_batch.py --pause 0.3      # quiet before each path, as in a stream
 
 One Spark session (``local[2]``) and one fake server on 127.0.0.1 holding two copies of the
 same 100,000-row data source. Each micro-batch (1,000 changes of a later slice of the feed:
@@ -50,6 +51,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=1000, help="changes per micro-batch")
     parser.add_argument("--staging", choices=["auto", "shared", "driver"], default="auto")
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=0.0,
+        help="seconds of quiet before each path (a stream's trigger interval): the JVM's "
+        "background compiling for one path then does not run into the other's time",
+    )
     args = parser.parse_args()
 
     import shutil
@@ -224,6 +232,7 @@ def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
             for i in range(1, max(HOT) + 1):
                 df = batch(spark, i, args.changes)
                 for path in (sdk, hand) if i % 2 else (hand, sdk):
+                    time.sleep(args.pause)
                     before = clock.now()
                     path(df, i)
                     after = clock.now()
@@ -238,7 +247,8 @@ def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
 
     print(
         f"micro-batch of {args.changes:,} changes into a {TARGET_ROWS:,}-row data source "
-        f"(staging={args.staging!r}); both copies equal after {max(HOT)} batches "
+        f"(staging={args.staging!r}, pause {args.pause:g} s); both copies equal after "
+        f"{max(HOT)} batches "
         f"({len(ours):,} rows)"
     )
     for label, which in (("fresh (batches 3-7)", FRESH), ("hot (batches 18-22)", HOT)):

@@ -410,7 +410,7 @@ def test_a_micro_batch_s_tagging_compiles_to_the_same_code_whatever_its_source_h
     # offset in a filter): the code Spark generates for the SDK's tagging stays the same
     # text, so Spark compiles it once per session and takes it from its cache after.
     staged: list[DataFrame] = []
-    write = build.write_on_driver
+    write = staging.write_on_driver
 
     def capture(df: DataFrame, target: Path) -> int:
         staged.append(df)
