@@ -4,6 +4,7 @@
     python benchmarks/micro_batch.py --changes 10000
     python benchmarks/micro_batch.py --staging shared # the SDK staging in a shared folder
     python benchmarks/micro_batch.py --pause 0.3      # quiet before each path, as in a stream
+    python benchmarks/micro_batch.py --shared-source  # both paths read one DataFrame
 
 One Spark session (``local[2]``) and one fake server on 127.0.0.1 holding two copies of the
 same 100,000-row data source. Each micro-batch (1,000 changes of a later slice of the feed:
@@ -17,7 +18,14 @@ baseline, the least a hand-rolled job does for the same result:
 * one raw initiate, one raw append and the raw PATCH with the same two actions (delete by
   key, upsert by key), then a poll every 2 ms until the job is done.
 
-The two paths alternate (which goes first switches every batch). Figures: the median of
+Each path reads its own DataFrame of the batch's changes, the same rows from code that
+differs in one operand's sign (``base + id`` against ``id - (-base)``), so each compiles its
+own source, as a job alone would: Spark's code cache is keyed by the generated code's text,
+and a shared DataFrame's source was compiled by whichever path ran first and taken from the
+cache by the other. With five batches a window and the order switching every batch, that
+charged the compile to the SDK in three fresh batches of five and to the baseline in three
+hot batches of five (``--shared-source`` measures that way). The two paths alternate (which
+goes first switches every batch). Figures: the median of
 batches 3-7 of the session ("fresh") and of batches 18-22 ("hot", the JVM compiled), the
 ratio SDK / baseline of each, the steps of both and the CPU seconds each path used (the
 Spark JVM, Hyper, and this process, which runs the fake server too). At the end both
@@ -58,6 +66,12 @@ def main() -> None:
         help="seconds of quiet before each path (a stream's trigger interval): the JVM's "
         "background compiling for one path then does not run into the other's time",
     )
+    parser.add_argument(
+        "--shared-source",
+        action="store_true",
+        help="both paths read one DataFrame per batch: the first compiles its source's code "
+        "and the second takes it from Spark's cache",
+    )
     args = parser.parse_args()
 
     import shutil
@@ -85,16 +99,21 @@ def start_file(path: Path) -> Path:
     return path
 
 
-def batch(spark: Any, index: int, changes: int) -> Any:
-    """A later slice of the feed each time: new positions, several changes per key."""
+def batch(spark: Any, index: int, changes: int, *, twin: bool = False) -> Any:
+    """A later slice of the feed each time: new positions, several changes per key.
+
+    ``twin``: the same rows from code of another text (``seq`` as ``id - (-base)``, which the
+    optimizer keeps as written; it turns ``base + id`` into ``id + base``), so Spark compiles
+    it apart from the other's."""
     base = index * changes * 10
+    seq = f"id - ({-base})" if twin else f"{base} + id"
     return spark.range(changes).selectExpr(
         f"(id * 7919 + {index}) % {TARGET_ROWS} AS order_id",
         "CONCAT('status-', CAST((id + 3 * order_id) % 5 AS STRING)) AS status",
         f"CAST(id * 1.5 + {index} AS DOUBLE) AS amount",
         "DATE_ADD(DATE'2024-01-01', CAST(id % 365 AS INT)) AS day",
         "CASE id % 10 WHEN 0 THEN 'D' WHEN 1 THEN 'I' ELSE 'U' END AS op",
-        f"{base} + id AS seq",
+        f"{seq} AS seq",
     )
 
 
@@ -212,6 +231,10 @@ def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
             steps: dict[int, dict[str, float]] = {}
             clock = CpuClock(jvm_pid(spark))
             cpu: dict[str, dict[int, dict[str, float]]] = {"SDK": {}, "baseline": {}}
+            # Classes Spark's code generator compiled (Janino), per path and batch.
+            codegen = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+            compiled = codegen.METRIC_COMPILATION_TIME()
+            classes: dict[str, dict[int, int]] = {"SDK": {}, "baseline": {}}
 
             def sdk(df: Any, i: int) -> None:
                 started = time.perf_counter()
@@ -231,14 +254,16 @@ def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
 
             for i in range(1, max(HOT) + 1):
                 df = batch(spark, i, args.changes)
+                twin = df if args.shared_source else batch(spark, i, args.changes, twin=True)
                 for path in (sdk, hand) if i % 2 else (hand, sdk):
                     time.sleep(args.pause)
-                    before = clock.now()
-                    path(df, i)
+                    who = "SDK" if path is sdk else "baseline"
+                    before, count = clock.now(), int(compiled.getCount())
+                    path(df if path is sdk else twin, i)
                     after = clock.now()
+                    classes[who][i] = int(compiled.getCount()) - count
                     if before is not None and after is not None:
-                        used = {k: after[k] - before[k] for k in after}
-                        cpu["SDK" if path is sdk else "baseline"][i] = used
+                        cpu[who][i] = {k: after[k] - before[k] for k in after}
             server.wait_idle()
             ours = read_table(server.datasource_path(sdk_luid), "Extract")
             theirs = read_table(server.datasource_path(twin_luid), "Extract")
@@ -247,7 +272,9 @@ def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
 
     print(
         f"micro-batch of {args.changes:,} changes into a {TARGET_ROWS:,}-row data source "
-        f"(staging={args.staging!r}, pause {args.pause:g} s); both copies equal after "
+        f"(staging={args.staging!r}, pause {args.pause:g} s, "
+        f"{'one source for both' if args.shared_source else 'a source each'}); "
+        "both copies equal after "
         f"{max(HOT)} batches "
         f"({len(ours):,} rows)"
     )
@@ -264,6 +291,9 @@ def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
         for step in ("spark", "hyper", "send"):
             value = statistics.median(base_steps[i][step] for i in which)
             print(f"      {'baseline ' + step + ', median':<38} {value:7.3f} s")
+        for who, counts in classes.items():
+            title = f"{who} classes compiled, per batch"
+            print(f"      {title:<38} {' '.join(str(counts[i]) for i in which)}")
         for who, by_batch in cpu.items():
             if not by_batch:
                 continue
