@@ -52,10 +52,8 @@ from .cdc import (
     KIND_UPSERT,
     OP_TEXT_COLUMN,
     ORDER_TEXT_COLUMN,
-    PRIORITY_COLUMN,
     CdcSpec,
     ChangeSet,
-    position_column,
     resolve_change_sets,
 )
 from .errors import (
@@ -434,32 +432,24 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
                 sent = _metric(observed, "rows")
             staged.append(Staged(name, plans, staged_names, staged_files(target), sent))
             continue
-        keys = ", ".join(sql_name(k) for k in spec.key)
         kind = sql_name(KIND_COLUMN)
-        orders = [sql_name(o) for o in spec.order_by]
-        position = [
-            kind,
-            f"CAST({sql_name(spec.op_column)} AS STRING)",
-            *orders,
-            *(f"isnull({o})" for o in orders),
-        ]
-        exprs = [
-            *columns,
-            f"{row_hash_sql(values, position)} AS {sql_name(ROWHASH_COLUMN)}",
-            size,
-            f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
-            kind,
-        ]
         stats = None  # the ranked rows' statistics by kind, when Hyper ranks them
         if by_hyper:
             log.debug("table %r: Spark tags the changes, Hyper ranks them", name)
-            stats = _stage_tagged(df, spec, plans, staged_names, exprs, target, probe, name)
+            kind_sql, tags = spec.tags()
+            tagged = [*_identified(spec, columns, values, size, f"({kind_sql})"), *tags]
+            stats = _stage_tagged(df, spec, plans, staged_names, tagged, target, probe, name)
         if stats is not None:
             counts = kind_counts(stats)
         else:
             rows = selected(
                 df,
-                [*exprs, sql_name(OP_TEXT_COLUMN), sql_name(ORDER_TEXT_COLUMN)],
+                [
+                    *_identified(spec, columns, values, size, kind),
+                    kind,
+                    sql_name(OP_TEXT_COLUMN),
+                    sql_name(ORDER_TEXT_COLUMN),
+                ],
                 spec.latest_query(df.columns),
             ).observe(
                 observed,
@@ -503,33 +493,58 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
     return staged
 
 
+def _identified(
+    spec: CdcSpec, columns: Sequence[str], values: Sequence[str], size: str, kind: str
+) -> list[str]:
+    """A change's staged ``columns`` (of staged ``values``), ``size`` and identity: its row
+    hash over its values and position, ``kind`` being the SQL of its kind, and its key's
+    bucket."""
+    keys = ", ".join(sql_name(k) for k in spec.key)
+    orders = [sql_name(o) for o in spec.order_by]
+    position = [
+        kind,
+        f"CAST({sql_name(spec.op_column)} AS STRING)",
+        *orders,
+        *(f"isnull({o})" for o in orders),
+    ]
+    bucket = f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT)"
+    return [
+        *columns,
+        f"{row_hash_sql(values, position)} AS {sql_name(ROWHASH_COLUMN)}",
+        size,
+        f"{bucket} AS {sql_name(BUCKET_COLUMN)}",
+    ]
+
+
 def _stage_tagged(
     df: DataFrame,
     spec: CdcSpec,
     plans: Sequence[ColumnPlan],
     staged_names: Sequence[str],
-    exprs: Sequence[str],
+    tagged: Sequence[str],
     target: Path,
     probe: int = 0,
     name: str = "",
 ) -> dict[str, BucketStats] | None:
-    """Stage every tagged change through the driver and let Hyper rank them into
-    ``target`` (:mod:`tabhyper_update.hyper_ranking`): the ranked rows' bucket statistics
-    by kind. The driver counts the rows it receives, so no observation is needed: Hyper
-    must read exactly that many.
+    """Stage every change, tagged (``tagged``: the staged columns, the identity and
+    :meth:`CdcSpec.tags`, over ``df``'s columns), through the driver and let Hyper rank them
+    into ``target`` (:mod:`tabhyper_update.hyper_ranking`): the ranked rows' bucket
+    statistics by kind. The driver counts the rows it receives, so no observation is
+    needed: Hyper must read exactly that many.
+
+    One projection of ``df``, no view and no filter: Spark analyses and optimizes one
+    node, which a micro-batch feels while the JVM warms up. Ignored changes (a NULL kind)
+    come too, and Hyper leaves them out when it ranks.
 
     ``probe`` > 0: take at most ``probe`` + 1 changes; when that many come, drop them and
     return ``None`` (the change set is larger than a probe: the caller stages it shared)."""
     op_text, order_text = spec.texts()
-    tagged = [
-        *exprs,
-        sql_name(PRIORITY_COLUMN),
-        *(sql_name(position_column(i)) for i in range(len(spec.order_by))),
+    query = df.selectExpr(
+        *tagged,
         f"{op_text} AS {sql_name(OP_TEXT_COLUMN)}",
         f"{order_text} AS {sql_name(ORDER_TEXT_COLUMN)}",
-    ]
+    )
     raw = target.with_name(target.name + "-tagged")
-    query = selected(df, tagged, spec.tag_query(df.columns))
     sent = _probe(query, raw, probe, name) if probe else write_on_driver(query, raw)
     if sent is None:
         return None

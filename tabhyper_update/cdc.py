@@ -445,11 +445,11 @@ class CdcSpec:
         """
         return query_over(df, self.latest_query(df.columns))
 
-    def tag_query(self, columns: Sequence[str]) -> Callable[[str], str]:
-        """Spark SQL over a source named in the text: every change but the ignored ones,
-        with its kind (:data:`KIND_COLUMN`: upsert, delete or the error it is), priority
-        (:data:`PRIORITY_COLUMN`) and typed positions (:func:`position_column`). No ranking:
-        :func:`latest_of` ranks these rows, in Spark or in Hyper."""
+    def tags(self) -> tuple[str, list[str]]:
+        """Spark SQL of a change's kind (:data:`KIND_COLUMN`: upsert, delete or the error it
+        is; NULL for an ignored change) and the tag columns beside it, each ``expr AS name``:
+        the kind, the priority (:data:`PRIORITY_COLUMN`) and the typed positions
+        (:func:`position_column`). Over the source's own columns."""
         op = self.texts()[0]
         by_meaning: dict[str, list[str]] = {
             m: [] for m in ("upsert", "delete", "preimage", "ignore")
@@ -483,16 +483,25 @@ class CdcSpec:
             f"WHEN {null_order} THEN '{KIND_NULL_ORDER}' "
             f"WHEN {upsert} THEN '{KIND_UPSERT}' ELSE '{KIND_DELETE}' END"
         )
+        return kind, [
+            f"{kind} AS {sql_name(KIND_COLUMN)}",
+            # A pre-image says its key held a row before this position: every other change
+            # at the same position outranks it.
+            f"CASE WHEN {preimage} THEN 0 ELSE 1 END AS {sql_name(PRIORITY_COLUMN)}",
+            *(f"{o} AS {sql_name(position_column(i))}" for i, o in enumerate(order_sql)),
+        ]
+
+    def tag_query(self, columns: Sequence[str]) -> Callable[[str], str]:
+        """Spark SQL over a source named in the text: every change but the ignored ones,
+        with its :meth:`tags`. No ranking: :func:`latest_of` ranks these rows, in Spark or
+        in Hyper."""
+        tags = ", ".join(self.tags()[1])
         kind_col = sql_name(KIND_COLUMN)
-        positions = [f"{o} AS {sql_name(position_column(i))}" for i, o in enumerate(order_sql)]
 
         def query(source: str) -> str:
             return (
-                f"SELECT * FROM (SELECT *, {kind} AS {kind_col}, "
-                # A pre-image says its key held a row before this position: every other
-                # change at the same position outranks it.
-                f"CASE WHEN {preimage} THEN 0 ELSE 1 END AS {sql_name(PRIORITY_COLUMN)}, "
-                f"{', '.join(positions)} FROM {source}) AS changes WHERE {kind_col} IS NOT NULL"
+                f"SELECT * FROM (SELECT *, {tags} FROM {source}) AS changes "
+                f"WHERE {kind_col} IS NOT NULL"
             )
 
         return query

@@ -1,10 +1,11 @@
 """A small change set's last change per key, ranked by Hyper on the driver.
 
 For a change set staged through the driver that Spark estimates small, Spark only tags
-each change (its kind, priority and typed positions: :meth:`CdcSpec.tag_query`, the same
-SQL as always) and stages every tagged change; Hyper then ranks them with the ranking text
-Spark would have run (:func:`~tabhyper_update.cdc.latest_of`) and writes the result as the
-staged Parquet the rest of the build reads. Spark's job is then a projection (no sort, no
+each change (its kind, priority and typed positions: :meth:`CdcSpec.tags`, the same SQL
+as always) and stages every change with its tags; Hyper then leaves out the ignored ones
+(no kind), ranks the others with the ranking text Spark would have run
+(:func:`~tabhyper_update.cdc.latest_of`) and writes the result as the staged Parquet the
+rest of the build reads. Spark's job is then a projection (no sort, no
 window), which is most of a micro-batch's Spark time.
 
 Only where both engines compare alike: keys and positions of whole-number, decimal,
@@ -74,8 +75,10 @@ def rank_in_hyper(
     out.mkdir(parents=True, exist_ok=True)
     target = out / "part-00000.parquet"
     source = external(tagged)
+    kind = quote_name(KIND_COLUMN)
     ranked = latest_of(
-        f"SELECT * FROM {source}",
+        # Ignored changes carry no kind: left out here, as Spark's own ranking leaves them.
+        f"SELECT * FROM {source} WHERE {kind} IS NOT NULL",
         quote=quote_name,
         keys=[quote_name(k) for k in keys],
         positions=len(spec.order_by),
@@ -84,12 +87,16 @@ def rank_in_hyper(
         order_text=quote_name(ORDER_TEXT_COLUMN),
     )
     with connect() as conn:
-        read = int(conn.execute_scalar_query(f"SELECT COUNT(*) FROM {source}") or 0)
+        counted = conn.execute_list_query(f"SELECT COUNT(*), COUNT({kind}) FROM {source}")
+        read, kept = (int(n or 0) for n in counted[0])
         conn.execute_command(
             f"COPY ({ranked}) TO {quote_literal(str(target))} WITH (FORMAT parquet)"
         )
         stats = bucket_stats(conn, external([target]), by=KIND_COLUMN)
-    if read and not stats:
+    if kept and not stats:
         # Every key read has a last change: none ranked would report an empty change set.
-        raise PayloadError(f"Hyper read {read} tagged change(s) but ranked none into {out}")
+        ignored = f" ({read - kept} ignored change(s) left out)" if read > kept else ""
+        raise PayloadError(
+            f"Hyper read {kept} tagged change(s) but ranked none into {out}{ignored}"
+        )
     return read, {str(kind): found for kind, found in stats.items()}

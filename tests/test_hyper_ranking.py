@@ -161,6 +161,30 @@ def test_a_history_of_every_case_lands_the_same_and_hyper_ranked_it(
     assert counts["upserts"][0] == 5
 
 
+def test_a_change_set_of_ignored_changes_only_is_empty_both_ways(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Spark sends the ignored changes too (one projection, no filter); Hyper leaves them
+    # out. A truncate has no key and no position.
+    rows = [
+        (None, None, None, "truncate", None, None, None, None, None),
+        ("eu", 1, "x", "noise", 1, "a", None, None, "7"),
+    ]
+    cs = ChangeSet(
+        ["region", "id"],
+        op_column="op",
+        order_by=["version", "label", "lsn", "at"],
+        order_as={"label": "text", "lsn": "number"},
+        op_map={"U": "upsert", "truncate": "ignore", "noise": "ignore"},
+    )
+    kind, (_, counts, tables) = same_both_ways(
+        spark, spark.createDataFrame(rows, SCHEMA), cs, tmp_path
+    )
+    assert kind == "built"
+    assert counts == {}  # nothing to upload
+    assert tables == {}
+
+
 @pytest.mark.parametrize(
     ("rows", "expected"),
     [
