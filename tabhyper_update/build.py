@@ -71,6 +71,7 @@ from .hyper_parts import (
     SIZE_COLUMN,
     BucketStats,
     Staged,
+    change_identity_sql,
     kind_counts,
     kind_is,
     plan_parts,
@@ -437,7 +438,8 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
         if by_hyper:
             log.debug("table %r: Spark tags the changes, Hyper ranks them", name)
             kind_sql, tags = spec.tags()
-            tagged = [*_identified(spec, columns, values, size, f"({kind_sql})"), *tags]
+            identity = change_identity_sql(spec, plans, values, f"({kind_sql})")
+            tagged = [*columns, *identity, *tags]
             stats = _stage_tagged(df, spec, plans, staged_names, tagged, target, probe, name)
         if stats is not None:
             counts = kind_counts(stats)
@@ -445,7 +447,8 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             rows = selected(
                 df,
                 [
-                    *_identified(spec, columns, values, size, kind),
+                    *columns,
+                    *change_identity_sql(spec, plans, values, kind),
                     kind,
                     sql_name(OP_TEXT_COLUMN),
                     sql_name(ORDER_TEXT_COLUMN),
@@ -491,29 +494,6 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             )
         )
     return staged
-
-
-def _identified(
-    spec: CdcSpec, columns: Sequence[str], values: Sequence[str], size: str, kind: str
-) -> list[str]:
-    """A change's staged ``columns`` (of staged ``values``), ``size`` and identity: its row
-    hash over its values and position, ``kind`` being the SQL of its kind, and its key's
-    bucket."""
-    keys = ", ".join(sql_name(k) for k in spec.key)
-    orders = [sql_name(o) for o in spec.order_by]
-    position = [
-        kind,
-        f"CAST({sql_name(spec.op_column)} AS STRING)",
-        *orders,
-        *(f"isnull({o})" for o in orders),
-    ]
-    bucket = f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT)"
-    return [
-        *columns,
-        f"{row_hash_sql(values, position)} AS {sql_name(ROWHASH_COLUMN)}",
-        size,
-        f"{bucket} AS {sql_name(BUCKET_COLUMN)}",
-    ]
 
 
 def _stage_tagged(

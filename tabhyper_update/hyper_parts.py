@@ -27,6 +27,7 @@ from .errors import PayloadError
 from .hyper_types import ColumnPlan
 from .parts import BUCKETS, ColumnInfo, PayloadPart, RowDigest, TableInfo
 from .redaction import get_logger
+from .spark_sql import sql_name
 
 if TYPE_CHECKING:
     from tableauhyperapi import Connection
@@ -37,6 +38,7 @@ __all__ = [
     "ROWHASH_COLUMN",
     "SIZE_COLUMN",
     "Staged",
+    "change_identity_sql",
     "kind_is",
     "plan_parts",
     "raise_on_change_set_errors",
@@ -108,6 +110,27 @@ def row_hash_sql(values: Sequence[str], extra: Sequence[str] = ()) -> str:
     """
     flags = [f"isnull({v})" for v in values]
     return f"xxhash64({', '.join([*values, *extra, *flags])})"
+
+
+def change_identity_sql(
+    spec: CdcSpec, plans: Sequence[ColumnPlan], values: Sequence[str], kind: str
+) -> list[str]:
+    """A change's staged identity (Spark SQL, each ``expr AS name``): its row hash over its
+    ``values`` (the staged values of ``plans``) and its position (``kind``, the SQL of its
+    kind; its op; its ``order_by`` values), its size and its key's bucket."""
+    orders = [sql_name(o) for o in spec.order_by]
+    position = [
+        kind,
+        f"CAST({sql_name(spec.op_column)} AS STRING)",
+        *orders,
+        *(f"isnull({o})" for o in orders),
+    ]
+    keys = ", ".join(sql_name(k) for k in spec.key)
+    return [
+        f"{row_hash_sql(values, position)} AS {sql_name(ROWHASH_COLUMN)}",
+        f"{size_sql(plans, values)} AS {sql_name(SIZE_COLUMN)}",
+        f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
+    ]
 
 
 @dataclass

@@ -75,10 +75,10 @@ def rank_in_hyper(
     out.mkdir(parents=True, exist_ok=True)
     target = out / "part-00000.parquet"
     source = external(tagged)
-    kind = quote_name(KIND_COLUMN)
+    kind_col = quote_name(KIND_COLUMN)
     ranked = latest_of(
         # Ignored changes carry no kind: left out here, as Spark's own ranking leaves them.
-        f"SELECT * FROM {source} WHERE {kind} IS NOT NULL",
+        f"SELECT * FROM {source} WHERE {kind_col} IS NOT NULL",
         quote=quote_name,
         keys=[quote_name(k) for k in keys],
         positions=len(spec.order_by),
@@ -87,7 +87,7 @@ def rank_in_hyper(
         order_text=quote_name(ORDER_TEXT_COLUMN),
     )
     with connect() as conn:
-        counted = conn.execute_list_query(f"SELECT COUNT(*), COUNT({kind}) FROM {source}")
+        counted = conn.execute_list_query(f"SELECT COUNT(*), COUNT({kind_col}) FROM {source}")
         read, kept = (int(n or 0) for n in counted[0])
         conn.execute_command(
             f"COPY ({ranked}) TO {quote_literal(str(target))} WITH (FORMAT parquet)"
