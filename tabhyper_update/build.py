@@ -59,7 +59,6 @@ from .cdc import (
 from .errors import (
     ArgumentTypeError,
     PayloadArgumentError,
-    PayloadError,
     TabHyperError,
     build_failure,
 )
@@ -69,7 +68,6 @@ from .hyper_parts import (
     NO_CAP,
     ROWHASH_COLUMN,
     SIZE_COLUMN,
-    BucketStats,
     Staged,
     change_identity_sql,
     kind_counts,
@@ -81,7 +79,7 @@ from .hyper_parts import (
     size_sql,
 )
 from .hyper_parts import write_parts as _write_parts
-from .hyper_ranking import rank_in_hyper, ranks_in_hyper
+from .hyper_ranking import ranks_in_hyper, stage_and_rank
 from .hyper_types import (
     DEFAULT_DATABASE_VERSION,
     SUPPORTED_DATABASE_VERSIONS,
@@ -102,6 +100,7 @@ from .staging import (
     StagingMode,
     check_staging,
     compiled_apart,
+    probe_to_driver,
     selected,
     staged_files,
     staging_for,
@@ -422,7 +421,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
                 f"CAST(pmod({row_hash}, {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
             ]
             rows = selected(df, exprs)
-            sent = _probe(rows, target, probe, name) if probe else None
+            sent = probe_to_driver(rows, target, probe, name) if probe else None
             if sent is None and mode == "driver":
                 # The driver counts the rows it receives: no observation to wait for.
                 sent = write_on_driver(rows, target)
@@ -440,7 +439,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             kind_sql, tags = spec.tags()
             identity = change_identity_sql(spec, plans, values, f"({kind_sql})")
             tagged = [*columns, *identity, *tags]
-            stats = _stage_tagged(df, spec, plans, staged_names, tagged, target, probe, name)
+            stats = stage_and_rank(df, spec, plans, staged_names, tagged, target, probe, name)
         if stats is not None:
             counts = kind_counts(stats)
         else:
@@ -494,66 +493,6 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
             )
         )
     return staged
-
-
-def _stage_tagged(
-    df: DataFrame,
-    spec: CdcSpec,
-    plans: Sequence[ColumnPlan],
-    staged_names: Sequence[str],
-    tagged: Sequence[str],
-    target: Path,
-    probe: int = 0,
-    name: str = "",
-) -> dict[str, BucketStats] | None:
-    """Stage every change, tagged (``tagged``: the staged columns, the identity and
-    :meth:`CdcSpec.tags`, over ``df``'s columns), through the driver and let Hyper rank them
-    into ``target`` (:mod:`tabhyper_update.hyper_ranking`): the ranked rows' bucket
-    statistics by kind. The driver counts the rows it receives, so no observation is
-    needed: Hyper must read exactly that many.
-
-    One projection of ``df``, no view and no filter: Spark analyses and optimizes one
-    node, which a micro-batch feels while the JVM warms up. Ignored changes (a NULL kind)
-    come too, and Hyper leaves them out when it ranks.
-
-    ``probe`` > 0: take at most ``probe`` + 1 changes; when that many come, drop them and
-    return ``None`` (the change set is larger than a probe: the caller stages it shared)."""
-    op_text, order_text = spec.texts()
-    query = df.selectExpr(
-        *tagged,
-        f"{op_text} AS {sql_name(OP_TEXT_COLUMN)}",
-        f"{order_text} AS {sql_name(ORDER_TEXT_COLUMN)}",
-    )
-    raw = target.with_name(target.name + "-tagged")
-    sent = _probe(query, raw, probe, name) if probe else write_on_driver(query, raw)
-    if sent is None:
-        return None
-    by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
-    keep = [*staged_names, ROWHASH_COLUMN, SIZE_COLUMN, BUCKET_COLUMN]
-    tagged_files = staged_files(raw)
-    read, stats = rank_in_hyper(spec, [by_name[k] for k in spec.key], keep, tagged_files, target)
-    if read != sent:
-        raise PayloadError(
-            f"Spark sent {sent} change(s) to the driver but Hyper read {read} from the "
-            f"{len(tagged_files)} file(s) staged in {str(raw)!r}"
-        )
-    return stats
-
-
-def _probe(rows: DataFrame, target: Path, probe: int, name: str) -> int | None:
-    """Stage at most ``probe`` + 1 of ``rows`` (table ``name``'s) through the driver into
-    ``target``: how many came when that is at most ``probe`` (then they are all of them),
-    else ``None`` and ``target`` is removed again."""
-    sent = write_on_driver(rows.limit(probe + 1), target)
-    if sent <= probe:
-        return sent
-    shutil.rmtree(target)
-    log.debug(
-        "table %r: more than %s rows came to the driver; staged in the shared folder instead",
-        name,
-        f"{probe:,}",
-    )
-    return None
 
 
 def _metric(observed: Any, name: str) -> int:

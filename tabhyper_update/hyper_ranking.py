@@ -17,8 +17,10 @@ normalises; collated strings; arrays such as LSN parts) is ranked by Spark.
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._hyper import connect, quote_literal, quote_name
 from .cdc import (
@@ -29,10 +31,23 @@ from .cdc import (
     latest_of,
 )
 from .errors import PayloadError
-from .hyper_parts import BucketStats, bucket_stats, external
+from .hyper_parts import (
+    BUCKET_COLUMN,
+    ROWHASH_COLUMN,
+    SIZE_COLUMN,
+    BucketStats,
+    bucket_stats,
+    external,
+    kind_counts,
+)
 from .hyper_types import ColumnPlan
+from .spark_sql import sql_name
+from .staging import probe_to_driver, staged_files, write_on_driver
 
-__all__ = ["rank_in_hyper", "ranks_in_hyper"]
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["rank_in_hyper", "ranks_in_hyper", "stage_and_rank"]
 
 #: Spark types (``simpleString``) that Hyper orders and compares as Spark does.
 _ALIKE = re.compile(
@@ -56,20 +71,100 @@ def ranks_in_hyper(spec: CdcSpec, plans: Sequence[ColumnPlan]) -> bool:
     )
 
 
+def stage_and_rank(
+    df: DataFrame,
+    spec: CdcSpec,
+    plans: Sequence[ColumnPlan],
+    staged_names: Sequence[str],
+    tagged: Sequence[str],
+    target: Path,
+    probe: int = 0,
+    name: str = "",
+) -> dict[str, BucketStats] | None:
+    """Stage every change of ``df`` (table ``name``'s), tagged (``tagged``: the staged
+    columns, the identity and :meth:`CdcSpec.tags`, over ``df``'s columns), through the
+    driver and let Hyper rank them into ``target``: the ranked rows' bucket statistics by
+    kind. The driver counts the rows it receives, so no observation is needed: Hyper must
+    read exactly that many.
+
+    One projection of ``df``, no view and no filter: Spark analyses and optimizes one node,
+    which a micro-batch feels while the JVM warms up. Ignored changes (a NULL kind) come
+    too, and Hyper leaves them out when it ranks. The op and position texts that only an
+    error's message names are left out as well (their JSON costs a fresh micro-batch's
+    Spark step 10-20%); when Hyper ranks error rows, the change set is read and ranked
+    again with them, for the message.
+
+    ``probe`` > 0: take at most ``probe`` + 1 changes; when that many come, drop them and
+    return ``None`` (the change set is larger than a probe: the caller stages it shared)."""
+    stats = _tag_and_rank(df, spec, plans, staged_names, tagged, target, probe, name, False)
+    errors = 0 if stats is None else kind_counts(stats)["errors"]
+    if not errors:
+        return stats
+    again = _tag_and_rank(df, spec, plans, staged_names, tagged, target, probe, name, True)
+    if again is None or not kind_counts(again)["errors"]:
+        raise PayloadError(
+            f"table {name!r}: {errors} change(s) could not be applied (a NULL key or "
+            "position, an unknown op, a tie) when Spark first read the change set, but "
+            f"{'more than ' + format(probe, ',') + ' changes came' if again is None else 'none'}"
+            " when it read it again to name them: the DataFrame gives other rows each time "
+            "it is read. Persist it (df.persist()) before build_payload, or read a fixed "
+            "version of its source"
+        )
+    return again
+
+
+def _tag_and_rank(
+    df: DataFrame,
+    spec: CdcSpec,
+    plans: Sequence[ColumnPlan],
+    staged_names: Sequence[str],
+    tagged: Sequence[str],
+    target: Path,
+    probe: int,
+    name: str,
+    texts: bool,
+) -> dict[str, BucketStats] | None:
+    """One pass of :func:`stage_and_rank`; ``texts``: with the op and position texts."""
+    op_text, order_text = spec.texts()
+    named = [
+        f"{op_text} AS {sql_name(OP_TEXT_COLUMN)}",
+        f"{order_text} AS {sql_name(ORDER_TEXT_COLUMN)}",
+    ]
+    query = df.selectExpr(*tagged, *(named if texts else []))
+    raw = target.with_name(target.name + "-tagged")
+    for made in (raw, target):  # an earlier pass's files
+        shutil.rmtree(made, ignore_errors=True)
+    sent = probe_to_driver(query, raw, probe, name) if probe else write_on_driver(query, raw)
+    if sent is None:
+        return None
+    by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
+    keep = [*staged_names, ROWHASH_COLUMN, SIZE_COLUMN, BUCKET_COLUMN]
+    files = staged_files(raw)
+    read, stats = rank_in_hyper(spec, [by_name[k] for k in spec.key], keep, files, target, texts)
+    if read != sent:
+        raise PayloadError(
+            f"Spark sent {sent} change(s) to the driver but Hyper read {read} from the "
+            f"{len(files)} file(s) staged in {str(raw)!r}"
+        )
+    return stats
+
+
 def rank_in_hyper(
     spec: CdcSpec,
     keys: Sequence[str],
     keep: Sequence[str],
     tagged: Sequence[Path],
     out: Path,
+    texts: bool = True,
 ) -> tuple[int, dict[str, BucketStats]]:
     """Rank the tagged changes staged in ``tagged`` into one Parquet file under ``out``
     (none without tagged changes).
 
     ``keys`` and ``keep`` are staged column names (the keys' staged values; the columns the
-    ranked rows keep). Returns how many tagged changes Hyper read and the ranked rows'
-    bucket statistics by kind (read in the same connection: the build does not read them
-    again)."""
+    ranked rows keep). ``texts``: the tagged changes hold the op and position texts (else
+    the ranked rows' are NULL). Returns how many tagged changes Hyper read and the ranked
+    rows' bucket statistics by kind (read in the same connection: the build does not read
+    them again)."""
     if not tagged:
         return 0, {}
     out.mkdir(parents=True, exist_ok=True)
@@ -83,8 +178,8 @@ def rank_in_hyper(
         keys=[quote_name(k) for k in keys],
         positions=len(spec.order_by),
         keep=[quote_name(k) for k in keep],
-        op_text=quote_name(OP_TEXT_COLUMN),
-        order_text=quote_name(ORDER_TEXT_COLUMN),
+        op_text=quote_name(OP_TEXT_COLUMN) if texts else "CAST(NULL AS TEXT)",
+        order_text=quote_name(ORDER_TEXT_COLUMN) if texts else "CAST(NULL AS TEXT)",
     )
     with connect() as conn:
         counted = conn.execute_list_query(f"SELECT COUNT(*), COUNT({kind_col}) FROM {source}")

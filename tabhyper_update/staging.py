@@ -36,6 +36,7 @@ Needs pyarrow (``pip install 'tabhyper-update[connect]'`` or ``pyarrow``).
 
 from __future__ import annotations
 
+import shutil
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -58,6 +59,7 @@ __all__ = [
     "estimated_bytes",
     "has_pyarrow",
     "probe_rows",
+    "probe_to_driver",
     "selected",
     "staged_files",
     "staging_for",
@@ -228,6 +230,22 @@ def probe_rows(df: DataFrame) -> int:
     except Exception:  # a probe is optional: without one the rows are staged shared
         return 0
     return min(PROBE_ROWS, SMALL_BYTES // max(1, width))
+
+
+def probe_to_driver(rows: DataFrame, target: Path, probe: int, name: str) -> int | None:
+    """Stage at most ``probe`` + 1 of ``rows`` (table ``name``'s) through the driver into
+    ``target``: how many came when that is at most ``probe`` (then they are all of them),
+    else ``None`` and ``target`` is removed again."""
+    sent = write_on_driver(rows.limit(probe + 1), target)
+    if sent <= probe:
+        return sent
+    shutil.rmtree(target)
+    log.debug(
+        "table %r: more than %s rows came to the driver; staged in the shared folder instead",
+        name,
+        f"{probe:,}",
+    )
+    return None
 
 
 def staged_files(directory: Path) -> list[Path]:

@@ -18,6 +18,7 @@ from tabhyper_update import (
     PayloadError,
     build,
     build_payload,
+    hyper_ranking,
     staging,
 )
 from tabhyper_update.testing.files import read_table
@@ -378,10 +379,13 @@ def test_only_rows_without_a_size_estimate_are_probed(
 def test_probed_rows_the_driver_received_but_hyper_cannot_read_are_an_error(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def misplaced(df: DataFrame, target: Path) -> int:
-        return staging.write_on_driver(df, tmp_path / "elsewhere" / target.name)
+    write = staging.write_on_driver
 
-    monkeypatch.setattr(build, "write_on_driver", misplaced)
+    def misplaced(df: DataFrame, target: Path) -> int:
+        return write(df, tmp_path / "elsewhere" / target.name)
+
+    # The probe writes through the driver (staging's own writer).
+    monkeypatch.setattr(staging, "write_on_driver", misplaced)
     df = spark.createDataFrame([(1, "a"), (2, None)], "id long, v string")
     with pytest.raises(PayloadError, match=r"Spark wrote 2 row\(s\) for table 'Extract' but 0"):
         build_payload(df, output_dir=tmp_path / "out")
@@ -416,7 +420,7 @@ def test_a_micro_batch_s_tagging_compiles_to_the_same_code_whatever_its_source_h
         staged.append(df)
         return write(df, target)
 
-    monkeypatch.setattr(build, "write_on_driver", capture)
+    monkeypatch.setattr(hyper_ranking, "write_on_driver", capture)
     cs = ChangeSet("id", op_column="op", order_by="seq")
     for modulus in (7, 8):
         df = spark.range(50).selectExpr(

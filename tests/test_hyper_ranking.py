@@ -206,6 +206,42 @@ def test_every_refusal_is_the_same_from_hyper(
     assert expected in message
 
 
+def test_an_error_is_named_from_a_second_read_and_a_source_that_changed_is_refused(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark tags the changes without the op and position texts; when Hyper ranks error
+    rows, the change set is read again with them. A source that gives no error rows the
+    second time is refused, not built from the second read."""
+    from tabhyper_update import hyper_ranking
+
+    monkeypatch.setattr(staging, "estimated_bytes", lambda df: 1000)
+    df = spark.createDataFrame(
+        [("eu", 1, "a", "U", 1), ("eu", 2, "b", "U", None), ("eu", 3, "c", "D", 4)],
+        "region string, id int, v string, op string, seq long",
+    )
+    cs = ChangeSet(["region", "id"], op_column="op", order_by="seq")
+    passes: list[bool] = []
+    real = hyper_ranking._tag_and_rank
+
+    def counted(*args: Any) -> Any:
+        passes.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(hyper_ranking, "_tag_and_rank", counted)
+    with pytest.raises(PayloadError, match=r"key \(region='eu', id=2\), op 'U', has no position"):
+        build_payload(df, cs, output_dir=tmp_path / "a")
+    assert passes == [False, True]  # the texts only in the second read
+
+    def changed(*args: Any) -> Any:
+        source, *rest = args
+        return real(source.where("seq IS NOT NULL") if rest[-1] else source, *rest)
+
+    monkeypatch.setattr(hyper_ranking, "_tag_and_rank", changed)
+    with pytest.raises(PayloadError, match=r"1 change\(s\) could not be applied.*but none"):
+        build_payload(df, cs, output_dir=tmp_path / "b")
+    assert list((tmp_path / "b").iterdir()) == []  # nothing built from either read
+
+
 def _spec(types: dict[str, str], **change_set: Any) -> tuple[CdcSpec, list[Any]]:
     from pyspark.sql.types import StructField, _parse_datatype_string
 
@@ -295,7 +331,7 @@ def test_changes_the_driver_received_but_hyper_cannot_read_are_an_error(
     def misplaced(df: DataFrame, target: Path) -> int:
         return staging.write_on_driver(df, tmp_path / "elsewhere" / target.name)
 
-    monkeypatch.setattr("tabhyper_update.build.write_on_driver", misplaced)
+    monkeypatch.setattr("tabhyper_update.hyper_ranking.write_on_driver", misplaced)
     df = spark.range(30).selectExpr("id % 4 AS id", "'U' AS op", "id AS seq")
     with pytest.raises(
         PayloadError, match=r"Spark sent 30 change\(s\) to the driver but Hyper read 0"
