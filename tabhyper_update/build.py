@@ -64,19 +64,15 @@ from .errors import (
 )
 from .folders import check_folder, private_dir, sweep_leftovers_if_due
 from .hyper_parts import (
-    BUCKET_COLUMN,
     NO_CAP,
-    ROWHASH_COLUMN,
-    SIZE_COLUMN,
     Staged,
     change_identity_sql,
+    identity_sql,
     kind_counts,
     kind_is,
     plan_parts,
     raise_on_change_set_errors,
     read_bucket_stats,
-    row_hash_sql,
-    size_sql,
 )
 from .hyper_parts import write_parts as _write_parts
 from .hyper_ranking import ranks_in_hyper, stage_and_rank
@@ -88,7 +84,6 @@ from .hyper_types import (
 )
 from .parts import PayloadPart
 from .payload import (
-    BUCKETS,
     DEFAULT_MAX_PAYLOAD_MB,
     Payload,
 )
@@ -328,7 +323,7 @@ def _build_parts(
         shutil.rmtree(stage, ignore_errors=True)
     if not parts:
         shutil.rmtree(owned, ignore_errors=True)
-        log.info("the change set is empty (Spark wrote no rows): nothing to upload")
+        log.info("the change set is empty (no change to upsert or delete): nothing to upload")
     return parts, owned
 
 
@@ -409,18 +404,10 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
         staged_names = [f"c{i}" for i in range(len(plans))]
         values = [p.spark_sql(sql_name(p.name)) for p in plans]
         columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]
-        size = f"{size_sql(plans, values)} AS {sql_name(SIZE_COLUMN)}"
         target = stage / f"t{index}"
         observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
         if spec is None:
-            row_hash = row_hash_sql(values)
-            exprs = [
-                *columns,
-                f"{row_hash} AS {sql_name(ROWHASH_COLUMN)}",
-                size,
-                f"CAST(pmod({row_hash}, {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
-            ]
-            rows = selected(df, exprs)
+            rows = selected(df, [*columns, *identity_sql(plans, values)])
             sent = probe_to_driver(rows, target, probe, name) if probe else None
             if sent is None and mode == "driver":
                 # The driver counts the rows it receives: no observation to wait for.

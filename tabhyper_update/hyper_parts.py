@@ -39,6 +39,7 @@ __all__ = [
     "SIZE_COLUMN",
     "Staged",
     "change_identity_sql",
+    "identity_sql",
     "kind_is",
     "plan_parts",
     "raise_on_change_set_errors",
@@ -112,12 +113,29 @@ def row_hash_sql(values: Sequence[str], extra: Sequence[str] = ()) -> str:
     return f"xxhash64({', '.join([*values, *extra, *flags])})"
 
 
+def identity_sql(
+    plans: Sequence[ColumnPlan],
+    values: Sequence[str],
+    position: Sequence[str] = (),
+    keys: Sequence[str] = (),
+) -> list[str]:
+    """A staged row's identity (Spark SQL, each ``expr AS name``): its row hash over its
+    ``values`` (the staged values of ``plans``) and ``position``, its size and its bucket,
+    of the key columns ``keys`` when given (a change set's), else of the row hash."""
+    row_hash = row_hash_sql(values, position)
+    bucket_of = f"xxhash64({', '.join(keys)})" if keys else row_hash
+    return [
+        f"{row_hash} AS {sql_name(ROWHASH_COLUMN)}",
+        f"{size_sql(plans, values)} AS {sql_name(SIZE_COLUMN)}",
+        f"CAST(pmod({bucket_of}, {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
+    ]
+
+
 def change_identity_sql(
     spec: CdcSpec, plans: Sequence[ColumnPlan], values: Sequence[str], kind: str
 ) -> list[str]:
-    """A change's staged identity (Spark SQL, each ``expr AS name``): its row hash over its
-    ``values`` (the staged values of ``plans``) and its position (``kind``, the SQL of its
-    kind; its op; its ``order_by`` values), its size and its key's bucket."""
+    """A change's :func:`identity_sql`: its position is ``kind`` (the SQL of its kind), its
+    op and its ``order_by`` values; its bucket is its key's."""
     orders = [sql_name(o) for o in spec.order_by]
     position = [
         kind,
@@ -125,12 +143,7 @@ def change_identity_sql(
         *orders,
         *(f"isnull({o})" for o in orders),
     ]
-    keys = ", ".join(sql_name(k) for k in spec.key)
-    return [
-        f"{row_hash_sql(values, position)} AS {sql_name(ROWHASH_COLUMN)}",
-        f"{size_sql(plans, values)} AS {sql_name(SIZE_COLUMN)}",
-        f"CAST(pmod(xxhash64({keys}), {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
-    ]
+    return identity_sql(plans, values, position, [sql_name(k) for k in spec.key])
 
 
 @dataclass

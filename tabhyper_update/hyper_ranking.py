@@ -96,11 +96,37 @@ def stage_and_rank(
 
     ``probe`` > 0: take at most ``probe`` + 1 changes; when that many come, drop them and
     return ``None`` (the change set is larger than a probe: the caller stages it shared)."""
-    stats = _tag_and_rank(df, spec, plans, staged_names, tagged, target, probe, name, False)
+    op_text, order_text = spec.texts()
+    named = [
+        f"{op_text} AS {sql_name(OP_TEXT_COLUMN)}",
+        f"{order_text} AS {sql_name(ORDER_TEXT_COLUMN)}",
+    ]
+    by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
+    keys = [by_name[k] for k in spec.key]
+    keep = [*staged_names, ROWHASH_COLUMN, SIZE_COLUMN, BUCKET_COLUMN]
+    raw = target.with_name(target.name + "-tagged")
+
+    def one_pass(texts: bool) -> dict[str, BucketStats] | None:
+        query = df.selectExpr(*tagged, *(named if texts else []))
+        for made in (raw, target):  # an earlier pass's files
+            shutil.rmtree(made, ignore_errors=True)
+        sent = probe_to_driver(query, raw, probe, name) if probe else write_on_driver(query, raw)
+        if sent is None:
+            return None
+        files = staged_files(raw)
+        read, stats = rank_in_hyper(spec, keys, keep, files, target, texts)
+        if read != sent:
+            raise PayloadError(
+                f"Spark sent {sent} change(s) to the driver but Hyper read {read} from the "
+                f"{len(files)} file(s) staged in {str(raw)!r}"
+            )
+        return stats
+
+    stats = one_pass(texts=False)
     errors = 0 if stats is None else kind_counts(stats)["errors"]
     if not errors:
         return stats
-    again = _tag_and_rank(df, spec, plans, staged_names, tagged, target, probe, name, True)
+    again = one_pass(texts=True)
     if again is None or not kind_counts(again)["errors"]:
         raise PayloadError(
             f"table {name!r}: {errors} change(s) could not be applied (a NULL key or "
@@ -113,49 +139,13 @@ def stage_and_rank(
     return again
 
 
-def _tag_and_rank(
-    df: DataFrame,
-    spec: CdcSpec,
-    plans: Sequence[ColumnPlan],
-    staged_names: Sequence[str],
-    tagged: Sequence[str],
-    target: Path,
-    probe: int,
-    name: str,
-    texts: bool,
-) -> dict[str, BucketStats] | None:
-    """One pass of :func:`stage_and_rank`; ``texts``: with the op and position texts."""
-    op_text, order_text = spec.texts()
-    named = [
-        f"{op_text} AS {sql_name(OP_TEXT_COLUMN)}",
-        f"{order_text} AS {sql_name(ORDER_TEXT_COLUMN)}",
-    ]
-    query = df.selectExpr(*tagged, *(named if texts else []))
-    raw = target.with_name(target.name + "-tagged")
-    for made in (raw, target):  # an earlier pass's files
-        shutil.rmtree(made, ignore_errors=True)
-    sent = probe_to_driver(query, raw, probe, name) if probe else write_on_driver(query, raw)
-    if sent is None:
-        return None
-    by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
-    keep = [*staged_names, ROWHASH_COLUMN, SIZE_COLUMN, BUCKET_COLUMN]
-    files = staged_files(raw)
-    read, stats = rank_in_hyper(spec, [by_name[k] for k in spec.key], keep, files, target, texts)
-    if read != sent:
-        raise PayloadError(
-            f"Spark sent {sent} change(s) to the driver but Hyper read {read} from the "
-            f"{len(files)} file(s) staged in {str(raw)!r}"
-        )
-    return stats
-
-
 def rank_in_hyper(
     spec: CdcSpec,
     keys: Sequence[str],
     keep: Sequence[str],
     tagged: Sequence[Path],
     out: Path,
-    texts: bool = True,
+    texts: bool,
 ) -> tuple[int, dict[str, BucketStats]]:
     """Rank the tagged changes staged in ``tagged`` into one Parquet file under ``out``
     (none without tagged changes).

@@ -220,23 +220,25 @@ def test_an_error_is_named_from_a_second_read_and_a_source_that_changed_is_refus
         "region string, id int, v string, op string, seq long",
     )
     cs = ChangeSet(["region", "id"], op_column="op", order_by="seq")
+    # Which reads carried the texts: the columns of each query Spark sent to the driver.
     passes: list[bool] = []
-    real = hyper_ranking._tag_and_rank
+    write = staging.write_on_driver
 
-    def counted(*args: Any) -> Any:
-        passes.append(args[-1])
-        return real(*args)
+    def counted(query: DataFrame, target: Path) -> int:
+        passes.append("__tabhyper_op" in query.columns)
+        return write(query, target)
 
-    monkeypatch.setattr(hyper_ranking, "_tag_and_rank", counted)
+    monkeypatch.setattr(hyper_ranking, "write_on_driver", counted)
     with pytest.raises(PayloadError, match=r"key \(region='eu', id=2\), op 'U', has no position"):
         build_payload(df, cs, output_dir=tmp_path / "a")
     assert passes == [False, True]  # the texts only in the second read
 
-    def changed(*args: Any) -> Any:
-        source, *rest = args
-        return real(source.where("seq IS NOT NULL") if rest[-1] else source, *rest)
+    def changed(query: DataFrame, target: Path) -> int:
+        # The second read no longer holds the change without a position.
+        second = "__tabhyper_op" in query.columns
+        return write(query.where("`__tabhyper_o0` IS NOT NULL") if second else query, target)
 
-    monkeypatch.setattr(hyper_ranking, "_tag_and_rank", changed)
+    monkeypatch.setattr(hyper_ranking, "write_on_driver", changed)
     with pytest.raises(PayloadError, match=r"1 change\(s\) could not be applied.*but none"):
         build_payload(df, cs, output_dir=tmp_path / "b")
     assert list((tmp_path / "b").iterdir()) == []  # nothing built from either read
