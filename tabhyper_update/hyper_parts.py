@@ -181,19 +181,35 @@ def bucket_stats(
     conn: Connection, source: str, where: str = "", by: str | None = None
 ) -> dict[str | None, BucketStats]:
     """Per-bucket row counts, size estimates and digests of ``source``'s rows (``where``:
-    which), grouped by the column ``by`` too when given (``None``: the one group)."""
+    which), grouped by the column ``by`` too when given (``None``: the one group).
+
+    Each group's buckets come as one text (a bucket's five numbers after another's): up to a
+    thousand rows read value by value through the Hyper API cost a micro-batch ~5 ms more."""
     h, b = quote_name(ROWHASH_COLUMN), quote_name(BUCKET_COLUMN)
-    sums = ", ".join(f"SUM({h} % {m})" for m in RowDigest.MODULI)
-    size = quote_name(SIZE_COLUMN)
-    groups = f"{quote_name(by)}, {b}" if by else b
+    numbers = [
+        b,
+        "COUNT(*)",
+        f"SUM({quote_name(SIZE_COLUMN)})",
+        *(f"SUM({h} % {m})" for m in RowDigest.MODULI),
+    ]
+    line = " || ' ' || ".join(f"CAST({n} AS TEXT)" for n in numbers)
+    group = f"{quote_name(by)}, " if by else ""
+    per_bucket = f"SELECT {group}{line} AS s FROM {source}{where} GROUP BY {group}{b}"
+    query = f"SELECT {group}string_agg(s, ' ') FROM ({per_bucket}) AS g"
+    if by:
+        query += f" GROUP BY {quote_name(by)}"
     found: dict[str | None, BucketStats] = {}
-    for row in conn.execute_list_query(
-        f"SELECT {groups}, COUNT(*), SUM({size}), {sums} FROM {source}{where} GROUP BY {groups}"
-    ):
-        group, (bucket, count, nbytes, *residues) = (str(row[0]), row[1:]) if by else (None, row)
-        digest = RowDigest(int(count), tuple(int(r) for r in residues))
-        found.setdefault(group, {})[int(bucket)] = (int(count), int(nbytes), digest)
-    return found
+    width = len(numbers)
+    for row in conn.execute_list_query(query):
+        name, text = (str(row[0]), row[1]) if by else (None, row[0])
+        values = [int(v) for v in (text or "").split()]
+        if len(values) % width:
+            raise PayloadError(f"Hyper's bucket statistics of {source} are malformed")
+        stats = found.setdefault(name, {})
+        for i in range(0, len(values), width):
+            bucket, count, nbytes, *residues = values[i : i + width]
+            stats[bucket] = (count, nbytes, RowDigest(count, tuple(residues)))
+    return {name: stats for name, stats in found.items() if stats}
 
 
 def kind_counts(stats: Mapping[str, BucketStats]) -> dict[str, int]:
@@ -211,10 +227,11 @@ def kind_counts(stats: Mapping[str, BucketStats]) -> dict[str, int]:
 def read_bucket_stats(staged: Sequence[Staged], stage: Path) -> None:
     """Per-bucket row counts, size estimates and digests of the tables whose statistics
     are not known yet; checks Spark's count."""
+    unknown = [t for t in staged if t.buckets is None]
+    if not unknown:
+        return  # a change set Hyper ranked: its statistics came with the ranking
     with connect() as conn:
-        for t in staged:
-            if t.buckets is not None:
-                continue
+        for t in unknown:
             found = bucket_stats(conn, external(t.files), t.rows_where()) if t.files else {}
             t.buckets = found.get(None, {})
             rows = sum(c for c, _, _ in t.buckets.values())
@@ -257,13 +274,8 @@ def plan_parts(staged: Sequence[Staged], cap_bytes: int) -> list[tuple[int, int]
 
 def _range_stats(t: Staged, lo: int, hi: int) -> tuple[int, RowDigest]:
     assert t.buckets is not None
-    rows, digest = 0, RowDigest()
-    for bucket in range(lo, hi + 1):
-        found = t.buckets.get(bucket)
-        if found is not None:
-            rows += found[0]
-            digest = digest + found[2]
-    return rows, digest
+    found = [f for bucket, f in t.buckets.items() if lo <= bucket <= hi]
+    return sum(rows for rows, _, _ in found), RowDigest.total(d for _, _, d in found)
 
 
 def _write_part(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -48,6 +48,17 @@ class RowDigest:
         return RowDigest(
             self.rows + other.rows, tuple(a + b for a, b in zip(self.sums, other.sums, strict=True))
         )
+
+    @classmethod
+    def total(cls, digests: Iterable[RowDigest]) -> RowDigest:
+        """The digest of the union of disjoint row sets: their digests added up (summed as
+        plain integers: a change set's statistics add up to a thousand bucket digests)."""
+        rows, sums = 0, [0] * len(cls.MODULI)
+        for digest in digests:
+            rows += digest.rows
+            for i, value in enumerate(digest.sums):
+                sums[i] += value
+        return cls(rows, tuple(sums))
 
     def __str__(self) -> str:
         return ":".join(str(v) for v in (self.rows, *self.sums))

@@ -21,6 +21,7 @@ from tabhyper_update import (
     keys_match,
     target,
 )
+from tabhyper_update.parts import RowDigest
 
 from ._util import read_rows
 
@@ -61,6 +62,30 @@ def test_cdc_payload_over_the_cap_is_split_by_key(spark: SparkSession) -> None:
         assert sorted(deletes) == [i for i in range(n) if i % 5 == 0]
         assert len({p.sha256 for p in payload.parts}) == len(payload.parts)
         assert payload.tables["upserts"].row_count == len(upserts)
+
+
+def test_split_parts_digests_and_counts_add_up_to_the_whole_payload(
+    spark: SparkSession,
+) -> None:
+    # Each part's digest and row count come from Hyper's per-bucket statistics of the
+    # staged rows: summed over the parts, they are the unsplit payload's, table by table.
+    df = spark.range(30_000).selectExpr(
+        "id",
+        "repeat(CAST(id AS STRING), 4) AS payload",
+        "IF(id % 5 = 0, 'D', 'U') AS op",
+        "1 AS seq",
+    )
+    spec = ChangeSet("id", op_column="op", order_by="seq")
+    with build_payload(df, spec) as whole, build_payload(df, spec, max_payload_mb=CAP_MB) as split:
+        assert len(whole.parts) == 1
+        assert len(split.parts) > 1
+        for name, rows in (("upserts", 24_000), ("deletes", 6_000)):
+            infos = [p.tables[name] for p in split.parts if name in p.tables]
+            total = RowDigest.total(RowDigest.parse(i.row_digest) for i in infos)
+            assert str(total) == whole.parts[0].tables[name].row_digest
+            assert total.rows == sum(i.row_count for i in infos) == rows
+            held = [read_rows(p.path, name) for p in split.parts if name in p.tables]
+            assert sum(map(len, held)) == rows
 
 
 def test_plain_payload_over_the_cap_is_split_evenly(spark: SparkSession) -> None:
