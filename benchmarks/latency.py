@@ -2,7 +2,7 @@
 
     python benchmarks/latency.py                    # 1,000 changes, 15 batches
     python benchmarks/latency.py --changes 10000 --batches 9
-    python benchmarks/latency.py --staging driver   # the sink with staging="driver"
+    python benchmarks/latency.py --staging shared   # the sink staging in a shared folder
 
 A streaming CDC job pays this on every trigger. One run measures, in Spark ``local[2]`` with
 a warm session and a warm Hyper, against the built-in fake server on 127.0.0.1:
@@ -43,9 +43,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="log each step's time")
     parser.add_argument(
         "--staging",
-        choices=["shared", "driver"],
-        default="shared",
-        help="the sink's staging mode (staging='driver' skips Spark's Parquet write)",
+        choices=["auto", "shared", "driver"],
+        default="auto",
+        help="the sink's staging mode (default: the SDK's own, 'auto')",
     )
     args = parser.parse_args()
     if args.profile:
