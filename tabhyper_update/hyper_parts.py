@@ -204,7 +204,10 @@ def bucket_stats(
         name, text = (str(row[0]), row[1]) if by else (None, row[0])
         values = [int(v) for v in (text or "").split()]
         if len(values) % width:
-            raise PayloadError(f"Hyper's bucket statistics of {source} are malformed")
+            raise PayloadError(
+                f"Hyper's bucket statistics came as {len(values)} number(s), not buckets of "
+                f"{width} each: the staged files could not be summed"
+            )
         stats = found.setdefault(name, {})
         for i in range(0, len(values), width):
             bucket, count, nbytes, *residues = values[i : i + width]
