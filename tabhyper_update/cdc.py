@@ -491,7 +491,7 @@ class CdcSpec:
             *(f"{o} AS {sql_name(position_column(i))}" for i, o in enumerate(order_sql)),
         ]
 
-    def tag_query(self, columns: Sequence[str]) -> Callable[[str], str]:
+    def tag_query(self) -> Callable[[str], str]:
         """Spark SQL over a source named in the text: every change but the ignored ones,
         with its :meth:`tags`. No ranking: :func:`latest_of` ranks these rows, in Spark or
         in Hyper."""
@@ -514,7 +514,7 @@ class CdcSpec:
 
     def latest_query(self, columns: Sequence[str]) -> Callable[[str], str]:
         """:meth:`latest_changes` as Spark SQL text over a source named in the text."""
-        tagged = self.tag_query(columns)
+        tagged = self.tag_query()
         op_text, order_text = self.texts()
         keys = [sql_name(k) for k in self.key]
         data = [sql_name(c) for c in columns]

@@ -139,7 +139,7 @@ def change_identity_sql(
     orders = [sql_name(o) for o in spec.order_by]
     position = [
         kind,
-        f"CAST({sql_name(spec.op_column)} AS STRING)",
+        spec.texts()[0],  # the op as text
         *orders,
         *(f"isnull({o})" for o in orders),
     ]
