@@ -65,6 +65,7 @@ from .errors import (
 from .folders import check_folder, private_dir, sweep_leftovers_if_due
 from .hyper_parts import (
     NO_CAP,
+    STAGED_BUCKET,
     Staged,
     change_identity_sql,
     identity_sql,
@@ -73,6 +74,7 @@ from .hyper_parts import (
     plan_parts,
     raise_on_change_set_errors,
     read_bucket_stats,
+    size_sql,
 )
 from .hyper_parts import write_parts as _write_parts
 from .hyper_ranking import ranks_in_hyper, stage_and_rank
@@ -407,7 +409,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
         target = stage / f"t{index}"
         observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
         if spec is None:
-            rows = selected(df, [*columns, *identity_sql(plans, values)])
+            rows = selected(df, [*columns, *identity_sql(values)])
             sent = probe_to_driver(rows, target, probe, name) if probe else None
             if sent is None and mode == "driver":
                 # The driver counts the rows it receives: no observation to wait for.
@@ -424,7 +426,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
         if by_hyper:
             log.debug("table %r: Spark tags the changes, Hyper ranks them", name)
             kind_sql, tags = spec.tags()
-            identity = change_identity_sql(spec, plans, values, f"({kind_sql})")
+            identity = change_identity_sql(spec, values, f"({kind_sql})")
             tagged = [*columns, *identity, *tags]
             stats = stage_and_rank(df, spec, plans, staged_names, tagged, target, probe, name)
         if stats is not None:
@@ -434,7 +436,7 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
                 df,
                 [
                     *columns,
-                    *change_identity_sql(spec, plans, values, kind),
+                    *change_identity_sql(spec, values, kind),
                     kind,
                     sql_name(OP_TEXT_COLUMN),
                     sql_name(ORDER_TEXT_COLUMN),
@@ -457,6 +459,8 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
         if counts["errors"]:
             raise_on_change_set_errors(spec, plans, staged_names, files, counts["errors"])
         key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
+        # Deletes share their upserts' rows: bucketed by key, estimated as whole rows.
+        size = size_sql(plans, staged_names)
         staged.append(
             Staged(
                 name,
@@ -466,6 +470,8 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
                 counts[KIND_UPSERT],
                 buckets=None if stats is None else stats.get(KIND_UPSERT, {}),
                 where=kind_is(KIND_UPSERT),
+                bucket_of=STAGED_BUCKET,
+                size_of=size,
             )
         )
         staged.append(
@@ -477,6 +483,8 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
                 counts[KIND_DELETE],
                 buckets=None if stats is None else stats.get(KIND_DELETE, {}),
                 where=kind_is(KIND_DELETE),
+                bucket_of=STAGED_BUCKET,
+                size_of=size,
             )
         )
     return staged

@@ -36,7 +36,8 @@ __all__ = [
     "BUCKET_COLUMN",
     "NO_CAP",
     "ROWHASH_COLUMN",
-    "SIZE_COLUMN",
+    "ROW_HASH_BUCKET",
+    "STAGED_BUCKET",
     "Staged",
     "change_identity_sql",
     "identity_sql",
@@ -51,15 +52,21 @@ __all__ = [
 
 log = get_logger("tabhyper_update.build")
 
-#: The split bucket of each staged row.
+#: The split bucket of each staged change (of its key's hash): a change set's rows only. A
+#: table's rows are bucketed by their row hash, which Hyper reads anyway
+#: (:data:`ROW_HASH_BUCKET`).
 BUCKET_COLUMN = "__tabhyper_bucket"
 #: A per-row hash staged beside the data. Its sums are the payload's content digest (Hyper
 #: files of the same rows differ byte for byte from one build to the next). It covers every
 #: value with its NULL flag (so NULLs in different columns never collide), and for a change
 #: set also the op and the ordering values: the position of the change in its source.
 ROWHASH_COLUMN = "__tabhyper_rowhash"
-#: An upper estimate of each row's bytes in a Hyper file, staged for the split plan.
-SIZE_COLUMN = "__tabhyper_size"
+#: Hyper SQL: a staged table row's split bucket, of its row hash (Spark's ``pmod``).
+ROW_HASH_BUCKET = (
+    f"CAST((({quote_name(ROWHASH_COLUMN)} % {BUCKETS}) + {BUCKETS}) % {BUCKETS} AS SMALLINT)"
+)
+#: Hyper SQL: a staged change's split bucket, as Spark staged it.
+STAGED_BUCKET = quote_name(BUCKET_COLUMN)
 _MB = 1024 * 1024
 #: Parts are planned a little under the cap, for the estimate's sake.
 _SPLIT_HEADROOM = 0.9
@@ -85,12 +92,15 @@ _FIXED_WIDTH = {
 _VARIABLE_OVERHEAD = 8
 
 
-def size_sql(plans: Sequence[ColumnPlan], values: Sequence[str]) -> str:
-    """An upper estimate of the bytes one row takes in a Hyper file, computed by Spark (so
-    that Hyper's statistics read three small columns, not the text); Spark SQL text."""
+def size_sql(plans: Sequence[ColumnPlan], staged_names: Sequence[str]) -> str:
+    """An upper estimate of the bytes one staged row takes in a Hyper file (Hyper SQL over
+    the staged columns ``staged_names`` of ``plans``), summed by Hyper's statistics.
+
+    Hyper computes it from the staged values rather than Spark staging it: a column more in
+    Spark's Parquet write cost the 2M-row build ~0.16 s, the sum here ~5 ms."""
     fixed = 0
     variable: list[str] = []
-    for plan, value in zip(plans, values, strict=True):
+    for plan, name in zip(plans, staged_names, strict=True):
         width = _FIXED_WIDTH.get(plan.hyper_type)
         if width is None and plan.hyper_type.startswith("NUMERIC"):
             width = 16
@@ -98,7 +108,7 @@ def size_sql(plans: Sequence[ColumnPlan], values: Sequence[str]) -> str:
             fixed += width + 1
         else:
             fixed += _VARIABLE_OVERHEAD
-            variable.append(f"CAST(coalesce(octet_length({value}), 0) AS BIGINT)")
+            variable.append(f"COALESCE(CAST(octet_length({quote_name(name)}) AS BIGINT), 0)")
     return " + ".join([f"CAST({fixed} AS BIGINT)", *variable])
 
 
@@ -114,26 +124,22 @@ def row_hash_sql(values: Sequence[str], extra: Sequence[str] = ()) -> str:
 
 
 def identity_sql(
-    plans: Sequence[ColumnPlan],
-    values: Sequence[str],
-    position: Sequence[str] = (),
-    keys: Sequence[str] = (),
+    values: Sequence[str], position: Sequence[str] = (), keys: Sequence[str] = ()
 ) -> list[str]:
     """A staged row's identity (Spark SQL, each ``expr AS name``): its row hash over its
-    ``values`` (the staged values of ``plans``) and ``position``, its size and its bucket,
-    of the key columns ``keys`` when given (a change set's), else of the row hash."""
-    row_hash = row_hash_sql(values, position)
-    bucket_of = f"xxhash64({', '.join(keys)})" if keys else row_hash
-    return [
-        f"{row_hash} AS {sql_name(ROWHASH_COLUMN)}",
-        f"{size_sql(plans, values)} AS {sql_name(SIZE_COLUMN)}",
-        f"CAST(pmod({bucket_of}, {BUCKETS}) AS SMALLINT) AS {sql_name(BUCKET_COLUMN)}",
-    ]
+    ``values`` (its staged values) and ``position``, and, given the key columns ``keys`` (a
+    change set's), its bucket of their hash. Without keys Hyper buckets the row by its row
+    hash (:data:`ROW_HASH_BUCKET`), and Hyper estimates every row's size (:func:`size_sql`)."""
+    identity = [f"{row_hash_sql(values, position)} AS {sql_name(ROWHASH_COLUMN)}"]
+    if keys:
+        identity.append(
+            f"CAST(pmod(xxhash64({', '.join(keys)}), {BUCKETS}) AS SMALLINT)"
+            f" AS {sql_name(BUCKET_COLUMN)}"
+        )
+    return identity
 
 
-def change_identity_sql(
-    spec: CdcSpec, plans: Sequence[ColumnPlan], values: Sequence[str], kind: str
-) -> list[str]:
+def change_identity_sql(spec: CdcSpec, values: Sequence[str], kind: str) -> list[str]:
     """A change's :func:`identity_sql`: its position is ``kind`` (the SQL of its kind), its
     op and its ``order_by`` values; its bucket is its key's."""
     orders = [sql_name(o) for o in spec.order_by]
@@ -143,7 +149,7 @@ def change_identity_sql(
         *orders,
         *(f"isnull({o})" for o in orders),
     ]
-    return identity_sql(plans, values, position, [sql_name(k) for k in spec.key])
+    return identity_sql(values, position, [sql_name(k) for k in spec.key])
 
 
 @dataclass
@@ -161,6 +167,15 @@ class Staged:
     #: Hyper SQL choosing this table's rows among the files' (a change set's upserts and
     #: deletes share their files); empty: every row.
     where: str = ""
+    #: Hyper SQL: a staged row's split bucket.
+    bucket_of: str = ROW_HASH_BUCKET
+    #: Hyper SQL: a staged row's size estimate (:func:`size_sql`); empty: of this table's
+    #: own columns. A change set's deletes share their upserts' rows and estimate.
+    size_of: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.size_of:
+            self.size_of = size_sql(self.plans, self.staged_names)
 
     def rows_where(self, *more: str) -> str:
         """`` WHERE …`` of this table's rows that also meet ``more`` (or nothing)."""
@@ -178,23 +193,26 @@ BucketStats = dict[int, tuple[int, int, RowDigest]]
 
 
 def bucket_stats(
-    conn: Connection, source: str, where: str = "", by: str | None = None
+    conn: Connection,
+    source: str,
+    where: str = "",
+    by: str | None = None,
+    *,
+    bucket: str,
+    size: str,
 ) -> dict[str | None, BucketStats]:
     """Per-bucket row counts, size estimates and digests of ``source``'s rows (``where``:
-    which), grouped by the column ``by`` too when given (``None``: the one group).
+    which; ``bucket`` and ``size``: Hyper SQL of a row's bucket and size estimate), grouped
+    by the column ``by`` too when given (``None``: the one group).
 
     Each group's buckets come as one text (a bucket's five numbers after another's): up to a
     thousand rows read value by value through the Hyper API cost a micro-batch ~5 ms more."""
-    h, b = quote_name(ROWHASH_COLUMN), quote_name(BUCKET_COLUMN)
-    numbers = [
-        b,
-        "COUNT(*)",
-        f"SUM({quote_name(SIZE_COLUMN)})",
-        *(f"SUM({h} % {m})" for m in RowDigest.MODULI),
-    ]
+    h, b, z = quote_name(ROWHASH_COLUMN), quote_name("b"), quote_name("z")
+    numbers = [b, "COUNT(*)", f"SUM({z})", *(f"SUM({h} % {m})" for m in RowDigest.MODULI)]
     line = " || ' ' || ".join(f"CAST({n} AS TEXT)" for n in numbers)
     group = f"{quote_name(by)}, " if by else ""
-    per_bucket = f"SELECT {group}{line} AS s FROM {source}{where} GROUP BY {group}{b}"
+    rows = f"SELECT {group}{h}, {bucket} AS {b}, {size} AS {z} FROM {source}{where}"
+    per_bucket = f"SELECT {group}{line} AS s FROM ({rows}) AS r GROUP BY {group}{b}"
     query = f"SELECT {group}string_agg(s, ' ') FROM ({per_bucket}) AS g"
     if by:
         query += f" GROUP BY {quote_name(by)}"
@@ -210,8 +228,12 @@ def bucket_stats(
             )
         stats = found.setdefault(name, {})
         for i in range(0, len(values), width):
-            bucket, count, nbytes, *residues = values[i : i + width]
-            stats[bucket] = (count, nbytes, RowDigest(count, tuple(residues)))
+            number, count, nbytes, *residues = values[i : i + width]
+            if not 0 <= number < BUCKETS:
+                raise PayloadError(
+                    f"Hyper's bucket statistics name bucket {number}, outside 0-{BUCKETS - 1}"
+                )
+            stats[number] = (count, nbytes, RowDigest(count, tuple(residues)))
     return {name: stats for name, stats in found.items() if stats}
 
 
@@ -235,7 +257,17 @@ def read_bucket_stats(staged: Sequence[Staged], stage: Path) -> None:
         return  # a change set Hyper ranked: its statistics came with the ranking
     with connect() as conn:
         for t in unknown:
-            found = bucket_stats(conn, external(t.files), t.rows_where()) if t.files else {}
+            found = (
+                bucket_stats(
+                    conn,
+                    external(t.files),
+                    t.rows_where(),
+                    bucket=t.bucket_of,
+                    size=t.size_of,
+                )
+                if t.files
+                else {}
+            )
             t.buckets = found.get(None, {})
             rows = sum(c for c, _, _ in t.buckets.values())
             if rows != t.written:
@@ -309,9 +341,7 @@ def _write_part(
                     for p, s in zip(t.plans, t.staged_names, strict=True)
                 )
                 where = t.rows_where(
-                    ""
-                    if (lo, hi) == (0, BUCKETS - 1)
-                    else f"{quote_name(BUCKET_COLUMN)} BETWEEN {lo} AND {hi}"
+                    "" if (lo, hi) == (0, BUCKETS - 1) else f"{t.bucket_of} BETWEEN {lo} AND {hi}"
                 )
                 rows = int(
                     conn.execute_command(

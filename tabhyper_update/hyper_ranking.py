@@ -34,11 +34,12 @@ from .errors import PayloadError
 from .hyper_parts import (
     BUCKET_COLUMN,
     ROWHASH_COLUMN,
-    SIZE_COLUMN,
+    STAGED_BUCKET,
     BucketStats,
     bucket_stats,
     external,
     kind_counts,
+    size_sql,
 )
 from .hyper_types import ColumnPlan
 from .spark_sql import sql_name
@@ -103,7 +104,8 @@ def stage_and_rank(
     ]
     by_name = dict(zip((p.name for p in plans), staged_names, strict=True))
     keys = [by_name[k] for k in spec.key]
-    keep = [*staged_names, ROWHASH_COLUMN, SIZE_COLUMN, BUCKET_COLUMN]
+    keep = [*staged_names, ROWHASH_COLUMN, BUCKET_COLUMN]
+    size = size_sql(plans, staged_names)
     raw = target.with_name(target.name + "-tagged")
 
     def one_pass(texts: bool) -> dict[str, BucketStats] | None:
@@ -114,7 +116,7 @@ def stage_and_rank(
         if sent is None:
             return None
         files = staged_files(raw)
-        read, stats = rank_in_hyper(spec, keys, keep, files, target, texts)
+        read, stats = rank_in_hyper(spec, keys, keep, files, target, texts, size)
         if read != sent:
             raise PayloadError(
                 f"Spark sent {sent} change(s) to the driver but Hyper read {read} from the "
@@ -146,15 +148,16 @@ def rank_in_hyper(
     tagged: Sequence[Path],
     out: Path,
     texts: bool,
+    size: str,
 ) -> tuple[int, dict[str, BucketStats]]:
     """Rank the tagged changes staged in ``tagged`` into one Parquet file under ``out``
     (none without tagged changes).
 
     ``keys`` and ``keep`` are staged column names (the keys' staged values; the columns the
     ranked rows keep). ``texts``: the tagged changes hold the op and position texts (else
-    the ranked rows' are NULL). Returns how many tagged changes Hyper read and the ranked
-    rows' bucket statistics by kind (read in the same connection: the build does not read
-    them again)."""
+    the ranked rows' are NULL). ``size``: Hyper SQL of a ranked row's size estimate.
+    Returns how many tagged changes Hyper read and the ranked rows' bucket statistics by
+    kind (read in the same connection: the build does not read them again)."""
     if not tagged:
         return 0, {}
     out.mkdir(parents=True, exist_ok=True)
@@ -177,7 +180,9 @@ def rank_in_hyper(
         conn.execute_command(
             f"COPY ({ranked}) TO {quote_literal(str(target))} WITH (FORMAT parquet)"
         )
-        stats = bucket_stats(conn, external([target]), by=KIND_COLUMN)
+        stats = bucket_stats(
+            conn, external([target]), by=KIND_COLUMN, bucket=STAGED_BUCKET, size=size
+        )
     if kept and not stats:
         # Every key read has a last change: none ranked would report an empty change set.
         ignored = f" ({read - kept} ignored change(s) left out)" if read > kept else ""

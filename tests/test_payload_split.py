@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,6 +99,25 @@ def test_plain_payload_over_the_cap_is_split_evenly(spark: SparkSession) -> None
         with pytest.raises(InvalidActionBatchError, match="a replace needs the whole table"):
             payload.validate([Replace(target_table="Extract", source_table="Extract")])
         payload.validate([Insert(target_table="Extract", source_table="Extract")])
+
+
+def test_long_texts_are_planned_under_the_cap_from_the_first_estimate(
+    spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each row holds ~2 KB of text that Hyper cannot compress much: the split plan must count
+    # the text's bytes, or the parts come out over the cap and are halved (a warning, and a
+    # payload that depends on Hyper's file sizes rather than on the data alone).
+    n, cap_mb = 3_000, 1.0
+    text = ", ".join(f"sha2(CAST(id * {k + 1} AS STRING), 512)" for k in range(16))
+    df = spark.range(n).selectExpr("id", f"concat({text}) AS payload")
+    with caplog.at_level(logging.INFO, logger="tabhyper_update.build"):
+        payload = build_payload(df, max_payload_mb=cap_mb)
+    with payload:
+        assert len(payload.parts) > 4
+        assert all(p.size_bytes <= cap_mb * 1024 * 1024 for p in payload.parts)
+        ids = sorted(r[0] for p in payload.parts for r in read_rows(p.path, "Extract"))
+        assert ids == list(range(n))
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 def test_a_single_unsplittable_unit_over_the_cap_fails_clearly(
