@@ -52,7 +52,7 @@ def main() -> None:
         logging.basicConfig(
             level=logging.DEBUG, format="%(relativeCreated)8.0f %(name)s %(message)s"
         )
-        for noisy in ("py4j", "urllib3", "tabhyper_update._http"):
+        for noisy in ("py4j", "urllib3", "tabhyper_update.rest.transport"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
     from tabhyper_update.demo import local_spark
@@ -67,7 +67,7 @@ def main() -> None:
 
 def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
     from tabhyper_update import ChangeSet, PersonalAccessToken, TableauClient, TableauSink
-    from tabhyper_update.cdc import CdcSpec
+    from tabhyper_update.build.cdc import CdcSpec
     from tabhyper_update.testing import FakeTableauServer
     from tabhyper_update.testing.files import make_hyper
 

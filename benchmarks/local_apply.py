@@ -4,7 +4,7 @@
     python benchmarks/local_apply.py --rows 1000000
 
 Upserts 1M rows (half of them existing keys) and deletes 100k rows by key into a 10M-row
-target, once with ``tabhyper_update.local.apply`` and once with hand-written SQL, each on its
+target, once with ``tabhyper_update.local.engine.apply`` and once with hand-written SQL, each on its
 own copy of the same target, in the same run. Reports both times (median of --repeat) and
 the ratio; the engine's extra work is its checks (tables, column types, duplicate keys).
 """
@@ -22,9 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tabhyper_update import ActionBatch, Delete, Upsert, keys_match  # noqa: E402
-from tabhyper_update._hyper import connect  # noqa: E402
-from tabhyper_update.local import apply  # noqa: E402
+from tabhyper_update import Delete, Upsert, keys_match  # noqa: E402
+from tabhyper_update.local.engine import apply  # noqa: E402
+from tabhyper_update.local.hyper import connect  # noqa: E402
+from tabhyper_update.values.actions import ActionBatch  # noqa: E402
 
 
 def make_files(work: Path, rows: int, upserts: int, deletes: int) -> tuple[Path, Path]:

@@ -87,7 +87,7 @@ def main() -> None:
 
 
 def start_file(path: Path) -> Path:
-    from tabhyper_update._hyper import connect
+    from tabhyper_update.local.hyper import connect
 
     with connect(path, create=True) as conn:
         conn.execute_command('CREATE SCHEMA "Extract"')
@@ -137,7 +137,7 @@ class Baseline:
     def __call__(self, df: Any) -> None:
         import pyarrow as pa
 
-        from tabhyper_update._hyper import connect
+        from tabhyper_update.local.hyper import connect
 
         arrow_file = self.work / "changes.arrows"
         started = time.perf_counter()
@@ -176,7 +176,7 @@ class Baseline:
         }
 
     def send(self, payload: Path) -> None:
-        from tabhyper_update.uploads import multipart_framing
+        from tabhyper_update.rest.uploads import multipart_framing
 
         answer = self.http.post(self.base + "fileUploads")
         answer.raise_for_status()

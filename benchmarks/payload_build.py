@@ -123,7 +123,7 @@ def main() -> None:
     from pyspark.sql import SparkSession
 
     from tabhyper_update import ChangeSet, build_payload
-    from tabhyper_update._hyper import connect
+    from tabhyper_update.local.hyper import connect
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -150,7 +150,7 @@ def main() -> None:
         )
         options = {"staging": args.staging}
         changes = ChangeSet("order_id", op_column="op", order_by="seq")
-        from tabhyper_update.cdc import CdcSpec
+        from tabhyper_update.build.cdc import CdcSpec
 
         spec = CdcSpec.create(df.columns, changes)
         lower_df = spec.latest_changes(df)
@@ -214,7 +214,7 @@ def main() -> None:
         # writes them as Parquet with the options the SDK stages with (the bound's (a)
         # writes nothing), and Hyper ingests those files as (b) does. No identity columns,
         # no statistics, no split plan.
-        from tabhyper_update.build import STAGED_PARQUET_OPTIONS
+        from tabhyper_update.build.builder import STAGED_PARQUET_OPTIONS
 
         handoff_dir = work / "handoff"
 

@@ -60,7 +60,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9)
     args = parser.parse_args()
-    from tabhyper_update._hyper import hyper_process
+    from tabhyper_update.local.hyper import hyper_process
 
     started = time.perf_counter()
     with local_spark() as spark:
@@ -98,7 +98,7 @@ def main() -> None:
         changes.write.format("noop").mode("overwrite").save()
         first_query_s = time.perf_counter() - started
         stages = _Stages()
-        build_log = logging.getLogger("tabhyper_update.build")
+        build_log = logging.getLogger("tabhyper_update.build.builder")
         build_log.addHandler(stages)
         build_log.setLevel(logging.DEBUG)
         started = time.perf_counter()

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import cast
 
-from tabhyper_update.staging import StagingMode
+from tabhyper_update.build.staging import StagingMode
 
 
 def _jvm_peak_mb(pid: int) -> float:
@@ -38,7 +38,7 @@ def child(rows: int, staging: StagingMode, partitions: int) -> None:
     from payload_build import synthetic
 
     from tabhyper_update import build_payload
-    from tabhyper_update.sessions import own_spark
+    from tabhyper_update.local.spark import own_spark
 
     with own_spark("staging-modes", conf={"spark.driver.memory": "1g"}) as spark:
         with build_payload(synthetic(spark, 1000), staging=staging, progress=False):

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tabhyper_update import PersonalAccessToken, TableauClient  # noqa: E402
-from tabhyper_update.uploads import multipart_framing  # noqa: E402
+from tabhyper_update.rest.uploads import multipart_framing  # noqa: E402
 
 
 def start_server(directory: str) -> tuple[subprocess.Popen[bytes], str]:

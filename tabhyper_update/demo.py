@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from ._hyper import connect, quote_name, table_ref
-from .auth import PersonalAccessToken
 from .client import TableauClient
-from .sessions import own_spark
+from .local.hyper import connect, quote_name, table_ref
+from .local.spark import own_spark
+from .rest.auth import PersonalAccessToken
 
 __all__ = ["local_spark", "run_demo"]
 
@@ -107,9 +107,9 @@ def local_spark(verbose: bool = False) -> Iterator[Any]:
 
 def run_demo(out: TextIO, *, progress: bool | None = None, verbose: bool = False) -> bool:
     """Run the demo, printing to ``out``; returns whether the result matched."""
-    from .build import build_payload
-    from .cdc import ChangeSet
+    from .build.builder import build_payload
     from .testing import FakeTableauServer
+    from .values.changeset import ChangeSet
 
     timings: list[tuple[str, float]] = []
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tabhyper_update import PersonalAccessToken, PollPolicy, RetryPolicy, TableauClient
-from tabhyper_update._hyper import connect
+from tabhyper_update import PersonalAccessToken, TableauClient
+from tabhyper_update.local.hyper import connect
 from tabhyper_update.testing.files import read_table
+from tabhyper_update.values.policies import PollPolicy, RetryPolicy
 
 if TYPE_CHECKING:
     import pytest

@@ -105,7 +105,7 @@ def spark() -> Iterator[SparkSession]:
 def _secrets_of_this_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """The SDK scrubs every secret its clients held in the process: each test starts with
     none, so one test's credentials (some tests use plain words) never blank another's."""
-    from tabhyper_update import redaction
+    from tabhyper_update.values import redaction
 
     monkeypatch.setattr(redaction, "_secrets", {})
     monkeypatch.setattr(redaction, "_forms", ())

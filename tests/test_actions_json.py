@@ -11,8 +11,6 @@ from typing import Any
 import pytest
 
 from tabhyper_update import (
-    ActionBatch,
-    Const,
     Delete,
     Insert,
     Replace,
@@ -24,6 +22,8 @@ from tabhyper_update import (
     source,
     target,
 )
+from tabhyper_update.values.actions import ActionBatch
+from tabhyper_update.values.conditions import Const
 
 BATCHES = Path(__file__).resolve().parent.parent / "examples" / "batches"
 

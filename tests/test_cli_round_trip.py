@@ -163,8 +163,8 @@ def test_usage_errors_exit_2(
 
 
 def test_state_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tabhyper_update.identity import new_record
-    from tabhyper_update.state import StateStore
+    from tabhyper_update.update.identity import new_record
+    from tabhyper_update.update.state import StateStore
 
     store = StateStore(tmp_path)
     record = new_record(

@@ -19,26 +19,26 @@ from responses import matchers
 
 from tabhyper_update import (
     ApiError,
-    AuthenticationError,
-    ConnectionFailedError,
     Delete,
-    JobCancelledError,
     JobFailedError,
-    JobTimeoutError,
     NotFoundError,
-    PollPolicy,
-    RequestTimeoutError,
-    RetryPolicy,
-    TransportError,
-    UnsupportedServerError,
     Upsert,
     keys_match,
     target,
 )
-from tabhyper_update.auth import ConnectedAppJWT, PersonalAccessToken, UsernamePassword
 from tabhyper_update.client import DataSourceRef, TableauClient
-from tabhyper_update.policies import JobTimes
-from tabhyper_update.uploads import multipart_framing
+from tabhyper_update.rest.auth import ConnectedAppJWT, PersonalAccessToken, UsernamePassword
+from tabhyper_update.rest.uploads import multipart_framing
+from tabhyper_update.values.errors import (
+    AuthenticationError,
+    ConnectionFailedError,
+    JobCancelledError,
+    JobTimeoutError,
+    RequestTimeoutError,
+    TransportError,
+    UnsupportedServerError,
+)
+from tabhyper_update.values.policies import JobTimes, PollPolicy, RetryPolicy
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SERVER = "https://tableau.test"

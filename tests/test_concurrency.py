@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tabhyper_update import (
-    AuthenticationError,
     ChangeSet,
     NotFoundError,
     PersonalAccessToken,
-    RetryPolicy,
     TableauClient,
     build_payload,
 )
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper
+from tabhyper_update.values.errors import AuthenticationError
+from tabhyper_update.values.policies import RetryPolicy
 
 from ._util import read_rows
 

@@ -11,16 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tabhyper_update import (
-    InvalidArgumentError,
-    PayloadError,
-    PersonalAccessToken,
-    TableauClient,
-    build_payload,
-)
+from tabhyper_update import PayloadError, PersonalAccessToken, TableauClient, build_payload
 from tabhyper_update.streaming import Debezium, TableauSink
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
+from tabhyper_update.values.errors import InvalidArgumentError
 
 from ._streaming import PAT, run_query, write_batch
 

@@ -277,7 +277,7 @@ def test_the_published_table_equals_the_source_after_every_step_at_length(
 def test_the_oracle_catches_pre_images_dropped(
     spark: SparkSession, target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tabhyper_update import cdc
+    from tabhyper_update.values import changeset as cdc
 
     monkeypatch.setitem(cdc.DEFAULT_OP_MAP, "update_preimage", "ignore")
     tally = oracle(spark, target, tmp_path, delta=1, debezium=0, streams=0, steps=4)

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import tabhyper_update as th
-from tabhyper_update.errors import Problem
+from tabhyper_update.values import errors
+from tabhyper_update.values.errors import InvalidActionBatchError, JobTimeoutError, Problem
 
 
 def test_every_error_derives_from_the_root() -> None:
-    for name in th.__all__:
-        obj = getattr(th, name)
+    for name in [*th.__all__, *errors.__all__]:
+        obj = getattr(th, name) if name in th.__all__ else getattr(errors, name)
         if isinstance(obj, type) and issubclass(obj, BaseException):
             assert issubclass(obj, th.TabHyperError), name
 
 
 def test_job_timeout_is_a_timeout_error_carrying_the_job_id() -> None:
-    err = th.JobTimeoutError("job-1", 12.5)
+    err = JobTimeoutError("job-1", 12.5)
     assert isinstance(err, TimeoutError)
     assert err.job_id == "job-1"
     assert "wait() on it again" in str(err)
@@ -48,6 +49,6 @@ def test_job_failed_carries_notes() -> None:
 
 
 def test_invalid_batch_lists_problems() -> None:
-    err = th.InvalidActionBatchError([Problem("$.actions[0]", "a"), Problem("$", "b")])
+    err = InvalidActionBatchError([Problem("$.actions[0]", "a"), Problem("$", "b")])
     assert str(err).splitlines() == ["invalid action batch:", "  - $.actions[0]: a", "  - $: b"]
     assert isinstance(err, ValueError)

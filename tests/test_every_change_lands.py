@@ -17,18 +17,20 @@ from tabhyper_update import (
     ApiError,
     ChangeSet,
     Insert,
-    InvalidArgumentError,
-    JobOutcomeUnknownError,
     PersonalAccessToken,
     TableauClient,
-    TargetMismatchError,
-    TransportError,
     build_payload,
 )
-from tabhyper_update.state import StateStore
 from tabhyper_update.streaming import Debezium, TableauSink
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
+from tabhyper_update.update.state import StateStore
+from tabhyper_update.values.errors import (
+    InvalidArgumentError,
+    JobOutcomeUnknownError,
+    TargetMismatchError,
+    TransportError,
+)
 
 from ._histories import COLUMNS, ROW_SCHEMA, Commit, DeltaSource, Model, table
 from ._streaming import PAT

@@ -19,20 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tabhyper_update import (
-    ApiError,
-    ChangeSet,
-    PollPolicy,
-    RetryPolicy,
-    TabHyperError,
-    TableauClient,
-    TransportError,
-    build_payload,
-)
-from tabhyper_update.payload import Payload
-from tabhyper_update.state import StateStore
+from tabhyper_update import ApiError, ChangeSet, TabHyperError, TableauClient, build_payload
+from tabhyper_update.payload.model import Payload
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper
+from tabhyper_update.update.state import StateStore
+from tabhyper_update.values.errors import TransportError
+from tabhyper_update.values.policies import PollPolicy, RetryPolicy
 
 from ._util import client_for, read_rows
 
@@ -280,7 +273,7 @@ def test_crash_in_a_subprocess_then_rerun(built: Payload, run: Run, tmp_path: Pa
     script = (
         "import os, sys\n"
         "from tabhyper_update import PersonalAccessToken, TableauClient\n"
-        "from tabhyper_update.payload import Payload\n"
+        "from tabhyper_update.payload.model import Payload\n"
         f"p = Payload.load({str(manifest)!r})\n"
         f"c = TableauClient({run.server.url!r}, '', PersonalAccessToken('ci', 'pat-secret'))\n"
         f"p.upload('Orders', client=c, progress=False, state_dir={str(run.state_dir)!r})"

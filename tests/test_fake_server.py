@@ -11,7 +11,6 @@ import pytest
 import requests
 
 from tabhyper_update import (
-    AuthenticationError,
     ConnectedAppJWT,
     Insert,
     JobFailedError,
@@ -20,9 +19,10 @@ from tabhyper_update import (
     UsernamePassword,
     keys_match,
 )
+from tabhyper_update.rest.uploads import multipart_framing
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper
-from tabhyper_update.uploads import multipart_framing
+from tabhyper_update.values.errors import AuthenticationError
 
 from ._util import PAT, client_for, read_rows
 

@@ -15,19 +15,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tabhyper_update import (
-    ChangeSet,
-    Insert,
-    PersonalAccessToken,
-    RetryPolicy,
-    TableauClient,
-    build_payload,
-    folders,
-)
+from tabhyper_update import ChangeSet, Insert, PersonalAccessToken, TableauClient, build_payload
 from tabhyper_update.cli import main
-from tabhyper_update.folders import sweep_leftovers
+from tabhyper_update.local import folders
+from tabhyper_update.local.folders import sweep_leftovers
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper
+from tabhyper_update.values.policies import RetryPolicy
 
 from ._util import read_rows
 
@@ -214,7 +208,7 @@ def test_a_live_build_in_another_pid_namespace_keeps_its_folder(tmp_path: Path) 
     lease has expired after it died."""
     script = (
         "import sys, time; from pathlib import Path\n"
-        "from tabhyper_update.folders import private_dir\n"
+        "from tabhyper_update.local.folders import private_dir\n"
         "path, lease = private_dir(Path(sys.argv[1]), 'tabhyper-stage-')\n"
         "print(path, flush=True)\n"
         "time.sleep(60)\n"
@@ -280,7 +274,8 @@ def test_a_full_disk_during_a_build_is_named(
 ) -> None:
     import errno
 
-    from tabhyper_update import PayloadError, build
+    from tabhyper_update import PayloadError
+    from tabhyper_update.build import builder as build
 
     def full(*args: object, **kwargs: object) -> object:
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -18,13 +18,9 @@ from typing import Any
 
 import pytest
 
-from tabhyper_update import (
-    RequestTimeoutError,
-    RetryPolicy,
-    TableauClient,
-    TransportError,
-)
-from tabhyper_update.errors import TlsVerificationError
+from tabhyper_update import TableauClient
+from tabhyper_update.values.errors import RequestTimeoutError, TlsVerificationError, TransportError
+from tabhyper_update.values.policies import RetryPolicy
 
 from . import _util
 

@@ -20,20 +20,19 @@ from tabhyper_update import (
     ChangeSet,
     Delete,
     Insert,
-    JobCancelledError,
     JobFailedError,
     PayloadError,
     TableauClient,
-    UpdateStateError,
     build_payload,
     target,
 )
-from tabhyper_update.identity import scoped_request_id
-from tabhyper_update.payload import Payload
-from tabhyper_update.roundtrip import UpdateResult
-from tabhyper_update.state import StateStore
+from tabhyper_update.payload.model import Payload
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper
+from tabhyper_update.update.chain import UpdateResult
+from tabhyper_update.update.identity import scoped_request_id
+from tabhyper_update.update.state import StateStore
+from tabhyper_update.values.errors import JobCancelledError, UpdateStateError
 
 from ._util import client_for, read_rows, use_environment
 
@@ -202,7 +201,7 @@ def test_an_odd_tmpdir_too(
 def test_rows_spark_wrote_but_the_sdk_cannot_find_are_an_error(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tabhyper_update import build
+    from tabhyper_update.build import builder as build
 
     real = build._write_staged
     elsewhere = tmp_path / "elsewhere"
@@ -270,8 +269,8 @@ def split_payloads(
 KILL_SCRIPT = """
 import os, sys
 from tabhyper_update import Insert, PersonalAccessToken, PollPolicy, TableauClient
-from tabhyper_update.payload import Payload
-from tabhyper_update.roundtrip import UploadedPayload
+from tabhyper_update.payload.model import Payload
+from tabhyper_update.update.chain import UploadedPayload
 
 manifest, url, state, when, part = sys.argv[1:6]
 real_wait = UploadedPayload._wait_part

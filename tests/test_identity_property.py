@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tabhyper_update import PersonalAccessToken, PollPolicy, RetryPolicy, TableauClient
+from tabhyper_update import PersonalAccessToken, TableauClient
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper
+from tabhyper_update.values.policies import PollPolicy, RetryPolicy
 
 from ._util import read_rows
 from .test_identity import cdc

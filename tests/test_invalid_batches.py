@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tabhyper_update import ActionBatch, InvalidActionBatchError
+from tabhyper_update.values.actions import ActionBatch
+from tabhyper_update.values.errors import InvalidActionBatchError
 
 
 def ins(**extra: Any) -> dict[str, Any]:

@@ -8,22 +8,13 @@ from typing import Any
 
 import pytest
 
-from tabhyper_update import (
-    ActionBatch,
-    ApplyError,
-    Comparison,
-    Delete,
-    Insert,
-    Replace,
-    Update,
-    Upsert,
-    keys_match,
-    source,
-    target,
-)
-from tabhyper_update._hyper import quote_name
-from tabhyper_update.local import apply
+from tabhyper_update import Delete, Insert, Replace, Update, Upsert, keys_match, source, target
+from tabhyper_update.local.engine import apply
+from tabhyper_update.local.hyper import quote_name
 from tabhyper_update.testing.files import make_hyper
+from tabhyper_update.values.actions import ActionBatch
+from tabhyper_update.values.conditions import Comparison
+from tabhyper_update.values.errors import ApplyError
 
 from ._util import read_rows
 

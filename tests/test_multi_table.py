@@ -10,9 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tabhyper_update import (
-    ArgumentTypeError,
     ChangeSet,
-    InvalidArgumentError,
     Payload,
     PayloadError,
     PersonalAccessToken,
@@ -22,6 +20,7 @@ from tabhyper_update import (
 from tabhyper_update.streaming import TableauSink
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
+from tabhyper_update.values.errors import ArgumentTypeError, InvalidArgumentError
 
 from ._streaming import PAT, run_query, write_batch
 

@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tabhyper_update import (
-    ActionBatch,
-    ArgumentTypeError,
     ChangeSet,
     Insert,
     JobFailedError,
@@ -32,6 +30,8 @@ from tabhyper_update import (
 from tabhyper_update.streaming import TableauSink
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
+from tabhyper_update.values.actions import ActionBatch
+from tabhyper_update.values.errors import ArgumentTypeError
 
 from ._streaming import SCHEMA, write_batch
 from ._util import PAT

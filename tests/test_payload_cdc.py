@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from tabhyper_update import ArgumentTypeError, ChangeSet, Payload, PayloadError, build_payload
+from tabhyper_update import ChangeSet, Payload, PayloadError, build_payload
+from tabhyper_update.values.errors import ArgumentTypeError
 
 from ._util import read_columns, read_rows
 

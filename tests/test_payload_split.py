@@ -13,7 +13,6 @@ from tabhyper_update import (
     ChangeSet,
     Delete,
     Insert,
-    InvalidActionBatchError,
     PayloadError,
     Replace,
     Update,
@@ -22,7 +21,8 @@ from tabhyper_update import (
     keys_match,
     target,
 )
-from tabhyper_update.parts import RowDigest
+from tabhyper_update.values.errors import InvalidActionBatchError
+from tabhyper_update.values.parts import RowDigest
 
 from ._util import read_rows
 
@@ -110,7 +110,7 @@ def test_long_texts_are_planned_under_the_cap_from_the_first_estimate(
     n, cap_mb = 3_000, 1.0
     text = ", ".join(f"sha2(CAST(id * {k + 1} AS STRING), 512)" for k in range(16))
     df = spark.range(n).selectExpr("id", f"concat({text}) AS payload")
-    with caplog.at_level(logging.INFO, logger="tabhyper_update.build"):
+    with caplog.at_level(logging.INFO, logger="tabhyper_update.build.builder"):
         payload = build_payload(df, max_payload_mb=cap_mb)
     with payload:
         assert len(payload.parts) > 4

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import subprocess
+import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -10,17 +14,47 @@ import pytest
 
 import tabhyper_update
 import tabhyper_update.testing
-from tabhyper_update import (
-    ChangeSet,
-    Debezium,
-    Payload,
-    TableauClient,
-    TableauSink,
-    UploadedPayload,
-    build_payload,
-)
+from tabhyper_update import ChangeSet, Debezium, Payload, TableauClient, TableauSink, build_payload
+from tabhyper_update.update.chain import BoundPayload as UploadedPayload
 
+#: The public surface: the verbs, the models a job builds, the base error and the errors
+#: callers catch. Everything else is importable from its module.
 EXPECTED = {
+    "__version__",
+    "build_payload",
+    "reconcile",
+    "repair",
+    "TableauClient",
+    "Payload",
+    "ChangeSet",
+    "Insert",
+    "Update",
+    "Delete",
+    "Replace",
+    "Upsert",
+    "source",
+    "target",
+    "keys_match",
+    "all_of",
+    "any_of",
+    "PersonalAccessToken",
+    "UsernamePassword",
+    "ConnectedAppJWT",
+    "TableauSink",
+    "Debezium",
+    "UpdateResult",
+    "TabHyperError",
+    "ConfigurationError",
+    "ApiError",
+    "NotFoundError",
+    "JobFailedError",
+    "PayloadError",
+    "DriftError",
+}
+
+#: What the package exported before its layers were folders: every name still imports
+#: from the package (the moved ones with a DeprecationWarning naming their module).
+EXPORTED_BY_0_1 = {
     "Action",
     "ActionBatch",
     "And",
@@ -97,23 +131,55 @@ EXPECTED = {
 
 def test_public_surface_is_pinned() -> None:
     assert set(tabhyper_update.__all__) == EXPECTED
+    assert len(EXPECTED) <= 30
     for name in tabhyper_update.__all__:
         assert hasattr(tabhyper_update, name), name
+    assert set(dir(tabhyper_update)) == EXPECTED
+
+
+@pytest.mark.parametrize("name", sorted(EXPORTED_BY_0_1 - EXPECTED))
+def test_every_earlier_name_still_imports_from_the_package(name: str) -> None:
+    with pytest.warns(DeprecationWarning, match=rf"tabhyper_update\.{name} moved: import") as w:
+        value = getattr(tabhyper_update, name)
+    attr, module = str(w[0].message).split(": import ", 1)[1].split(" from ")
+    assert value is getattr(importlib.import_module(module), attr)
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        tabhyper_update.Nothing  # noqa: B018
+
+
+def test_importing_the_package_loads_none_of_its_layers() -> None:
+    code = (
+        "import sys, tabhyper_update; "
+        "print(sorted(m for m in sys.modules if m.startswith('tabhyper_update.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "['tabhyper_update._version']"
 
 
 def test_renamed_public_names_keep_working() -> None:
-    # The payload bound to a target was called UploadedPayload; it need not be uploaded yet.
-    assert tabhyper_update.UploadedPayload is tabhyper_update.BoundPayload
-    # build_payload's argument misuse is an InvalidArgumentError, and still a PayloadError.
-    assert issubclass(tabhyper_update.PayloadArgumentError, tabhyper_update.PayloadError)
-    assert issubclass(tabhyper_update.PayloadArgumentError, tabhyper_update.InvalidArgumentError)
-    # The one strict JSON reader of action batches answers to both of its names.
-    text = '{"actions": [{"action": "insert", "source-table": "s", "target-table": "t"}]}'
-    batch = tabhyper_update.ActionBatch.from_json(text)
-    assert tabhyper_update.ActionBatch.from_wire(text) == batch
-    # Snake-case keys are not what Tableau takes: the reader refuses them.
-    with pytest.raises(tabhyper_update.InvalidActionBatchError, match="source_table"):
-        tabhyper_update.ActionBatch.from_json(text.replace("source-table", "source_table"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # asserted above
+        # The payload bound to a target was called UploadedPayload; it need not be uploaded
+        # yet.
+        assert tabhyper_update.UploadedPayload is tabhyper_update.BoundPayload
+        # build_payload's argument misuse is an InvalidArgumentError, and still a
+        # PayloadError.
+        assert issubclass(tabhyper_update.PayloadArgumentError, tabhyper_update.PayloadError)
+        assert issubclass(
+            tabhyper_update.PayloadArgumentError, tabhyper_update.InvalidArgumentError
+        )
+        # The one strict JSON reader of action batches answers to both of its names.
+        text = '{"actions": [{"action": "insert", "source-table": "s", "target-table": "t"}]}'
+        batch = tabhyper_update.ActionBatch.from_json(text)
+        assert tabhyper_update.ActionBatch.from_wire(text) == batch
+        # Snake-case keys are not what Tableau takes: the reader refuses them.
+        with pytest.raises(tabhyper_update.InvalidActionBatchError, match="source_table"):
+            tabhyper_update.ActionBatch.from_json(text.replace("source-table", "source_table"))
 
 
 @pytest.mark.parametrize(
@@ -153,10 +219,20 @@ def test_the_round_trip_signatures_are_pinned(
 ) -> None:
     shown = []
     for p in inspect.signature(function).parameters.values():
-        if p.kind is p.KEYWORD_ONLY and "*" not in shown:
+        if p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) and "*" not in shown:
             shown.append("*")
-        shown.append(p.name)
-    assert ", ".join(shown) == parameters
+        if p.kind is p.VAR_KEYWORD:
+            # Keywords declared once as a TypedDict (``**options: Unpack[UpdateOptions]``).
+            declared = str(p.annotation).removeprefix("Unpack[").removesuffix("]")
+            options = getattr(function, "__globals__", {})[declared]
+            shown += sorted(options.__optional_keys__)
+        else:
+            shown.append(p.name)
+    # Keyword-only names in any order: what a caller can pass.
+    positional, _, keywords = ", ".join(shown).partition("*, ")
+    expected_positional, _, expected_keywords = parameters.partition("*, ")
+    assert positional == expected_positional
+    assert sorted(keywords.split(", ")) == sorted(expected_keywords.split(", "))
 
 
 def test_the_testing_package_exports_the_fake_and_its_faults() -> None:

@@ -12,21 +12,20 @@ import pytest
 
 from tabhyper_update import (
     ApiError,
-    BootstrapResult,
     ChangeSet,
-    InvalidArgumentError,
     JobFailedError,
     NotFoundError,
     Payload,
     PayloadError,
     PersonalAccessToken,
-    SchemaDriftError,
     TableauClient,
     build_payload,
 )
 from tabhyper_update.cli import main
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
+from tabhyper_update.update.publish import BootstrapResult
+from tabhyper_update.values.errors import InvalidArgumentError, SchemaDriftError
 
 from ._util import use_environment
 

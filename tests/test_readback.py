@@ -13,22 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tabhyper_update import (
-    ChangeSet,
-    DataServiceError,
-    DriftError,
-    Insert,
-    InvalidArgumentError,
-    Tolerance,
-    build_payload,
-    reconcile,
-    repair,
-)
-from tabhyper_update._hyper import connect
+from tabhyper_update import ChangeSet, DriftError, Insert, build_payload, reconcile, repair
 from tabhyper_update.cli import main
-from tabhyper_update.compare import canonical, same
+from tabhyper_update.local.hyper import connect
+from tabhyper_update.readback.compare import Tolerance, canonical, same
+from tabhyper_update.readback.dataservice import DataService, calculation, dimension, measure
 from tabhyper_update.testing import FakeTableauServer
-from tabhyper_update.vizql import DataService, calculation, dimension, measure
+from tabhyper_update.values.errors import DataServiceError, InvalidArgumentError
 
 from ._util import PAT, client_for, read_rows, use_environment
 

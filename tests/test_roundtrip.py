@@ -14,17 +14,16 @@ from tabhyper_update import (
     ConfigurationError,
     Delete,
     Insert,
-    InvalidActionBatchError,
-    InvalidArgumentError,
     JobFailedError,
     PersonalAccessToken,
-    PollPolicy,
     TableauClient,
     build_payload,
     target,
 )
-from tabhyper_update.state import StateStore
 from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.update.state import StateStore
+from tabhyper_update.values.errors import InvalidActionBatchError, InvalidArgumentError
+from tabhyper_update.values.policies import PollPolicy
 
 from ._util import client_for, read_rows, use_environment
 

@@ -10,19 +10,10 @@ import jsonschema
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tabhyper_update import (
-    ActionBatch,
-    And,
-    Comparison,
-    Const,
-    Delete,
-    Insert,
-    Or,
-    Replace,
-    Update,
-    Upsert,
-)
+from tabhyper_update import Delete, Insert, Replace, Update, Upsert
 from tabhyper_update.cli import action_batch_schema
+from tabhyper_update.values.actions import ActionBatch
+from tabhyper_update.values.conditions import And, Comparison, Const, Or
 
 names = st.text(min_size=1, max_size=12)
 

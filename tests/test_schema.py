@@ -9,8 +9,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tabhyper_update import ActionBatch
 from tabhyper_update.cli import schema_text
+from tabhyper_update.values.actions import ActionBatch
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_FILE = ROOT / "schemas" / "action_batch.schema.json"

@@ -14,8 +14,6 @@ from tabhyper_update import (
     ConnectedAppJWT,
     Insert,
     PersonalAccessToken,
-    PollPolicy,
-    RetryPolicy,
     TableauClient,
     UsernamePassword,
     build_payload,
@@ -23,6 +21,7 @@ from tabhyper_update import (
 from tabhyper_update.cli import main
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper
+from tabhyper_update.values.policies import PollPolicy, RetryPolicy
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tabhyper_update import state as state_module
-from tabhyper_update.state import RECORD_RETENTION_SECONDS, PartState, StateStore, UpdateRecord
+from tabhyper_update.update import state as state_module
+from tabhyper_update.update.state import (
+    RECORD_RETENTION_SECONDS,
+    PartState,
+    StateStore,
+    UpdateRecord,
+)
 
 
 def record(name: str, *, applied: bool) -> UpdateRecord:

@@ -17,18 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tabhyper_update import (
-    ChangeSet,
-    Insert,
-    InvalidArgumentError,
-    PersonalAccessToken,
-    TableauClient,
-    build_payload,
-)
+from tabhyper_update import ChangeSet, Insert, PersonalAccessToken, TableauClient, build_payload
 from tabhyper_update.streaming import TableauSink
 from tabhyper_update.streaming.sink import batch_request_id
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
+from tabhyper_update.values.errors import InvalidArgumentError
 
 from ._streaming import (
     PAT,

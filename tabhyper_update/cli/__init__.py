@@ -20,7 +20,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from ..errors import (
+from ..local.folders import check_folder
+from ..values.errors import (
     ApiError,
     ConfigurationError,
     InvalidArgumentError,
@@ -33,7 +34,6 @@ from ..errors import (
     TransportError,
     UnsupportedServerError,
 )
-from ..folders import check_folder
 from .commands import Refused, UsageError, action_batch_schema, as_flags, schema_text
 from .exit_codes import (
     EXIT_DRIFT,

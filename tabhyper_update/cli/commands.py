@@ -13,19 +13,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..actions import ActionBatch
-from ..build import build_payload
-from ..cdc import ChangeSet
+from ..build.builder import build_payload
 from ..client import TableauClient
-from ..errors import (
+from ..local.folders import LEASE_NAME, check_folder
+from ..payload.model import Payload
+from ..update.state import StateStore, UpdateRecord
+from ..values.actions import ActionBatch
+from ..values.changeset import ChangeSet
+from ..values.errors import (
     ConfigurationError,
     InvalidActionBatchError,
     PayloadAppliedError,
     TabHyperError,
 )
-from ..folders import LEASE_NAME, check_folder
-from ..payload import Payload
-from ..state import StateStore, UpdateRecord
 from .exit_codes import (
     EXIT_DRIFT,
     EXIT_FAILED,
@@ -178,7 +178,7 @@ def _pairs(items: Sequence[str] | None, flag: str, shape: str) -> dict[str, str]
 
 def _build_into(args: argparse.Namespace, out: Path) -> int:
     _require_pyspark("build reads its input")
-    from ..sessions import own_spark
+    from ..local.spark import own_spark
 
     with own_spark("tabhyper-update", master="local[*]", verbose=args.verbose > 0) as spark:
         return _build_with(spark, args, out)
@@ -401,8 +401,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.sample < 0:
         raise UsageError("--sample must be 0 or more")
     _require_pyspark("verify reads the source with Spark")
-    from ..reconcile import reconcile, repair
-    from ..sessions import own_spark
+    from ..local.spark import own_spark
+    from ..readback.reconcile import reconcile
+    from ..repairs import repair
 
     with (
         _client(args) as client,

@@ -31,10 +31,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from ..cdc import MISSING_OP, ChangeSet
-from ..errors import ArgumentTypeError, InvalidArgumentError, PayloadError
-from ..positions import OrderAs
-from ..spark_sql import sql_name
+from ..values.changeset import MISSING_OP, ChangeSet
+from ..values.errors import ArgumentTypeError, InvalidArgumentError, PayloadError
+from ..values.positions import OrderAs
+from ..values.spark_sql import sql_name
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -46,22 +46,27 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import tabhyper_update.errors as errors
+import tabhyper_update.values.errors as errors
 
-from ..actions import ActionBatch, BatchLike, Insert, Upsert
-from ..build import build_payload
-from ..cdc import ChangeSet
-from ..client import TableauClient, client_for
-from ..errors import ArgumentTypeError, ConfigurationError, InvalidArgumentError, TabHyperError
-from ..folders import check_folder, refuse_symlink
-from ..payload import DEFAULT_MAX_PAYLOAD_MB, Payload
-from ..redaction import get_logger
-from ..refs import DataSourceRef
-from ..results import UpdateResult
-from ..roundtrip import upload_payload
-from ..staging import StagingMode, check_staging
-from ..state import StateStore
-from ..targets import check_target, resolve_target
+from ..build.builder import build_payload
+from ..build.staging import StagingMode, check_staging
+from ..local.folders import check_folder, refuse_symlink
+from ..payload.model import DEFAULT_MAX_PAYLOAD_MB, Payload
+from ..rest.refs import DataSourceRef
+from ..rest.session import RestSession, client_for
+from ..update.chain import upload_payload
+from ..update.results import UpdateResult
+from ..update.state import StateStore
+from ..update.targets import check_target, resolve_target
+from ..values.actions import ActionBatch, BatchLike, Insert, Upsert
+from ..values.changeset import ChangeSet
+from ..values.errors import (
+    ArgumentTypeError,
+    ConfigurationError,
+    InvalidArgumentError,
+    TabHyperError,
+)
+from ..values.redaction import get_logger
 from .debezium import Debezium
 
 if TYPE_CHECKING:
@@ -116,7 +121,7 @@ class TableauSink:
         target: DataSourceRef | str,
         changes: Changes | None = None,
         *,
-        client: TableauClient | None = None,
+        client: RestSession | None = None,
         actions: BatchLike | None = None,
         prepare: Prepare | None = None,
         target_table: str | None = None,

@@ -1,6 +1,7 @@
 """The fake server's state and behaviour, with no HTTP in it: who may sign in, the data
 sources and their ``.hyper`` files, upload sessions, and the jobs that apply updates with
-real Hyper (one worker per data source, in order, through :func:`tabhyper_update.local.apply`).
+real Hyper (one worker per data source, in order, through
+:func:`tabhyper_update.local.engine.apply`).
 
 Operations raise :class:`~.wire.ApiFailure` with the status and code the real server uses;
 :mod:`.handlers` turns requests into these calls and their results into answers.
@@ -27,11 +28,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from .._hyper import connect
-from ..actions import ActionBatch, Insert
-from ..errors import ApplyError
-from ..local import apply as apply_locally
-from ..redaction import get_logger
+from ..local.engine import apply as apply_locally
+from ..local.hyper import connect
+from ..values.actions import ActionBatch, Insert
+from ..values.errors import ApplyError
+from ..values.redaction import get_logger
 from .wire import ApiFailure, bad_request, not_found
 
 __all__ = ["MB", "DataSource", "FakeBackend", "Job", "Project", "Session"]

@@ -22,7 +22,7 @@ from typing import Any
 
 from tableauhyperapi import TypeTag
 
-from .._hyper import connect, quote_literal, quote_name, table_ref
+from ..local.hyper import connect, quote_literal, quote_name, table_ref
 from .wire import ApiFailure
 
 __all__ = ["ServiceFailure", "metadata", "run_query"]

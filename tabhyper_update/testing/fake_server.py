@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..redaction import get_logger
+from ..values.redaction import get_logger
 from .backend import FakeBackend
 from .handlers import Handlers, job_body
 from .routes import route_of

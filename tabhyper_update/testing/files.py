@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._hyper import connect, quote_name, table_ref
+from ..local.hyper import connect, quote_name, table_ref
 
 __all__ = ["make_hyper", "read_table"]
 

@@ -8,8 +8,8 @@ import json
 import uuid
 from typing import Any
 
-from ..actions import ActionBatch
-from ..errors import InvalidActionBatchError
+from ..values.actions import ActionBatch
+from ..values.errors import InvalidActionBatchError
 from .backend import MB, DataSource, FakeBackend, Job
 from .data_service import ServiceFailure, metadata, run_query
 from .wire import (

@@ -10,23 +10,31 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import requests
 
-from .wire import Request, encode
+from .wire import Request, Response, encode
 
 if TYPE_CHECKING:
     import responses
 
-    from .fake_server import FakeTableauServer
+__all__ = ["Served", "mock"]
 
-__all__ = ["mock"]
+
+class Served(Protocol):
+    """What the adapter serves: a fake's base URL and its request handler
+    (:class:`~tabhyper_update.testing.fake_server.FakeTableauServer`)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def handle(self, request: Request) -> Response: ...
 
 
 @contextmanager
-def mock(server: FakeTableauServer) -> Iterator[responses.RequestsMock]:
+def mock(server: Served) -> Iterator[responses.RequestsMock]:
     """A ``responses`` mock that routes every request under ``server.url`` to the fake."""
     import responses
 

@@ -18,40 +18,40 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tabhyper_update import (
-    ActionBatch,
-    And,
     ApiError,
-    ArgumentTypeError,
-    AuthenticationError,
     ChangeSet,
     ConfigurationError,
     ConnectedAppJWT,
     Delete,
     Insert,
-    InvalidActionBatchError,
-    InvalidArgumentError,
-    Job,
     JobFailedError,
     NotFoundError,
     PayloadError,
     PersonalAccessToken,
-    PollPolicy,
     Replace,
-    RetryPolicy,
     TabHyperError,
     TableauClient,
-    TransportError,
     Update,
     UsernamePassword,
     build_payload,
     keys_match,
-    redaction,
     target,
 )
-from tabhyper_update.conditions import Const
-from tabhyper_update.payload import Payload
+from tabhyper_update.payload.model import Payload
+from tabhyper_update.rest.jobs import Job
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper
+from tabhyper_update.values import redaction
+from tabhyper_update.values.actions import ActionBatch
+from tabhyper_update.values.conditions import And, Const
+from tabhyper_update.values.errors import (
+    ArgumentTypeError,
+    AuthenticationError,
+    InvalidActionBatchError,
+    InvalidArgumentError,
+    TransportError,
+)
+from tabhyper_update.values.policies import PollPolicy, RetryPolicy
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -1,0 +1,527 @@
+"""``build_payload``: Spark change sets → ``.hyper`` payload files, fast, with flat driver memory.
+
+How a payload is built (chosen by measurement, see ``benchmarks/payload_build.py``):
+
+1. Spark's executors compute the change set (for CDC: the last change per key, in one
+   shuffle, or none for a change set Spark estimates small: see :mod:`.staging`) as one
+   Spark SQL query, and write it as Parquet to a private staging directory, with a split
+   bucket, a row hash and, for a change set, the change's kind (upsert, delete, error)
+   beside each row; or they send it to the driver, which writes the Parquet
+   (``staging="driver"``, and ``"auto"`` for a small change set). The driver never holds
+   the change set; Spark's own count of the rows of each kind comes back through
+   ``DataFrame.observe`` in the same job.
+2. Hyper reads the staged Parquet once for per-bucket statistics (exact row counts, an upper
+   estimate of the bytes, row-hash sums). Its row count must equal Spark's: anything else is
+   an error, never an empty change set.
+3. Parts are planned from those statistics alone: consecutive bucket ranges whose estimated
+   size stays under ``max_payload_mb``. Buckets are a hash of the key (change sets) or of the
+   whole row (plain tables), so the plan does not depend on Spark's partitioning. The
+   estimate is an upper bound (Hyper compresses), so when it asks for a few parts the
+   payload is first written whole, and kept as one part if the file fits under the cap.
+   Only for a payload within a few blocks of the cap can two builds of the same rows choose
+   differently (one part, or the planned split); an interrupted run's record catches that
+   on the re-run (``UpdateStateError``) instead of applying anything twice.
+4. Hyper writes each part (``INSERT … SELECT … FROM external(…) WHERE kind … AND bucket
+   BETWEEN …``) under a temporary name and renames it when complete. Files are ``0600`` in
+   a ``0700`` directory.
+
+The staging directory must be readable by the driver at the same path the executors wrote
+it: the local disk in Spark local mode, a shared filesystem (NFS, a FUSE mount of object
+storage such as ``/dbfs``) on a cluster. It is removed in every case, failures included.
+
+>>> with build_payload(df, key=["id"], op_column="op", order_by="seq") as payload:  # doctest: +SKIP
+...     payload.parts[0].tables["upserts"].row_count
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..values.actions import DEFAULT_SCHEMA
+from .cdc import (
+    KIND_COLUMN,
+    KIND_DELETE,
+    KIND_UPSERT,
+    OP_TEXT_COLUMN,
+    ORDER_TEXT_COLUMN,
+    CdcSpec,
+    resolve_change_sets,
+)
+from ..values.changeset import ChangeSet
+from ..values.errors import (
+    ArgumentTypeError,
+    PayloadArgumentError,
+    TabHyperError,
+    build_failure,
+)
+from ..local.folders import check_folder, private_dir, sweep_leftovers_if_due
+from .hyper_parts import (
+    NO_CAP,
+    STAGED_BUCKET,
+    Staged,
+    change_identity_sql,
+    identity_sql,
+    kind_counts,
+    kind_is,
+    plan_parts,
+    raise_on_change_set_errors,
+    read_bucket_stats,
+    size_sql,
+)
+from .hyper_parts import write_parts as _write_parts
+from .hyper_ranking import ranks_in_hyper, stage_and_rank
+from .hyper_types import (
+    DEFAULT_DATABASE_VERSION,
+    SUPPORTED_DATABASE_VERSIONS,
+    ColumnPlan,
+    plan_columns,
+)
+from ..values.parts import PayloadPart
+from ..payload.model import (
+    DEFAULT_MAX_PAYLOAD_MB,
+    Payload,
+)
+from ..local.progress import bar as progress_bar
+from ..local.progress import show_progress
+from ..values.redaction import get_logger
+from ..values.spark_sql import sql_name
+from .staging import (
+    StagingMode,
+    check_staging,
+    compiled_apart,
+    probe_to_driver,
+    selected,
+    staged_files,
+    staging_for,
+    write_on_driver,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["STAGED_PARQUET_OPTIONS", "build_payload"]
+
+log = get_logger(__name__)
+
+_MB = 1024 * 1024
+#: Staging Parquet options. Dictionary encoding is off: measured on 2M rows it doubled
+#: Spark's write time and slowed Hyper's read, for files that live a few seconds.
+STAGED_PARQUET_OPTIONS = {"compression": "snappy", "parquet.enable.dictionary": "false"}
+
+
+@dataclass
+class _Frame:
+    """A DataFrame to stage: a table, or a change set (``spec``) named by its upsert table."""
+
+    name: str
+    df: DataFrame
+    plans: list[ColumnPlan]
+    spec: CdcSpec | None = None
+    delete_table: str = ""
+
+
+def build_payload(
+    source: DataFrame | Mapping[str, DataFrame],
+    changes: ChangeSet | Mapping[str, ChangeSet] | None = None,
+    *,
+    table: str = "Extract",
+    schema: str = DEFAULT_SCHEMA,
+    database_version: int = DEFAULT_DATABASE_VERSION,
+    complex_as_json: bool = False,
+    staging_dir: str | os.PathLike[str] | None = None,
+    output_dir: str | os.PathLike[str] | None = None,
+    max_payload_mb: float | None = DEFAULT_MAX_PAYLOAD_MB,
+    keep_files: bool = False,
+    progress: bool | None = None,
+    staging: StagingMode = "auto",
+) -> Payload:
+    """Build a ``.hyper`` payload from one DataFrame or a mapping of table name → DataFrame.
+
+    Without ``changes`` each DataFrame is written as a table (``table`` names the single
+    one) and the update's actions are yours to give. With a :class:`ChangeSet` the one
+    DataFrame is read as a change set: the payload holds an ``upserts`` table (every data
+    column, the last change per key) and a ``deletes`` table (key columns only), and the
+    update derives its actions, delete then upsert by key::
+
+        payload = build_payload(changes, ChangeSet(key=["region", "id"],
+                                                   op_column="_change_type",
+                                                   order_by="_commit_version"))
+        payload.upload().apply(target_table="Orders")
+    """
+    options = _Options(schema, database_version, complex_as_json, max_payload_mb, staging)
+    _check_arguments(changes, options, table, staging_dir, output_dir)
+    frames = _frames_of(source, table)
+    change_sets = resolve_change_sets(list(frames), changes)
+    # Plan every column before any Spark job or file write: bad types fail here.
+    spark_frames = _plan_frames(frames, change_sets, options)
+    parts, owned = _build_parts(
+        spark_frames, staging_dir, output_dir, options, progress, drop_empty=change_sets is not None
+    )
+    payload = Payload(
+        parts,
+        schema=schema,
+        keep_files=keep_files,
+        change_set=changes if isinstance(changes, ChangeSet) else None,
+        change_sets=change_sets if isinstance(changes, Mapping) else None,
+        _owned_dir=owned,
+    )
+    log.info(
+        "built payload: %d part(s), %d bytes, tables %s",
+        len(parts),
+        payload.size_bytes,
+        {n: t.row_count for n, t in payload.tables.items()},
+    )
+    return payload
+
+
+@dataclass(frozen=True)
+class _Options:
+    """How the tables are written: what travels from the arguments to every step."""
+
+    schema: str
+    database_version: int
+    complex_as_json: bool
+    max_payload_mb: float | None
+    staging: StagingMode
+
+    @property
+    def cap_bytes(self) -> int:
+        # None: one file whatever its size (a snapshot to publish has no update cap).
+        return int(self.max_payload_mb * _MB) if self.max_payload_mb is not None else NO_CAP
+
+
+def _check_arguments(
+    changes: object,
+    options: _Options,
+    table: str,
+    staging_dir: str | os.PathLike[str] | None,
+    output_dir: str | os.PathLike[str] | None,
+) -> None:
+    """Refuse bad arguments before any Spark job or file write (nothing is created yet)."""
+    if changes is not None and not isinstance(changes, (ChangeSet, Mapping)):
+        raise ArgumentTypeError(
+            f"build_payload's second argument is a ChangeSet(key=..., op_column=..., "
+            f"order_by=...) or a mapping of table name → ChangeSet, got "
+            f"{type(changes).__name__}",
+            argument="changes",
+        )
+    cap = options.max_payload_mb
+    if cap is not None and (not isinstance(cap, (int, float)) or not cap > 0):
+        raise PayloadArgumentError(
+            f"max_payload_mb must be positive (or None: one file), got {cap!r}",
+            argument="max_payload_mb",
+        )
+    check_staging(options.staging)
+    check_folder(staging_dir, "staging_dir", create=False)
+    check_folder(output_dir, "output_dir", create=False)
+    if options.database_version not in SUPPORTED_DATABASE_VERSIONS:
+        raise PayloadArgumentError(
+            f"database_version must be one of {SUPPORTED_DATABASE_VERSIONS}, got "
+            f"{options.database_version!r}",
+            argument="database_version",
+        )
+    for value, what in ((options.schema, "schema"), (table, "table")):
+        _check_names(value, what)
+
+
+def _frames_of(source: DataFrame | Mapping[str, DataFrame], table: str) -> dict[str, DataFrame]:
+    """Table name → DataFrame, each checked to be one."""
+    if isinstance(source, Mapping):
+        frames = dict(source)
+        if not frames:
+            raise PayloadArgumentError("build_payload needs at least one DataFrame")
+        for name in frames:
+            _check_names(name, "a table name")
+    else:
+        frames = {table: source}
+    for name, df in frames.items():
+        if not hasattr(df, "schema") or not hasattr(df, "write"):
+            raise PayloadArgumentError(
+                f"table {name!r}: expected a Spark DataFrame, got {type(df).__name__}"
+            )
+    return frames
+
+
+def _plan_frames(
+    frames: Mapping[str, DataFrame],
+    change_sets: Mapping[str, ChangeSet] | None,
+    options: _Options,
+) -> list[_Frame]:
+    """Each DataFrame with the plan of its columns (and, for a change set, how to read it)."""
+    planned: list[_Frame] = []
+    for name, df in frames.items():
+        cs = change_sets.get(name) if change_sets is not None else None
+        if cs is None:
+            planned.append(
+                _Frame(
+                    name,
+                    df,
+                    plan_columns(
+                        df, name, df.columns, options.database_version, options.complex_as_json
+                    ),
+                )
+            )
+            continue
+        spec = CdcSpec.create(
+            df.columns,
+            cs,
+            table=name if len(frames) > 1 else None,
+            types={f.name: f.dataType.simpleString() for f in df.schema.fields},
+        )
+        plans = plan_columns(
+            df,
+            cs.upsert_table,
+            spec.data_columns(df.columns),
+            options.database_version,
+            options.complex_as_json,
+        )
+        planned.append(_Frame(cs.upsert_table, df, plans, spec, cs.delete_table))
+    return planned
+
+
+def _build_parts(
+    frames: Sequence[_Frame],
+    staging_dir: str | os.PathLike[str] | None,
+    output_dir: str | os.PathLike[str] | None,
+    options: _Options,
+    progress: bool | None,
+    *,
+    drop_empty: bool,
+) -> tuple[list[PayloadPart], Path]:
+    """Stage the rows with Spark and write the parts with Hyper, in private folders: the
+    parts and the folder that holds them (removed again on any failure)."""
+    stage_parent, out = _claim_folders(staging_dir, output_dir)
+    stage, stage_lease = private_dir(stage_parent, "tabhyper-stage-")
+    try:
+        owned, owned_lease = private_dir(out, "tabhyper-payload-")
+    except BaseException:
+        stage_lease.release()
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    try:
+        parts = _stage_and_write(frames, stage, owned, options, progress, drop_empty)
+    except TabHyperError:
+        shutil.rmtree(owned, ignore_errors=True)
+        raise
+    except Exception as err:
+        # Spark's and Hyper's own errors (Py4J, analysis, HyperException) become ours.
+        shutil.rmtree(owned, ignore_errors=True)
+        columns = {frame.name: [p.name for p in frame.plans] for frame in frames}
+        raise build_failure(err, columns, stage, owned) from err
+    except BaseException:
+        shutil.rmtree(owned, ignore_errors=True)
+        raise
+    finally:
+        stage_lease.release()
+        owned_lease.release()
+        shutil.rmtree(stage, ignore_errors=True)
+    if not parts:
+        shutil.rmtree(owned, ignore_errors=True)
+        log.info("the change set is empty (no change to upsert or delete): nothing to upload")
+    return parts, owned
+
+
+def _stage_and_write(
+    frames: Sequence[_Frame],
+    stage: Path,
+    owned: Path,
+    options: _Options,
+    progress: bool | None,
+    drop_empty: bool,
+) -> list[PayloadPart]:
+    with progress_bar(show_progress(progress), total=3, desc="build payload") as shown:
+        _step(shown, "Spark stages the rows")
+        started = time.perf_counter()
+        staged = _stage(frames, stage, options.staging)
+        log.debug("Spark staged the change set in %.2f s", time.perf_counter() - started)
+        _step(shown, "Hyper reads their statistics")
+        started = time.perf_counter()
+        read_bucket_stats(staged, stage)
+        plan = plan_parts(staged, options.cap_bytes)
+        _step(shown, "Hyper writes the parts")
+        parts = _write_parts(
+            staged,
+            plan,
+            owned,
+            schema=options.schema,
+            database_version=options.database_version,
+            cap_bytes=options.cap_bytes,
+            drop_empty=drop_empty,
+        )
+        _step(shown, None)
+    log.debug("Hyper wrote %d part(s) in %.2f s", len(parts), time.perf_counter() - started)
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------
+# Spark: stage the rows
+
+
+def _write_staged(df: DataFrame, target: Path, staging: StagingMode) -> None:
+    if staging == "driver":
+        write_on_driver(df, target)
+        return
+    # A file URI of the raw path: Hadoop quotes it itself, so the files land at exactly this
+    # path whatever it holds (spaces, %, #, ?, quotes, non-ASCII). ``Path.as_uri()`` would
+    # percent-encode it and Spark would take the escapes literally.
+    df.write.mode("overwrite").options(**STAGED_PARQUET_OPTIONS).parquet(
+        "file://" + str(target.resolve())
+    )
+
+
+def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[Staged]:
+    """Write the change sets (or tables) to Parquet with Spark; nothing is collected.
+
+    The projections are Spark SQL text (one call each): a plan built from column objects
+    costs a round trip to the JVM per function, which a small change set feels."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    staged: list[Staged] = []
+    for index, frame in enumerate(frames):
+        name, df, plans, spec = frame.name, frame.df, frame.plans, frame.spec
+        hyper_ranks = spec is not None and ranks_in_hyper(spec, plans)
+        mode, small, probe = staging_for(
+            df,
+            staging,
+            table=name,
+            change_set=spec is not None,
+            # A change set's probe is ranked by Hyper: Spark's ranking needs all of it.
+            probe=spec is None or hyper_ranks,
+        )
+        by_hyper = hyper_ranks and ((small and mode == "driver") or probe > 0)
+        if spec is not None and small and not by_hyper:
+            # One partition satisfies Spark's ranking's partitioning: no shuffle, one task.
+            df = df.coalesce(1)
+        elif mode == "driver" or probe:
+            df = compiled_apart(df)
+        staged_names = [f"c{i}" for i in range(len(plans))]
+        values = [p.spark_sql(sql_name(p.name)) for p in plans]
+        columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]
+        target = stage / f"t{index}"
+        observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
+        if spec is None:
+            rows = selected(df, [*columns, *identity_sql(values)])
+            sent = probe_to_driver(rows, target, probe, name) if probe else None
+            if sent is None and mode == "driver":
+                # The driver counts the rows it receives: no observation to wait for.
+                sent = write_on_driver(rows, target)
+            elif sent is None:
+                _write_staged(
+                    rows.observe(observed, F.expr("count(1)").alias("rows")), target, mode
+                )
+                sent = _metric(observed, "rows")
+            staged.append(Staged(name, plans, staged_names, staged_files(target), sent))
+            continue
+        kind = sql_name(KIND_COLUMN)
+        stats = None  # the ranked rows' statistics by kind, when Hyper ranks them
+        if by_hyper:
+            log.debug("table %r: Spark tags the changes, Hyper ranks them", name)
+            kind_sql, tags = spec.tags()
+            identity = change_identity_sql(spec, values, f"({kind_sql})")
+            tagged = [*columns, *identity, *tags]
+            stats = stage_and_rank(df, spec, plans, staged_names, tagged, target, probe, name)
+        if stats is not None:
+            counts = kind_counts(stats)
+        else:
+            rows = selected(
+                df,
+                [
+                    *columns,
+                    *change_identity_sql(spec, values, kind),
+                    kind,
+                    sql_name(OP_TEXT_COLUMN),
+                    sql_name(ORDER_TEXT_COLUMN),
+                ],
+                spec.latest_query(df.columns),
+            ).observe(
+                observed,
+                F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)").alias("U"),
+                F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)").alias("D"),
+                F.expr(f"sum(CASE WHEN substr({kind}, 1, 2) = 'E_' THEN 1 ELSE 0 END)").alias(
+                    "errors"
+                ),
+            )
+            # One data set with the kind beside each row, not a folder per kind: a
+            # partitioned write makes Spark sort every row by the kind first. Hyper reads
+            # each kind apart.
+            _write_staged(rows, target, mode)
+            counts = {k: _metric(observed, k) for k in (KIND_UPSERT, KIND_DELETE, "errors")}
+        files = staged_files(target)
+        if counts["errors"]:
+            raise_on_change_set_errors(spec, plans, staged_names, files, counts["errors"])
+        key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
+        # Deletes share their upserts' rows: bucketed by key, estimated as whole rows.
+        size = size_sql(plans, staged_names)
+        staged.append(
+            Staged(
+                name,
+                plans,
+                staged_names,
+                files,
+                counts[KIND_UPSERT],
+                buckets=None if stats is None else stats.get(KIND_UPSERT, {}),
+                where=kind_is(KIND_UPSERT),
+                bucket_of=STAGED_BUCKET,
+                size_of=size,
+            )
+        )
+        staged.append(
+            Staged(
+                frame.delete_table,
+                [plans[i] for i in key_idx],
+                [staged_names[i] for i in key_idx],
+                files,
+                counts[KIND_DELETE],
+                buckets=None if stats is None else stats.get(KIND_DELETE, {}),
+                where=kind_is(KIND_DELETE),
+                bucket_of=STAGED_BUCKET,
+                size_of=size,
+            )
+        )
+    return staged
+
+
+def _metric(observed: Any, name: str) -> int:
+    value = observed.get.get(name)
+    return int(value or 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _step(shown: Any, what: str | None) -> None:
+    """Move the build's bar on (``what``: the step starting; ``None``: done)."""
+    if shown is None:
+        return
+    if shown.n or what is None:
+        shown.update(1)
+    if what is not None:
+        shown.set_postfix_str(what)
+
+
+def _claim_folders(
+    staging_dir: str | os.PathLike[str] | None, output_dir: str | os.PathLike[str] | None
+) -> tuple[Path | None, Path | None]:
+    """The staging and output folders, created when missing (their parents must exist),
+    after dead builds' leftovers in them are swept (once a minute per folder at most)."""
+    stage_parent = check_folder(staging_dir, "staging_dir")
+    out = check_folder(output_dir, "output_dir")
+    sweep_leftovers_if_due(stage_parent)
+    if out is not None and out != (stage_parent or Path(tempfile.gettempdir()).absolute()):
+        sweep_leftovers_if_due(out)
+    return stage_parent, out
+
+
+def _check_names(name: str, what: str) -> None:
+    if not isinstance(name, str) or not name:
+        raise PayloadArgumentError(f"{what} must be a non-empty string, got {name!r}")

@@ -1,0 +1,422 @@
+"""Last change wins per key, in SQL that Spark runs (and Hyper, for a small change set Spark
+only tags: :mod:`tabhyper_update.build.hyper_ranking`), for a
+:class:`~tabhyper_update.values.changeset.ChangeSet`.
+
+For each key the change with the greatest ``order_by`` wins. Inserts and updates become
+*upserts* (so a replayed change set is harmless) and deletes keep only the key columns.
+
+A **pre-image** is the row as it was before an update. It reads as "this key held a row
+before this position": a delete of its key that every other change at the same position
+outranks. So an update that keeps its key (pre- and post-image share key and position)
+upserts, and one that moves a row to another key (``SET id = 2 WHERE id = 1``, or
+``SET id = id + 1`` over many rows) deletes the old key and upserts the new one, exactly,
+without pairing images (the feed does not say which post-image belongs to which pre-image).
+
+Positions order as their source means them: a text ``order_by`` column is refused unless
+``order_as`` says how it orders (``"number"``: whole numbers written as text; ``"text"``:
+its text order is its meaning), and a change without a position (a NULL ``order_by``
+value) is an error, never silently the oldest.
+Every check that needs the data (NULL keys, unknown op values, ties on ``order_by``) is
+folded into the same single pass that produces the result: offending rows are tagged and
+staged beside the others, never collected, and reported from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..values.changeset import DEFAULT_OP_MAP, METADATA_COLUMNS, MISSING_OP, ChangeSet, OpMeaning
+from ..values.errors import ArgumentTypeError, PayloadArgumentError, PayloadError
+from ..values.positions import OrderAs, order_sql, position_type
+from ..values.spark_sql import query_over, sql_name, sql_text
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "KIND_DELETE",
+    "KIND_ERRORS",
+    "KIND_UPSERT",
+    "PRIORITY_COLUMN",
+    "CdcSpec",
+    "latest_of",
+    "position_column",
+    "resolve_change_sets",
+]
+
+KIND_UPSERT = "U"
+KIND_DELETE = "D"
+KIND_NULL_KEY = "E_NULL_KEY"
+KIND_UNKNOWN_OP = "E_UNKNOWN_OP"
+KIND_TIE = "E_TIE"
+KIND_NULL_ORDER = "E_NULL_ORDER"
+KIND_ERRORS = (KIND_NULL_KEY, KIND_UNKNOWN_OP, KIND_NULL_ORDER, KIND_TIE)
+
+KIND_COLUMN = "__tabhyper_kind"
+OP_TEXT_COLUMN = "__tabhyper_op"
+ORDER_TEXT_COLUMN = "__tabhyper_order"
+#: A change's priority at its position: a pre-image 0, anything else 1.
+PRIORITY_COLUMN = "__tabhyper_priority"
+_RANK_COLUMN = "__tabhyper_rank"
+_TIES_COLUMN = "__tabhyper_n"
+
+
+def position_column(index: int) -> str:
+    """The tagged column holding a change's ``index``-th position, typed for ranking."""
+    return f"__tabhyper_o{index}"
+
+
+def latest_of(
+    tagged: str,
+    *,
+    quote: Callable[[str], str],
+    keys: Sequence[str],
+    positions: int,
+    keep: Sequence[str],
+    op_text: str,
+    order_text: str,
+) -> str:
+    """SQL that Spark and Hyper both read: the last change per key among the tagged rows
+    of the relation ``tagged`` (:meth:`CdcSpec.tag_query`'s columns), as ``keep`` and the
+    final kind, with the op and position texts for the error rows only.
+
+    ``quote`` quotes a name in the engine's dialect; ``keys``, ``keep``, ``op_text`` and
+    ``order_text`` are expressions over ``tagged`` in it. Error rows rank first, so a later
+    valid change never hides them; rows sharing the key, the greatest positions and the
+    priority are a tie. Positions are compared greatest first with NULLs last, spelled out
+    (Spark puts NULLs last by default, Hyper first).
+    """
+    kind, rank, ties = quote(KIND_COLUMN), quote(_RANK_COLUMN), quote(_TIES_COLUMN)
+    is_error = f"(substr({kind}, 1, 2) = 'E_')"
+    ordering = (
+        f"PARTITION BY {', '.join(keys)} ORDER BY {is_error} DESC, "
+        + "".join(f"{quote(position_column(i))} DESC NULLS LAST, " for i in range(positions))
+        + f"{quote(PRIORITY_COLUMN)} DESC"
+    )
+    # Over the same ordering, the rows up to and including the current row's peers: for a
+    # row ranked first, how many share its place (one sort serves both).
+    tied = f"count(1) OVER ({ordering} RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+    final_kind = (
+        f"CASE WHEN {is_error} THEN {kind} WHEN {ties} > 1 THEN '{KIND_TIE}' ELSE {kind} END"
+    )
+    failed = f"substr({final_kind}, 1, 2) = 'E_'"
+    latest = (
+        f"SELECT * FROM (SELECT *, rank() OVER ({ordering}) AS {rank}, {tied} AS {ties} "
+        f"FROM ({tagged}) AS tagged) AS ranked WHERE {rank} = 1"
+    )
+    return (
+        f"SELECT {', '.join(keep)}, {final_kind} AS {kind}, "
+        f"CASE WHEN {failed} THEN {op_text} END AS {quote(OP_TEXT_COLUMN)}, "
+        f"CASE WHEN {failed} THEN {order_text} END AS {quote(ORDER_TEXT_COLUMN)} "
+        f"FROM ({latest}) AS latest"
+    )
+
+
+def resolve_change_sets(
+    tables: Sequence[str], changes: ChangeSet | Mapping[str, ChangeSet] | None
+) -> dict[str, ChangeSet] | None:
+    """Which change set reads which DataFrame (``tables`` are the DataFrames' names), with the
+    payload table names each one writes. One :class:`ChangeSet` reads one DataFrame; a mapping
+    gives each table of a multi-table change set its own, whose payload tables are then
+    ``<table>_upserts`` and ``<table>_deletes`` unless named otherwise."""
+    if changes is None:
+        return None
+    if isinstance(changes, ChangeSet):
+        if len(tables) != 1:
+            raise PayloadArgumentError(
+                f"one ChangeSet reads one DataFrame, and {len(tables)} were given "
+                f"({', '.join(map(repr, tables))}): give a mapping of the same table names to "
+                "their ChangeSets, e.g. {'Orders': ChangeSet('order_id'), 'Customers': "
+                "ChangeSet('customer_id')}"
+            )
+        resolved = {tables[0]: changes}
+    else:
+        if not changes:
+            raise PayloadArgumentError("the mapping of change sets is empty")
+        for name, cs in changes.items():
+            if not isinstance(cs, ChangeSet):
+                raise ArgumentTypeError(
+                    f"change set {name!r}: expected a ChangeSet, got {type(cs).__name__} "
+                    "(build_payload's second argument is a ChangeSet(key=..., op_column=..., "
+                    "order_by=...) or a mapping of table name → ChangeSet)"
+                )
+        missing = [t for t in tables if t not in changes]
+        extra = [str(t) for t in changes if t not in tables]
+        if missing or extra:
+            said = []
+            if missing:
+                said.append(f"no ChangeSet for table(s) {', '.join(map(repr, missing))}")
+            if extra:
+                said.append(f"no DataFrame for change set(s) {', '.join(map(repr, extra))}")
+            raise PayloadArgumentError(
+                f"{'; '.join(said)}: a multi-table change set maps the same table names to "
+                "DataFrames and to ChangeSets"
+            )
+        resolved = {}
+        for name in tables:
+            cs = changes[name]
+            upserts = cs.upsert_table if cs.upsert_table != "upserts" else f"{name}_upserts"
+            deletes = cs.delete_table if cs.delete_table != "deletes" else f"{name}_deletes"
+            resolved[name] = replace(cs, upsert_table=upserts, delete_table=deletes)
+    owner: dict[str, str] = {}
+    for name, cs in resolved.items():
+        for value, what in ((cs.upsert_table, "upsert_table"), (cs.delete_table, "delete_table")):
+            if not isinstance(value, str) or not value or "\x00" in value:
+                raise PayloadArgumentError(f"change set {name!r}: {what} must be a non-empty name")
+            if value in owner:
+                raise PayloadArgumentError(
+                    f"change sets {owner[value]!r} and {name!r} both write payload table "
+                    f"{value!r}: give them different upsert_table / delete_table names"
+                )
+            owner[value] = name
+    return resolved
+
+
+@dataclass(frozen=True)
+class CdcSpec:
+    """A validated description of a change set: key, op column, ordering, op meanings."""
+
+    key: tuple[str, ...]
+    op_column: str
+    order_by: tuple[str, ...]
+    op_map: Mapping[str, OpMeaning]
+    dropped_columns: tuple[str, ...]
+    #: The table this change set feeds, named in errors (a multi-table change set).
+    table: str | None = None
+    #: Per ``order_by`` column, the Spark SQL that orders it as its source means it (a
+    #: number written as text becomes a number; anything it cannot read becomes NULL,
+    #: which is an error).
+    order_sql: tuple[str, ...] = ()
+    #: Per ``order_by`` column, Spark's type of its position (``None``: not known).
+    position_types: tuple[str | None, ...] = ()
+
+    @classmethod
+    def create(
+        cls,
+        columns: Sequence[str],
+        change_set: ChangeSet,
+        *,
+        table: str | None = None,
+        types: Mapping[str, str] | None = None,
+    ) -> CdcSpec:
+        """The change set ``change_set`` of a DataFrame with ``columns``; ``types`` (column →
+        Spark's type name) lets text ``order_by`` columns be checked before any job."""
+        keys = change_set.key
+        op_column = change_set.op_column
+        order_by = change_set.order_by
+        keep_columns = change_set.keep_columns
+        present = set(columns)
+
+        where = f"table {table!r}: " if table is not None else ""
+
+        def fail(message: str) -> PayloadError:
+            return PayloadError(where + message)
+
+        def need(name: str, role: str) -> None:
+            if name not in present:
+                raise fail(
+                    f"{role} column {name!r} is not in the change set; its columns are "
+                    f"{', '.join(repr(c) for c in columns)}"
+                )
+
+        if len(set(keys)) != len(keys):
+            raise fail(f"key names a column twice: {list(keys)}")
+        for k in keys:
+            need(k, "key")
+        if op_column is None:
+            op_column = next((c for c in ("_change_type", "op", "__op") if c in present), None)
+            if op_column is None:
+                raise fail(
+                    "a change set needs op_column= (no '_change_type', 'op' or '__op' column "
+                    "was found)"
+                )
+        need(op_column, "op")
+        if order_by is None:
+            if "_commit_version" not in present:
+                raise fail(
+                    "order_by= is required to pick the last change per key (e.g. a commit "
+                    "version, a log sequence number or an event timestamp)"
+                )
+            order_by = ("_commit_version",)
+        orders = tuple(order_by)
+        for o in orders:
+            need(o, "order_by")
+        if op_column in keys or set(orders) & set(keys):
+            raise fail("the op and order_by columns cannot be key columns")
+        for c in keep_columns:
+            need(c, "keep_columns")
+        metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in present)}
+        dropped = tuple(c for c in columns if c in metadata and c not in keep_columns)
+        op_map = change_set.op_map if change_set.op_map is not None else DEFAULT_OP_MAP
+        order_as = change_set.order_as or {}
+        positions = tuple(order_sql(o, (types or {}).get(o), order_as.get(o), fail) for o in orders)
+        typed = tuple(position_type((types or {}).get(o), order_as.get(o)) for o in orders)
+        return cls(keys, op_column, orders, dict(op_map), dropped, table, positions, typed)
+
+    def data_columns(self, columns: Sequence[str]) -> list[str]:
+        """The payload's columns (everything but the change-feed metadata)."""
+        return [c for c in columns if c not in self.dropped_columns]
+
+    def latest_changes(self, df: DataFrame) -> DataFrame:
+        """Last change per key, tagged with its kind; error rows are kept and tagged.
+
+        One shuffle (two windows over the same key partitioning; none when ``df`` is one
+        partition); nothing is collected. The plan is one Spark SQL query over ``df``.
+        """
+        return query_over(df, self.latest_query(df.columns))
+
+    def tags(self) -> tuple[str, list[str]]:
+        """Spark SQL of a change's kind (:data:`KIND_COLUMN`: upsert, delete or the error it
+        is; NULL for an ignored change) and the tag columns beside it, each ``expr AS name``:
+        the kind, the priority (:data:`PRIORITY_COLUMN`) and the typed positions
+        (:func:`position_column`). Over the source's own columns."""
+        op = self.texts()[0]
+        by_meaning: dict[str, list[str]] = {
+            m: [] for m in ("upsert", "delete", "preimage", "ignore")
+        }
+        for value, meaning in self.op_map.items():
+            by_meaning[meaning].append(value)
+
+        def among(values: list[str]) -> str:
+            # NULL-safe: a NULL op is no known value.
+            if not values:
+                return "false"
+            return f"coalesce({op} IN ({', '.join(sql_text(v) for v in values)}), false)"
+
+        null_key = " OR ".join(f"{sql_name(k)} IS NULL" for k in self.key)
+        order_sql = self.order_sql or tuple(sql_name(o) for o in self.order_by)
+        # No position: the first order_by value is NULL, or a value is there but cannot be
+        # read as the position it should be. A later NULL only ranks lowest (a tie-breaker).
+        unread = [
+            f"({sql_name(raw)} IS NOT NULL AND ({o}) IS NULL)"
+            for raw, o in zip(self.order_by, order_sql, strict=True)
+            if o != sql_name(raw)
+        ]
+        null_order = " OR ".join([f"({order_sql[0]}) IS NULL", *unread])
+        upsert, delete = among(by_meaning["upsert"]), among(by_meaning["delete"])
+        preimage = among(by_meaning["preimage"])
+        # Ignored changes go first (a Debezium truncate has no key), then unknown ops.
+        kind = (
+            f"CASE WHEN {among(by_meaning['ignore'])} THEN NULL "
+            f"WHEN NOT ({upsert} OR {delete} OR {preimage}) THEN '{KIND_UNKNOWN_OP}' "
+            f"WHEN {null_key} THEN '{KIND_NULL_KEY}' "
+            f"WHEN {null_order} THEN '{KIND_NULL_ORDER}' "
+            f"WHEN {upsert} THEN '{KIND_UPSERT}' ELSE '{KIND_DELETE}' END"
+        )
+        return kind, [
+            f"{kind} AS {sql_name(KIND_COLUMN)}",
+            # A pre-image says its key held a row before this position: every other change
+            # at the same position outranks it.
+            f"CASE WHEN {preimage} THEN 0 ELSE 1 END AS {sql_name(PRIORITY_COLUMN)}",
+            *(f"{o} AS {sql_name(position_column(i))}" for i, o in enumerate(order_sql)),
+        ]
+
+    def tag_query(self) -> Callable[[str], str]:
+        """Spark SQL over a source named in the text: every change but the ignored ones,
+        with its :meth:`tags`. No ranking: :func:`latest_of` ranks these rows, in Spark or
+        in Hyper."""
+        tags = ", ".join(self.tags()[1])
+        kind_col = sql_name(KIND_COLUMN)
+
+        def query(source: str) -> str:
+            return (
+                f"SELECT * FROM (SELECT *, {tags} FROM {source}) AS changes "
+                f"WHERE {kind_col} IS NOT NULL"
+            )
+
+        return query
+
+    def texts(self) -> tuple[str, str]:
+        """Spark SQL of a change's op and position as text (named in error messages)."""
+        raw_orders = ", ".join(sql_name(o) for o in self.order_by)
+        # to_json names the fields after the columns.
+        return f"CAST({sql_name(self.op_column)} AS STRING)", f"to_json(struct({raw_orders}))"
+
+    def latest_query(self, columns: Sequence[str]) -> Callable[[str], str]:
+        """:meth:`latest_changes` as Spark SQL text over a source named in the text."""
+        tagged = self.tag_query()
+        op_text, order_text = self.texts()
+        keys = [sql_name(k) for k in self.key]
+        data = [sql_name(c) for c in columns]
+
+        def query(source: str) -> str:
+            return latest_of(
+                tagged(source),
+                quote=sql_name,
+                keys=keys,
+                positions=len(self.order_by),
+                keep=data,
+                op_text=op_text,
+                order_text=order_text,
+            )
+
+        return query
+
+    def _sql_of(self, column: str) -> str:
+        if not self.order_sql:
+            return sql_name(column)
+        return self.order_sql[self.order_by.index(column)]
+
+    def describe_error(
+        self, kind: str, key_values: Sequence[object], op: object, order: object, count: int
+    ) -> str:
+        where = f"table {self.table!r}: " if self.table is not None else ""
+        return where + self._describe_error(kind, key_values, op, order, count)
+
+    def _describe_error(
+        self, kind: str, key_values: Sequence[object], op: object, order: object, count: int
+    ) -> str:
+        key_text = ", ".join(f"{k}={v!r}" for k, v in zip(self.key, key_values, strict=True))
+        more = f" ({count} offending rows in the change set)" if count > 1 else ""
+        if kind == KIND_NULL_KEY:
+            nulls = [k for k, v in zip(self.key, key_values, strict=True) if v is None]
+            return (
+                f"key column {nulls[0]!r} is NULL in the change set, e.g. the row with key "
+                f"({key_text}), op {op!r}{more}; a NULL key cannot identify a target row"
+            )
+        if kind == KIND_UNKNOWN_OP:
+            known = ", ".join(repr(v) for v in self.op_map)
+            if op == MISSING_OP:
+                return (
+                    f"the change set holds an event without an 'op'{more}, e.g. with key "
+                    f"({key_text}): not a Debezium change event envelope (a row flattened by "
+                    "ExtractNewRecordState is a plain change set: read it with a ChangeSet "
+                    "naming its op column)"
+                )
+            if op == "t" and self.op_map.get("d") == "delete" and "c" in self.op_map:
+                return (
+                    f"the change set holds a Debezium truncate (op 't'){more}: a truncate has "
+                    "no key and no order against other partitions' events, so no update can "
+                    "place it. Clear or republish the target yourself, or drop truncates with "
+                    "Debezium(..., truncate='ignore') (op_map={'t': 'ignore'})"
+                )
+            return (
+                f"op column {self.op_column!r} holds the unknown value {op!r}, e.g. for key "
+                f"({key_text}){more}; known values: {known} (pass op_map= to map others)"
+            )
+        if kind == KIND_NULL_ORDER:
+            read = [o for o in self.order_by if self._sql_of(o) != sql_name(o)]
+            unread = (
+                f" (first column), or a value that does not read as the position it should "
+                f"be in {', '.join(map(repr, read))}"
+                if read
+                else " (first column)"
+            )
+            debezium = (
+                " (Debezium: the events lack that position field; pass connector= naming "
+                "their connector, e.g. Debezium(..., connector='mysql'), or position=)"
+                if any(o.startswith("__source_") for o in self.order_by)
+                else ""
+            )
+            return (
+                f"the change for key ({key_text}), op {op!r}, has no position: order_by "
+                f"values {order} hold NULL{unread}{more}{debezium}; a change without a "
+                "position cannot be ordered against the others"
+            )
+        return (
+            f"several changes for key ({key_text}) share the greatest order_by value "
+            f"{order} in column(s) {', '.join(repr(o) for o in self.order_by)}{more}: "
+            "the last change cannot be told; order by a column that is unique per key"
+        )

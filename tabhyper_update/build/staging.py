@@ -1,0 +1,347 @@
+"""Where Spark's staged rows go: a shared folder, or the driver.
+
+``staging="auto"`` (the default): the driver for a small change set, the shared folder
+otherwise. Small is Spark's own size estimate of the DataFrame (the one its optimizer uses
+to choose a broadcast join) at most :data:`SMALL_BYTES`. Without an estimate (a DataFrame
+made from Python rows or an RDD, a JDBC read, Spark Connect) the shared folder: an unknown
+size may be large, and a large partition sent whole to the driver can exhaust a default
+1 GB driver. A small change set is also ranked without a shuffle (by Hyper on the driver
+when its types allow, else by Spark in one partition). Every mode stages the same rows:
+the payload and its digests do not depend on it.
+
+One exception: a DataFrame Spark cannot size whose plan only filters and projects rows
+an RDD holds (Python rows, ``rdd.toDF()``) is *probed* (a change set only when Hyper can
+rank it): at most :func:`probe_rows` + 1 of its staged rows come to the driver (a limit:
+Spark stops reading once that many have passed its filters). When fewer come, they are all
+of them (a change set's are then ranked by Hyper); when that many come, they are dropped
+and the rows are staged in the shared folder as any other (the source is read again). A
+plan with a join, an aggregate or a window is not probed: its whole input would be
+computed for it. The driver holds the probe's rows in Spark's process once (10,000 rows of
+the widths Spark assumes are ~8 MiB; longer strings take more).
+
+``staging="shared"``: the executors write Parquet into ``staging_dir`` and Hyper, on the
+driver, reads it there. Fast for large change sets, and the driver never holds rows; on a
+cluster the folder must be one path that every executor and the driver see (NFS, a FUSE
+mount, a Unity Catalog volume). A Spark write job has a fixed cost (a commit protocol,
+temporary folders, on a local disk a forked ``chmod`` per file) that a micro-batch feels.
+
+``staging="driver"``: the rows come to the driver as Arrow record batches, as Spark
+computes each partition, and the driver writes them into Parquet files in its own
+``staging_dir``, one batch at a time. No shared folder is needed (executors on other
+machines, a worker that cannot see the driver's disk, Spark Connect against a remote
+server): the driver holds about one partition in Spark's own process and one record batch
+in Python, never the change set, at the cost of sending every row through the driver.
+Needs pyarrow (``pip install 'tabhyper-update[connect]'`` or ``pyarrow``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+from ..values.errors import ConfigurationError, PayloadError
+from ..values.redaction import get_logger
+from ..values.spark_sql import query_over
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "SMALL_BYTES",
+    "STAGING_MODES",
+    "Placement",
+    "StagingMode",
+    "check_staging",
+    "compiled_apart",
+    "estimated_bytes",
+    "has_pyarrow",
+    "probe_rows",
+    "probe_to_driver",
+    "selected",
+    "staged_files",
+    "staging_for",
+    "write_on_driver",
+]
+
+log = get_logger("tabhyper_update.build.builder")
+
+StagingMode = Literal["shared", "driver", "auto"]
+STAGING_MODES: tuple[str, ...] = ("shared", "driver", "auto")
+#: Rows per staged file on the driver (Hyper reads the files of a table in parallel).
+ROWS_PER_FILE = 1_000_000
+#: A DataFrame Spark estimates at most this size is small: staged through the driver under
+#: ``staging="auto"``, and a change set is ranked without a shuffle. The estimate of a file
+#: read is its compressed size: a change set estimated at 32 MiB (1.15M rows) made a 1 GB
+#: driver hang in one partition, 16 MiB did not; this keeps a margin for data that
+#: compresses better.
+SMALL_BYTES = 8 * 1024 * 1024
+#: Spark's "unknown" size is spark.sql.defaultSizeInBytes (Long.MaxValue unless
+#: configured), and operators above a source scale it: a projection by its share of the
+#: row width. An estimate at or above a pebibyte derives from that, not from a source.
+_UNKNOWN_SIZE = 1 << 50
+#: The most rows a probe of an unsized DataFrame takes through the driver (fewer for wide
+#: rows: :func:`probe_rows`).
+PROBE_ROWS = 10_000
+#: The only operators a probed plan may hold: each gives its rows as it reads them, so a
+#: limit above them stops reading once that many rows have passed.
+#: (The plan is the analyzed one: a view's or an alias's name passes its rows on as read.)
+_PROBED_NODES = frozenset({"Project", "Filter", "Union", "LogicalRDD", "SubqueryAlias", "View"})
+#: What :func:`compiled_apart` coalesces to: more partitions than a DataFrame staged through
+#: the driver has, so the coalesce keeps them as they are.
+_APART_PARTITIONS = 1 << 16
+
+
+class Placement(NamedTuple):
+    """Where a DataFrame's rows are staged (``mode``), whether Spark estimates it small,
+    and how many rows to probe through the driver first (0: no probe, see the module's
+    docstring)."""
+
+    mode: StagingMode
+    small: bool
+    probe: int = 0
+
+
+def check_staging(staging: object) -> None:
+    """Refuse an unknown mode, and the driver mode without pyarrow, before any work."""
+    if staging not in STAGING_MODES:
+        raise ConfigurationError(
+            f"staging must be one of {', '.join(map(repr, STAGING_MODES))}, got {staging!r}"
+        )
+    if staging == "driver" and not has_pyarrow():
+        raise ConfigurationError(
+            "staging='driver' writes the rows with pyarrow: pip install pyarrow (or "
+            "'tabhyper-update[connect]')"
+        )
+
+
+def has_pyarrow() -> bool:
+    try:
+        import pyarrow.parquet  # noqa: F401 - only whether it is there
+    except ImportError:
+        return False
+    return True
+
+
+def estimated_bytes(df: DataFrame) -> int | None:
+    """Spark's size estimate of ``df``'s rows, or ``None`` when there is none to read
+    (Spark Connect) or Spark could not size the source.
+
+    Read from the analyzed plan, which the DataFrame already holds, with cached data in
+    place when anything is cached (a persisted micro-batch is sized by what it holds): the
+    optimized plan gives the same estimate (sizes follow the sources, the caches and the
+    row widths), but optimizing the source only for it cost a micro-batch 14-27 ms while
+    the JVM is still warming up, and the build's own query is optimized again anyway."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return None
+    try:
+        size = int(str(_sizing_plan(jdf).stats().sizeInBytes()))
+    except Exception:  # an estimate is optional: without one the build stages as before
+        return None
+    return size if 0 <= size < _UNKNOWN_SIZE else None
+
+
+def _sizing_plan(jdf: Any) -> Any:
+    """``jdf``'s analyzed plan, with cached data in place when the session caches anything
+    (putting it in place costs a plan walk): what Spark reads, without optimizing it."""
+    execution = jdf.queryExecution()
+    try:
+        caches = not bool(jdf.sparkSession().sharedState().cacheManager().isEmpty())
+    except Exception:  # unknown: look for it
+        caches = True
+    return execution.withCachedData() if caches else execution.analyzed()
+
+
+def compiled_apart(df: DataFrame) -> DataFrame:
+    """``df`` below an operator Spark generates no code for (a coalesce that keeps its
+    partitions), so the SDK's projection over it compiles to a class of its own.
+
+    Spark fuses a source's code with the projections above it into one class, compiled
+    again whenever its text changes: a micro-batch whose source holds a literal that
+    changes every batch (a version or an offset in a filter) recompiled the SDK's tagging
+    with it each time, and the JVM compiled that class to machine code again. Apart, the
+    tagging's class is the same text every batch: Spark takes it from its cache."""
+    return df.coalesce(_APART_PARTITIONS)
+
+
+def selected(
+    df: DataFrame, exprs: Sequence[str], inner: Callable[[str], str] | None = None
+) -> DataFrame:
+    """``SELECT exprs`` over ``df``, or over ``inner``'s query of ``df``: one Spark call."""
+
+    def query(source: str) -> str:
+        relation = source if inner is None else f"({inner(source)}) AS rows"
+        return f"SELECT {', '.join(exprs)} FROM {relation}"
+
+    return query_over(df, query)
+
+
+def staging_for(
+    df: DataFrame, staging: StagingMode, *, table: str, change_set: bool, probe: bool = True
+) -> Placement:
+    """Where ``df``'s rows are staged, whether Spark estimates it small enough to rank in
+    one partition (a change set's last-change-wins without a shuffle), and for an unsized
+    DataFrame under ``auto`` how many rows to probe through the driver first (none unless
+    ``probe``)."""
+    if staging != "auto" and not change_set:
+        return Placement(staging, False)
+    size = estimated_bytes(df)
+    small = size is not None and size <= SMALL_BYTES
+    mode: StagingMode = staging
+    rows = 0
+    if staging == "auto":
+        mode = "driver" if small and has_pyarrow() else "shared"
+        if probe and size is None and has_pyarrow():
+            rows = probe_rows(df)
+    log.debug(
+        "table %r: Spark estimates %s; staged %s%s",
+        table,
+        "no size" if size is None else f"{size:,} bytes",
+        f"through the driver if at most {rows:,} rows, else in the shared folder"
+        if rows
+        else "through the driver"
+        if mode == "driver"
+        else "in the shared folder",
+        ", ranked in one partition" if small and change_set else "",
+    )
+    return Placement(mode, small, rows)
+
+
+def probe_rows(df: DataFrame) -> int:
+    """How many of ``df``'s rows to probe through the driver: 0 unless its plan only
+    filters and projects rows an RDD holds (:data:`_PROBED_NODES`); else
+    :data:`PROBE_ROWS`, fewer when Spark's default row width says they would exceed
+    :data:`SMALL_BYTES`."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return 0
+    try:
+        pending = [_sizing_plan(jdf)]
+        while pending:
+            node = pending.pop()
+            if node.nodeName() not in _PROBED_NODES:
+                return 0
+            children = node.children()
+            pending.extend(children.apply(i) for i in range(children.size()))
+        width = int(jdf.schema().defaultSize())
+    except Exception:  # a probe is optional: without one the rows are staged shared
+        return 0
+    return min(PROBE_ROWS, SMALL_BYTES // max(1, width))
+
+
+def probe_to_driver(rows: DataFrame, target: Path, probe: int, name: str) -> int | None:
+    """Stage at most ``probe`` + 1 of ``rows`` (table ``name``'s) through the driver into
+    ``target``: how many came when that is at most ``probe`` (then they are all of them),
+    else ``None`` and ``target`` is removed again."""
+    sent = write_on_driver(rows.limit(probe + 1), target)
+    if sent <= probe:
+        return sent
+    shutil.rmtree(target)
+    log.debug(
+        "table %r: more than %s rows came to the driver; staged in the shared folder instead",
+        name,
+        f"{probe:,}",
+    )
+    return None
+
+
+def staged_files(directory: Path) -> list[Path]:
+    """The Parquet files staged under ``directory`` (by Spark's write or the driver's), in
+    name order; none when it does not exist."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.rglob("*.parquet") if p.is_file())
+
+
+def write_on_driver(df: DataFrame, target: Path) -> int:
+    """Write ``df`` as Parquet files under ``target`` on the driver, a record batch at a
+    time, a new file every :data:`ROWS_PER_FILE` rows; returns how many rows came."""
+    import pyarrow.parquet as pq
+
+    target.mkdir(parents=True, exist_ok=True)
+    made: Any = None
+    rows, counter, total = 0, 0, 0
+    try:
+        for batch in _arrow_batches(df):
+            if batch.num_rows == 0:
+                continue
+            if made is None or rows >= ROWS_PER_FILE:
+                if made is not None:
+                    made.close()
+                counter += 1
+                # Uncompressed, no dictionaries: the files live for seconds on the driver.
+                made = pq.ParquetWriter(
+                    target / f"part-{counter:05d}.parquet",
+                    batch.schema,
+                    compression="none",
+                    use_dictionary=False,
+                )
+                rows = 0
+            made.write_batch(batch)
+            rows += batch.num_rows
+            total += batch.num_rows
+    finally:
+        if made is not None:
+            made.close()
+    return total
+
+
+def _arrow_batches(df: DataFrame) -> Iterator[Any]:
+    """``df``'s rows as Arrow record batches, in the order Spark finishes them (the order
+    does not matter to the payload), without holding them all."""
+    if type(df).__module__.startswith("pyspark.sql.connect"):
+        yield from _connect_batches(df)
+    else:
+        yield from _classic_batches(df)
+
+
+def _connect_batches(df: Any) -> Iterator[Any]:
+    import pyarrow as pa
+
+    client = df._session.client
+    plan = df._plan.to_proto(client)
+    for item in client.to_table_as_iterator(plan, df._plan.observations):
+        if isinstance(item, pa.Table):
+            yield from item.to_batches()
+
+
+def _classic_batches(df: Any) -> Iterator[Any]:
+    # pyspark's own plumbing for toArrow() (untyped): reached through Any.
+    from pyspark import serializers, traceback_utils, util
+    from pyspark.errors.exceptions import captured
+
+    with warnings.catch_warnings():  # its module checks pandas' version; no pandas is used
+        warnings.simplefilter("ignore", FutureWarning)
+        from pyspark.sql.pandas.serializers import ArrowStreamSerializer
+
+    spark_io: Any = serializers
+    call_site: Any = traceback_utils.SCCallSiteSync
+    load: Any = util._load_from_socket
+    unwrap: Any = captured.unwrap_spark_exception
+
+    class _AsTheyCome(ArrowStreamSerializer):
+        """Spark's Arrow collect stream, batch by batch (its own reader keeps them all to
+        put them in order first), then its trailer: the order, or the JVM's error."""
+
+        def load_stream(self, stream: Any) -> Iterator[Any]:
+            yield from super().load_stream(stream)
+            count = spark_io.read_int(stream)
+            if count == -1:
+                raise PayloadError(
+                    "Spark failed while sending the rows to the driver: "
+                    f"{spark_io.UTF8Deserializer().loads(stream)}"
+                )
+            for _ in range(count):
+                spark_io.read_int(stream)
+
+    with call_site(df._sc):
+        port, secret, server = df._jdf.collectAsArrowToPython()
+    try:
+        with load((port, secret), _AsTheyCome()) as stream:
+            yield from stream
+    finally:
+        with unwrap():
+            server.getResult()

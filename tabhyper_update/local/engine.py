@@ -1,0 +1,436 @@
+"""Apply an action batch to a local ``.hyper`` file with Hyper: the reference semantics.
+
+>>> from tabhyper_update import local
+>>> local.apply(batch, target="orders.hyper", payload="payload.hyper")  # doctest: +SKIP
+
+Semantics (the fake server runs exactly this):
+
+* actions run in order in one transaction; any failure rolls the whole batch back and
+  names the failing action's index and the reason;
+* columns are matched by exact name; insert fills target columns the source lacks with
+  NULL; update and upsert set every source column on the matching target rows, and a
+  target row matched by more than one source row is an error;
+* delete removes the target rows the condition matches (for some source row, when a source
+  table is given, which may hold only the columns the condition names);
+* replace empties the target and inserts the source; names and types must match exactly
+  (NOT NULL is ignored);
+* upsert updates, then inserts the source rows that match no target row (matched after the
+  update: for key conditions, the usual case, that is the same set as before it);
+* ``eq neq gt lt gte lte`` follow SQL (NULL never matches), ``is`` is ``IS NOT DISTINCT
+  FROM``, ``has`` is substring containment. Datetime constants are instants: a TIMESTAMP
+  column is compared in UTC wall-clock time, a DATE column as midnight of that date.
+
+Every identifier and constant is quoted by Hyper's own escaping, so no table name, column
+name or string value can change the SQL.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tableauhyperapi import HyperException, Name, SqlType, TableName, TypeTag
+
+from ..values.actions import (
+    ActionBatch,
+    BatchLike,
+    Delete,
+    Insert,
+    Replace,
+    Update,
+    Upsert,
+    _Action,
+)
+from ..values.conditions import And, Comparison, Const, Or, condition_columns
+from ..values.errors import ApplyError
+from ..values.parts import PayloadLike
+from ..values.redaction import get_logger
+from .hyper import connect, quote_literal, quote_name
+
+if TYPE_CHECKING:
+    from tableauhyperapi import Connection
+
+    from ..values.conditions import Condition
+
+__all__ = ["apply"]
+
+log = get_logger("tabhyper_update")
+
+TARGET_DB = "tabhyper_target"
+SOURCE_DB = "tabhyper_payload"
+_OPS = {"eq": "=", "neq": "<>", "gt": ">", "lt": "<", "gte": ">=", "lte": "<="}
+
+_INTEGERS = {TypeTag.SMALL_INT, TypeTag.INT, TypeTag.BIG_INT, TypeTag.OID}
+_TEXTS = {TypeTag.TEXT, TypeTag.VARCHAR, TypeTag.CHAR, TypeTag.JSON}
+_FLOATS = {TypeTag.DOUBLE, TypeTag.FLOAT}
+
+
+def _category(tag: TypeTag) -> str:
+    if tag in _INTEGERS:
+        return "integer"
+    if tag in _TEXTS:
+        return "text"
+    if tag in _FLOATS:
+        return "float"
+    return str(tag.name).lower()
+
+
+def _assignable(source: SqlType, target: SqlType) -> bool:
+    """Whether Hyper can store a source value in the target column without surprises."""
+    s, t = _category(source.tag), _category(target.tag)
+    if s == t:
+        return True
+    widening = {("integer", "numeric"), ("integer", "float"), ("numeric", "float")}
+    return (s, t) in widening
+
+
+@dataclass(frozen=True)
+class _Table:
+    db: str
+    schema: str
+    name: str
+    columns: dict[str, SqlType]
+
+    @property
+    def ref(self) -> str:
+        return ".".join(quote_name(p) for p in (self.db, self.schema, self.name))
+
+    @property
+    def label(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+def _table(conn: Connection, db: str, schema: str, name: str) -> _Table:
+    table_name = TableName(db, schema, name)
+    if not conn.catalog.has_table(table_name):
+        # Worded like the server's job notes, so both read the same.
+        raise _Refusal(f"Specified table does not exist: {schema}.{name} (errorCode=410012)")
+    definition = conn.catalog.get_table_definition(table_name)
+    return _Table(db, schema, name, {c.name.unescaped: c.type for c in definition.columns})
+
+
+class _Refusal(Exception):
+    pass
+
+
+class _Sql:
+    """Translation of conditions to SQL over aliases ``t`` (target) and ``s`` (source)."""
+
+    def __init__(self, target: _Table, source: _Table | None) -> None:
+        self.target = target
+        self.source = source
+
+    def column(self, side: str, name: str) -> tuple[str, SqlType]:
+        table = self.target if side == "t" else self.source
+        if table is None:
+            raise _Refusal(
+                f"the condition reads source column {name!r} but no source table is given"
+            )
+        if name not in table.columns:
+            kind = "target" if side == "t" else "source"
+            raise _Refusal(
+                f"{kind} table {table.label} has no column {name!r} (its columns: "
+                f"{', '.join(map(repr, table.columns))})"
+            )
+        return f"{side}.{quote_name(name)}", table.columns[name]
+
+    def const(self, const: Const, other: SqlType) -> tuple[str, SqlType | None]:
+        value = const.python_value()
+        if value is None:
+            return "NULL", None
+        if const.type == "boolean":
+            return ("TRUE" if value else "FALSE"), SqlType.bool()
+        if isinstance(value, datetime):
+            instant = value.astimezone(timezone.utc)
+            if other.tag == TypeTag.TIMESTAMP_TZ:
+                return f"CAST({quote_literal(instant.isoformat())} AS TIMESTAMPTZ)", other
+            wall = instant.replace(tzinfo=None).isoformat(sep=" ")
+            return f"CAST({quote_literal(wall)} AS TIMESTAMP)", SqlType.timestamp()
+        if const.type == "integer":
+            return f"CAST({int(value)} AS BIGINT)", SqlType.big_int()
+        if const.type == "double":
+            return (
+                f"CAST({quote_literal(repr(float(value)))} AS DOUBLE PRECISION)",
+                SqlType.double(),
+            )
+        return quote_literal(str(value)), SqlType.text()
+
+    def condition(self, node: Condition | bool) -> str:
+        if node is True:
+            return "TRUE"
+        if isinstance(node, And):
+            return "(" + " AND ".join(self.condition(a) for a in node.args) + ")"
+        if isinstance(node, Or):
+            return "(" + " OR ".join(self.condition(a) for a in node.args) + ")"
+        assert isinstance(node, Comparison)
+        if node.target_col is not None:
+            left, left_type = self.column("t", node.target_col)
+        else:
+            assert node.source_col is not None
+            left, left_type = self.column("s", node.source_col)
+        right_type: SqlType | None
+        if node.const is not None:
+            right, right_type = self.const(node.const, left_type)
+            if (
+                right_type is not None
+                and right_type.tag == TypeTag.TIMESTAMP
+                and left_type.tag == TypeTag.DATE
+            ):
+                left = f"CAST({left} AS TIMESTAMP)"
+                left_type = SqlType.timestamp()
+        else:
+            assert node.source_col is not None
+            right, right_type = self.column("s", node.source_col)
+        if (
+            right_type is not None
+            and node.op != "has"
+            and not (_assignable(left_type, right_type) or _assignable(right_type, left_type))
+        ):
+            raise _Refusal(
+                f"cannot compare {left_type} with {right_type} in "
+                f"{node.model_dump_json(by_alias=True, exclude_none=True)}"
+            )
+        if node.op == "is":
+            return f"({left} IS NOT DISTINCT FROM {right})"
+        if node.op == "has":
+            return f"(STRPOS(CAST({left} AS TEXT), CAST({right} AS TEXT)) > 0)"
+        return f"({left} {_OPS[node.op]} {right})"
+
+
+def _check_insertable(source: _Table, target: _Table) -> list[str]:
+    """The source columns, once checked to exist in the target with a compatible type."""
+    missing = [c for c in source.columns if c not in target.columns]
+    if missing:
+        raise _Refusal(
+            f"source column(s) {', '.join(map(repr, missing))} of {source.label} do not exist "
+            f"in target table {target.label} (its columns: "
+            f"{', '.join(map(repr, target.columns))})"
+        )
+    for name, stype in source.columns.items():
+        ttype = target.columns[name]
+        if not _assignable(stype, ttype):
+            raise _Refusal(
+                f"column {name!r} is {stype} in source table {source.label} but {ttype} in "
+                f"target table {target.label}"
+            )
+    return list(source.columns)
+
+
+def _key_pairs(condition: Condition | bool) -> list[tuple[str, str]] | None:
+    """(target, source) column pairs when the condition is a conjunction of column equalities."""
+    if isinstance(condition, Comparison):
+        if condition.op == "eq" and condition.target_col and condition.source_col:
+            return [(condition.target_col, condition.source_col)]
+        return None
+    if isinstance(condition, And):
+        pairs: list[tuple[str, str]] = []
+        for arg in condition.args:
+            sub = _key_pairs(arg)
+            if sub is None:
+                return None
+            pairs += sub
+        return pairs
+    return None
+
+
+class _Engine:
+    def __init__(self, conn: Connection, payload_attached: bool) -> None:
+        self.conn = conn
+        self.payload_attached = payload_attached
+
+    def run(self, sql: str) -> int:
+        log.debug("hyper: %s", sql)
+        return int(self.conn.execute_command(sql) or 0)
+
+    def scalar(self, sql: str) -> Any:
+        log.debug("hyper: %s", sql)
+        return self.conn.execute_scalar_query(sql)
+
+    def tables(self, action: _Action) -> tuple[_Table, _Table | None]:
+        target = _table(self.conn, TARGET_DB, action.target_schema, action.target_table)
+        source = None
+        if action.source_table is not None:
+            if not self.payload_attached:
+                raise _Refusal(
+                    f"the action reads payload table {action.source_table!r} but "
+                    "no payload was given"
+                )
+            source = _table(self.conn, SOURCE_DB, action.source_schema or "", action.source_table)
+        return target, source
+
+    def check_single_match(
+        self, sql: _Sql, target: _Table, source: _Table, condition: Condition | bool, where: str
+    ) -> None:
+        pairs = _key_pairs(condition)
+        if pairs is not None:
+            # Key equality: only duplicated source keys can match a target row twice.
+            src_cols = ", ".join(quote_name(s) for _, s in pairs)
+            on = " AND ".join(f"t.{quote_name(t)} = d.{quote_name(s)}" for t, s in pairs)
+            hit = self.scalar(
+                f"SELECT COUNT(*) FROM (SELECT {src_cols} FROM {source.ref} "
+                f"GROUP BY {src_cols} HAVING COUNT(*) > 1) d "
+                f"JOIN {target.ref} t ON {on}"
+            )
+        else:
+            joined = self.scalar(
+                f"SELECT COUNT(*) FROM {target.ref} t JOIN {source.ref} s ON {where}"
+            )
+            matched = self.scalar(
+                f"SELECT COUNT(*) FROM {target.ref} t WHERE EXISTS "
+                f"(SELECT 1 FROM {source.ref} s WHERE {where})"
+            )
+            hit = int(joined) - int(matched)
+        if int(hit) > 0:
+            raise _Refusal(
+                f"target rows of {target.label} are matched by more than one row of source "
+                f"table {source.label}; make the source unique on the condition's columns"
+            )
+
+    def update(self, sql: _Sql, target: _Table, source: _Table, condition: Condition | bool) -> int:
+        columns = _check_insertable(source, target)
+        where = sql.condition(condition)
+        self.check_single_match(sql, target, source, condition, where)
+        sets = ", ".join(f"{quote_name(c)} = s.{quote_name(c)}" for c in columns)
+        return self.run(f"UPDATE {target.ref} AS t SET {sets} FROM {source.ref} AS s WHERE {where}")
+
+    def apply(self, index: int, action: _Action) -> int:
+        target, source = self.tables(action)
+        sql = _Sql(target, source)
+        if isinstance(action, Insert):
+            assert source is not None
+            cols = ", ".join(quote_name(c) for c in _check_insertable(source, target))
+            return self.run(f"INSERT INTO {target.ref} ({cols}) SELECT {cols} FROM {source.ref}")
+        if isinstance(action, Replace):
+            assert source is not None
+            self.check_replace(source, target)
+            cols = ", ".join(quote_name(c) for c in source.columns)
+            self.run(f"DELETE FROM {target.ref}")
+            return self.run(f"INSERT INTO {target.ref} ({cols}) SELECT {cols} FROM {source.ref}")
+        assert action.condition is not None
+        if isinstance(action, Delete):
+            where = sql.condition(action.condition)
+            if source is None:
+                return self.run(f"DELETE FROM {target.ref} AS t WHERE {where}")
+            _, named = (
+                condition_columns(action.condition)
+                if action.condition is not True
+                else (set(), set())
+            )
+            extra = [c for c in source.columns if c not in named]
+            if extra:
+                raise _Refusal(
+                    f"a delete's source table may hold only the columns its condition names; "
+                    f"{source.label} also has {', '.join(map(repr, extra))}"
+                )
+            return self.run(
+                f"DELETE FROM {target.ref} AS t WHERE EXISTS "
+                f"(SELECT 1 FROM {source.ref} AS s WHERE {where})"
+            )
+        assert source is not None
+        if isinstance(action, Update):
+            return self.update(sql, target, source, action.condition)
+        assert isinstance(action, Upsert)
+        updated = self.update(sql, target, source, action.condition)
+        cols = ", ".join(quote_name(c) for c in source.columns)
+        picked = ", ".join(f"s.{quote_name(c)}" for c in source.columns)
+        where = sql.condition(action.condition)
+        inserted = self.run(
+            f"INSERT INTO {target.ref} ({cols}) SELECT {picked} FROM {source.ref} AS s "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {target.ref} AS t WHERE {where})"
+        )
+        return updated + inserted
+
+    @staticmethod
+    def check_replace(source: _Table, target: _Table) -> None:
+        if set(source.columns) != set(target.columns):
+            only_s = sorted(set(source.columns) - set(target.columns))
+            only_t = sorted(set(target.columns) - set(source.columns))
+            raise _Refusal(
+                f"replace needs the same column names in {source.label} and {target.label}; "
+                f"only in the source: {only_s or 'none'}, only in the target: {only_t or 'none'}"
+            )
+        for name, stype in source.columns.items():
+            if stype != target.columns[name]:
+                raise _Refusal(
+                    f"replace needs the same column types; {name!r} is {stype} in "
+                    f"{source.label} but {target.columns[name]} in {target.label}"
+                )
+
+
+def _describe(action: _Action) -> str:
+    text = f"{action.action} into {action.target_schema}.{action.target_table}"
+    if action.source_table:
+        text += f" from {action.source_schema}.{action.source_table}"
+    return text
+
+
+def apply(
+    batch: BatchLike,
+    *,
+    target: str | os.PathLike[str],
+    payload: str | os.PathLike[str] | PayloadLike | None = None,
+) -> list[int]:
+    """Apply ``batch`` to the ``.hyper`` file ``target`` in one transaction.
+
+    Source tables are read from ``payload`` (a ``.hyper`` path or a single-part
+    :class:`~tabhyper_update.Payload`). Returns the rows each action affected. Any error
+    leaves ``target`` exactly as it was and raises :class:`ApplyError`.
+    """
+    checked = ActionBatch.coerce(batch)
+    target_path = Path(target)
+    if not target_path.is_file():
+        raise ApplyError(f"target file {str(target_path)!r} does not exist")
+    payload_path = _payload_path(payload)
+    if checked.reads_source and payload_path is None:
+        raise ApplyError("the batch reads payload tables but no payload was given")
+    counts: list[int] = []
+    try:
+        with connect() as conn:
+            # Absolute: the shared Hyper process resolves paths against its own directory.
+            conn.catalog.attach_database(os.path.abspath(target_path), alias=Name(TARGET_DB))
+            if payload_path is not None:
+                conn.catalog.attach_database(os.path.abspath(payload_path), alias=Name(SOURCE_DB))
+            engine = _Engine(conn, payload_path is not None)
+            conn.execute_command("BEGIN TRANSACTION")
+            committed = False
+            try:
+                for index, action in enumerate(checked.actions):
+                    try:
+                        counts.append(engine.apply(index, action))
+                    except _Refusal as refusal:
+                        raise ApplyError(
+                            str(refusal), action_index=index, action=_describe(action)
+                        ) from None
+                    except HyperException as err:
+                        reason = str(err).split("\n")[0].strip() or type(err).__name__
+                        raise ApplyError(
+                            reason, action_index=index, action=_describe(action)
+                        ) from err
+                conn.execute_command("COMMIT")
+                committed = True
+            finally:
+                if not committed:
+                    conn.execute_command("ROLLBACK")
+    except HyperException as err:
+        raise ApplyError(f"cannot open the files: {str(err).splitlines()[0]}") from err
+    log.info("applied %d action(s) to %s: %s rows affected", len(counts), target_path.name, counts)
+    return counts
+
+
+def _payload_path(payload: str | os.PathLike[str] | PayloadLike | None) -> Path | None:
+    if payload is None:
+        return None
+    if isinstance(payload, PayloadLike):
+        if len(payload.parts) != 1:
+            raise ApplyError(
+                f"the payload has {len(payload.parts)} parts: apply them one at a "
+                "time (each part carries its own actions)"
+            )
+        return payload.parts[0].path
+    path = Path(payload)
+    if not path.is_file():
+        raise ApplyError(f"payload file {str(path)!r} does not exist")
+    return path

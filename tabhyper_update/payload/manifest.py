@@ -1,0 +1,270 @@
+"""A payload on disk: the manifest written beside its part files (what ``tabhyper-update
+apply`` picks up later), the note that it was applied, and reading an existing ``.hyper``
+file as a one-part payload.
+
+A manifest only ever names files in its own folder; reading one checks each part's place,
+size and SHA-256 before anything is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..local.folders import check_folder
+from ..values.changeset import ChangeSet
+from ..values.errors import PayloadAppliedError, PayloadError, TabHyperError
+from ..values.parts import BUCKETS, ColumnInfo, PayloadPart, TableInfo, file_sha256, sql_type_text
+from ..values.redaction import get_logger
+
+__all__ = ["MANIFEST", "note_applied", "read_hyper", "read_manifest", "write_manifest"]
+
+log = get_logger("tabhyper_update.payload.model")
+
+MANIFEST = "manifest.json"
+
+
+def _write_json(path: Path, doc: Any, tmp: Path) -> None:
+    """Write ``doc`` to ``path`` whole or not at all, readable by the owner only."""
+    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.chmod(0o600)
+    os.replace(tmp, path)
+
+
+def note_applied(manifest: Path, jobs: list[str], target: dict[str, str] | None) -> None:
+    """Note in ``manifest`` that its payload was applied (by ``jobs``, to ``target``), so
+    that a later load says so instead of finding its files missing."""
+    try:
+        doc = json.loads(manifest.read_text(encoding="utf-8"))
+        doc["applied"] = {
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "jobs": jobs,
+            "target": target,
+        }
+        _write_json(manifest, doc, manifest.with_name(f".{manifest.name}.tmp"))
+    except (OSError, ValueError) as err:
+        log.warning("could not note in %s that it was applied: %s", manifest, err)
+
+
+def _moved_into(where: Path, parts: list[PayloadPart]) -> list[PayloadPart]:
+    moved = []
+    for part in parts:
+        final = where / part.path.name
+        if part.path.resolve() != final.resolve():
+            if final.exists():
+                raise PayloadError(
+                    f"cannot move payload part {part.path.name!r} into {str(where)!r}: a "
+                    "file of that name is already there"
+                )
+            shutil.move(part.path, final)
+            part = replace(part, path=final)
+        moved.append(part)
+    return moved
+
+
+def _part_doc(part: PayloadPart, where: Path) -> dict[str, Any]:
+    return {
+        "file": os.path.relpath(part.path, where),
+        "size_bytes": part.size_bytes,
+        "sha256": part.sha256,
+        "buckets": list(part.buckets),
+        "tables": [
+            {
+                "schema": t.schema,
+                "name": t.name,
+                "row_count": t.row_count,
+                "row_digest": t.row_digest,
+                "columns": [[c.name, c.hyper_type, c.nullable] for c in t.columns],
+            }
+            for t in part.tables.values()
+        ],
+    }
+
+
+def write_manifest(
+    parts: list[PayloadPart],
+    directory: str | os.PathLike[str] | None,
+    *,
+    schema: str,
+    change_set: ChangeSet | None,
+    change_sets: Mapping[str, ChangeSet] | None,
+) -> tuple[Path, list[PayloadPart]]:
+    """:meth:`Payload.save_manifest`: the manifest's path, and the parts where they now are."""
+    if not parts:
+        raise PayloadError("an empty payload has no files to describe")
+    where = Path(directory) if directory is not None else parts[0].path.parent
+    check_folder(where, "directory")
+    parts = _moved_into(where, parts)
+    doc = {
+        "schema": schema,
+        "change_set": change_set.to_dict() if change_set is not None else None,
+        "change_sets": (
+            {name: cs.to_dict() for name, cs in change_sets.items()} if change_sets else None
+        ),
+        "parts": [_part_doc(p, where) for p in parts],
+    }
+    path = where / MANIFEST
+    _write_json(path, doc, path.with_suffix(".tmp"))
+    return path, parts
+
+
+def read_hyper(path: str | os.PathLike[str], schema: str | None) -> tuple[PayloadPart, str]:
+    """:meth:`Payload.from_hyper`: the file as one part, and the schema of its tables."""
+    from tableauhyperapi import Nullability
+
+    from ..local.hyper import connect
+
+    file = Path(path)
+    if not file.is_file():
+        raise PayloadError(f"{str(file)!r} is not a file: give the path of a .hyper file")
+    try:
+        with connect(file) as connection:
+            catalog = connection.catalog
+            found = [
+                (str(s.name.unescaped), catalog.get_table_definition(t))
+                for s in catalog.get_schema_names()
+                for t in catalog.get_table_names(s)
+            ]
+            counts = {
+                (sch, str(d.table_name.name.unescaped)): int(
+                    connection.execute_scalar_query(f"SELECT COUNT(*) FROM {d.table_name}")
+                )
+                for sch, d in found
+            }
+    except Exception as err:  # Hyper's own error for a file that is not a Hyper file
+        if isinstance(err, TabHyperError):
+            raise
+        raise PayloadError(
+            f"{str(file)!r} cannot be read as a .hyper file: {str(err).splitlines()[0]}"
+        ) from None
+    chosen = _one_schema(file, sorted({sch for sch, _ in found}), schema)
+    sha = file_sha256(file)
+    tables: dict[str, TableInfo] = {}
+    for sch, definition in found:
+        if sch != chosen:
+            continue
+        name = str(definition.table_name.name.unescaped)
+        columns = tuple(
+            ColumnInfo(
+                str(c.name.unescaped),
+                sql_type_text(c.type),
+                c.nullability == Nullability.NULLABLE,
+            )
+            for c in definition.columns
+        )
+        # The file's SHA-256 stands for its rows: the same file, the same identity.
+        tables[name] = TableInfo(sch, name, columns, counts[(sch, name)], f"sha256:{sha}")
+    return PayloadPart(file, file.stat().st_size, tables), chosen
+
+
+def _one_schema(file: Path, schemas: list[str], schema: str | None) -> str:
+    if not schemas:
+        raise PayloadError(f"{str(file)!r} holds no table")
+    if schema is None and len(schemas) > 1:
+        raise PayloadError(
+            f"{str(file)!r} has tables in several schemas ({', '.join(map(repr, schemas))}): "
+            "pass schema= to pick one"
+        )
+    chosen = schema if schema is not None else schemas[0]
+    if chosen not in schemas:
+        raise PayloadError(
+            f"{str(file)!r} has no schema {chosen!r} (its schemas: {', '.join(map(repr, schemas))})"
+        )
+    return chosen
+
+
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """:meth:`Payload.load`: the payload's fields (``parts``, ``schema``, ``change_set``,
+    ``change_sets``, ``_manifest``) from a directory or manifest file, every part checked."""
+    manifest = Path(path)
+    if manifest.is_dir():
+        manifest = manifest / MANIFEST
+    try:
+        doc = json.loads(manifest.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PayloadError(f"no payload manifest at {str(manifest)!r}") from None
+    except (OSError, ValueError, RecursionError) as err:
+        raise PayloadError(f"{str(manifest)!r} is not a payload manifest: {err}") from None
+    try:
+        return _fields(manifest, doc)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        if isinstance(err, PayloadError):
+            raise
+        what = f"missing field {err}" if isinstance(err, KeyError) else str(err)
+        raise PayloadError(f"{str(manifest)!r} is not a valid payload manifest: {what}") from None
+
+
+def _fields(manifest: Path, doc: Any) -> dict[str, Any]:
+    if not isinstance(doc, dict) or not isinstance(doc.get("parts"), list):
+        raise PayloadError(f"{str(manifest)!r} is not a payload manifest: no 'parts' list")
+    parts = [_read_part(manifest, doc, item) for item in doc["parts"]]
+    change_set = ChangeSet.from_dict(doc["change_set"]) if doc.get("change_set") else None
+    change_sets = (
+        {str(name): ChangeSet.from_dict(cs) for name, cs in doc["change_sets"].items()}
+        if doc.get("change_sets")
+        else None
+    )
+    return {
+        "parts": parts,
+        "schema": str(doc["schema"]),
+        "change_set": change_set,
+        "change_sets": change_sets,
+        "_manifest": manifest,
+    }
+
+
+def _read_part(manifest: Path, doc: dict[str, Any], item: Any) -> PayloadPart:
+    file = _part_file(manifest, doc, item["file"])
+    if file.stat().st_size != int(item["size_bytes"]):
+        raise PayloadError(f"payload part {str(file)!r} changed size since it was built")
+    tables = {
+        str(t["name"]): TableInfo(
+            str(t["schema"]),
+            str(t["name"]),
+            tuple(ColumnInfo(str(c[0]), str(c[1]), bool(c[2])) for c in t["columns"]),
+            int(t["row_count"]),
+            str(t.get("row_digest", "")),
+        )
+        for t in item["tables"]
+    }
+    lo, hi = item.get("buckets") or (0, BUCKETS - 1)
+    part = PayloadPart(file, int(item["size_bytes"]), tables, (int(lo), int(hi)))
+    if part.sha256 != item["sha256"]:
+        raise PayloadError(f"payload part {str(file)!r} changed since it was built")
+    return part
+
+
+def _part_file(manifest: Path, doc: dict[str, Any], name: Any) -> Path:
+    """The part file ``name`` names, inside the manifest's folder and present."""
+    if not isinstance(name, str) or not name:
+        raise PayloadError(f"{str(manifest)!r}: a part's 'file' must be a file name")
+    relative = Path(name)
+    if relative.is_absolute() or ".." in relative.parts:
+        raise PayloadError(
+            f"{str(manifest)!r}: payload part {name!r} is outside the manifest's folder; refused"
+        )
+    file = manifest.parent / relative
+    if file.is_symlink() or not file.resolve().is_relative_to(manifest.parent.resolve()):
+        raise PayloadError(
+            f"{str(manifest)!r}: payload part {name!r} leads outside the manifest's folder; refused"
+        )
+    if not file.is_file():
+        applied = doc.get("applied")
+        if isinstance(applied, dict):
+            target = applied.get("target")
+            raise PayloadAppliedError(
+                str(manifest),
+                str(applied.get("at")),
+                list(applied.get("jobs") or []),
+                target if isinstance(target, dict) else None,
+            )
+        raise PayloadError(
+            f"payload part {str(file)!r} is missing (moved or removed since the payload was saved)"
+        )
+    return file

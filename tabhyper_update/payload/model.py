@@ -1,0 +1,416 @@
+"""The payload model: a change set as ``.hyper`` part files, with its tables and identity.
+
+:func:`tabhyper_update.build.builder.build_payload` makes a :class:`Payload` from Spark; this module
+holds what it makes: the parts (one ``.hyper`` file each, one atomic update each), their
+tables, the digest that identifies the change set, the check of an action batch against the
+tables, and the manifest that lets ``tabhyper-update apply`` pick a payload up later.
+
+A payload's **digest** covers every row (each value with its NULL flag) and, for a change set,
+the op and ordering values of each change: its position in the source. Two slices of a feed
+with equal rows at different positions have different digests; the same slice rebuilt after
+a crash has the same digest, however Spark partitioned it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from typing_extensions import Unpack
+
+from ..rest.projects import Project
+from ..rest.refs import DataSourceRef
+from ..rest.session import RestSession, client_for
+from ..update.chain import BoundPayload, upload_payload
+from ..update.options import BindOptions
+from ..update.publish import PublishMode, publish
+from ..values.actions import (
+    DEFAULT_SCHEMA,
+    DEFAULT_TABLE,
+    ActionBatch,
+    BatchLike,
+    Delete,
+    Insert,
+    Replace,
+    Upsert,
+    _Action,
+)
+from ..values.changeset import ChangeSet
+from ..values.conditions import condition_columns, keys_match
+from ..values.errors import (
+    InvalidActionBatchError,
+    InvalidArgumentError,
+    PayloadError,
+    Problem,
+)
+from ..values.parts import BUCKETS, ColumnInfo, PayloadPart, RowDigest, TableInfo
+from ..values.redaction import get_logger
+from .manifest import MANIFEST, note_applied, read_hyper, read_manifest, write_manifest
+
+__all__ = [
+    "BUCKETS",
+    "DEFAULT_MAX_PAYLOAD_MB",
+    "ColumnInfo",
+    "Payload",
+    "PayloadPart",
+    "RowDigest",
+    "TableInfo",
+]
+
+log = get_logger(__name__)
+
+DEFAULT_MAX_PAYLOAD_MB = 100
+
+
+@dataclass
+class Payload:
+    """The result of :func:`build_payload`: zero or more parts, and their derived actions.
+
+    An empty change set gives a payload with no parts (``is_empty``): a clear no-op.
+    Use it as a context manager (or call :meth:`cleanup`) to remove its files.
+    """
+
+    parts: list[PayloadPart]
+    schema: str = DEFAULT_SCHEMA
+    keep_files: bool = False
+    #: How the rows were read as a change set (``None`` for a plain payload).
+    change_set: ChangeSet | None = None
+    #: A multi-table change set: each target table's ChangeSet, naming its payload tables.
+    change_sets: Mapping[str, ChangeSet] | None = None
+    _owned_dir: Path | None = field(default=None, repr=False)
+    #: The manifest this payload was loaded from, if any.
+    _manifest: Path | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        # Files nobody cleaned up go when the payload is garbage-collected or at exit.
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+        if self._owned_dir is not None and not self.keep_files:
+            self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._owned_dir), True)
+
+    # -- shape ---------------------------------------------------------------------------
+    @property
+    def is_empty(self) -> bool:
+        return not self.parts
+
+    @property
+    def is_cdc(self) -> bool:
+        return self.change_set is not None or bool(self.change_sets)
+
+    @property
+    def key(self) -> tuple[str, ...] | None:
+        """The change set's key columns (``None`` for a plain payload)."""
+        return self.change_set.key if self.change_set is not None else None
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(p.size_bytes for p in self.parts)
+
+    @property
+    def tables(self) -> dict[str, TableInfo]:
+        """Every table across the parts, row counts summed."""
+        merged: dict[str, TableInfo] = {}
+        for part in self.parts:
+            for name, info in part.tables.items():
+                seen = merged.get(name)
+                merged[name] = (
+                    info
+                    if seen is None
+                    else TableInfo(
+                        seen.schema,
+                        name,
+                        seen.columns,
+                        seen.row_count + info.row_count,
+                        str(RowDigest.parse(seen.row_digest) + RowDigest.parse(info.row_digest)),
+                    )
+                )
+        return merged
+
+    @property
+    def digest(self) -> str:
+        """The identity of the whole change set: every table's columns and rows and, for a
+        change set, the op and ordering values of each change. The same for a rebuild of the
+        same slice of a feed; different for a later slice with equal rows."""
+        identity: list[Any] = [
+            self.schema,
+            list(self.key) if self.key is not None else None,
+            [
+                [t.name, [[c.name, c.hyper_type, c.nullable] for c in t.columns], t.row_digest]
+                for t in sorted(self.tables.values(), key=lambda t: t.name)
+            ],
+        ]
+        if self.change_sets:
+            identity.append(
+                [
+                    [name, list(cs.key), cs.upsert_table, cs.delete_table]
+                    for name, cs in self.change_sets.items()
+                ]
+            )
+        text = json.dumps(identity, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def derived_actions(
+        self,
+        part: PayloadPart | None = None,
+        *,
+        target_table: str = DEFAULT_TABLE,
+        target_schema: str = DEFAULT_SCHEMA,
+    ) -> ActionBatch:
+        """A change set's actions on ``target_schema.target_table``: delete the keys of the
+        ``deletes`` table, then upsert the ``upserts`` table, each by key (only the tables
+        ``part`` holds; the first part by default). A multi-table change set does so for each
+        of its tables, in turn, on the table of the same name (``target_table`` is refused:
+        the mapping names the targets)."""
+        if not self.is_cdc:
+            raise InvalidArgumentError(
+                "no actions to apply: pass actions= (only a payload built with a ChangeSet "
+                "derives its own)"
+            )
+        if part is None:
+            if not self.parts:
+                raise PayloadError("an empty change set has no actions: nothing to apply")
+            part = self.parts[0]
+        if self.change_sets:
+            if target_table != DEFAULT_TABLE:
+                raise InvalidArgumentError(
+                    f"target_table={target_table!r} does not apply to a multi-table change set: "
+                    f"each table's changes go to the table of its name "
+                    f"({', '.join(map(repr, self.change_sets))})"
+                )
+            targets = list(self.change_sets.items())
+        else:
+            assert self.change_set is not None
+            targets = [(target_table, self.change_set)]
+        actions = []
+        for table, cs in targets:
+            actions += _change_set_actions(
+                cs.key,
+                target_schema=target_schema,
+                target_table=table,
+                source_schema=self.schema,
+                delete_table=cs.delete_table if cs.delete_table in part.tables else None,
+                upsert_table=cs.upsert_table if cs.upsert_table in part.tables else None,
+            )
+        return ActionBatch(actions=actions)
+
+    # -- checks ----------------------------------------------------------------------------
+    def validate(self, batch: BatchLike) -> ActionBatch:
+        """Check ``batch`` against this payload's tables before anything is sent.
+
+        Every source table must exist (in this payload's schema), every source column a
+        condition names must exist, a delete's source table may hold only the columns its
+        condition names, and insert / upsert / replace sources must hold rows. A replace
+        cannot be applied to a payload split into several parts.
+        """
+        checked = ActionBatch.coerce(batch)
+        self._check(checked)
+        return checked
+
+    def _check(self, batch: ActionBatch) -> None:
+        problems: list[Problem] = []
+        tables = self.tables
+        known = ", ".join(repr(t) for t in tables) or "none"
+        for i, action in enumerate(batch.actions):
+            where = f"$.actions[{i}]"
+            if action.source_table is None:
+                continue
+            if action.source_schema != self.schema:
+                problems.append(
+                    Problem(
+                        f"{where}.source-schema",
+                        f"the payload's tables are in schema {self.schema!r}, "
+                        f"not {action.source_schema!r}",
+                    )
+                )
+                continue
+            info = tables.get(action.source_table)
+            if info is None:
+                problems.append(
+                    Problem(
+                        f"{where}.source-table",
+                        f"the payload has no table {action.source_table!r} (its tables: {known})",
+                    )
+                )
+                continue
+            if action.condition is not None and action.condition is not True:
+                _, sources = condition_columns(action.condition)
+                missing = sorted(sources - set(info.column_names))
+                if missing:
+                    problems.append(
+                        Problem(
+                            f"{where}.condition",
+                            f"source column(s) {', '.join(map(repr, missing))} are not in payload "
+                            f"table {info.name!r} (its columns: "
+                            f"{', '.join(map(repr, info.column_names))})",
+                        )
+                    )
+                if isinstance(action, Delete):
+                    extra = [c for c in info.column_names if c not in sources]
+                    if extra:
+                        problems.append(
+                            Problem(
+                                f"{where}.source-table",
+                                f"a delete's source table may hold only the columns its condition "
+                                f"names; {info.name!r} also has {', '.join(map(repr, extra))}",
+                            )
+                        )
+            if isinstance(action, (Insert, Upsert, Replace)) and info.row_count == 0:
+                problems.append(
+                    Problem(
+                        f"{where}.source-table",
+                        f"payload table {info.name!r} holds no rows: nothing to {action.action}",
+                    )
+                )
+            if isinstance(action, Replace) and len(self.parts) > 1:
+                problems.append(
+                    Problem(
+                        where,
+                        f"the payload was split into {len(self.parts)} parts to stay under "
+                        "max_payload_mb, and a replace needs the whole table in one update: "
+                        "raise max_payload_mb together with the server's "
+                        "api.server.update_uploaded_file.max_size_in_mb",
+                    )
+                )
+        if problems:
+            raise InvalidActionBatchError(problems)
+
+    # -- manifest (for the command line) ------------------------------------------------------
+    MANIFEST = MANIFEST
+
+    def mark_applied(self, jobs: list[str], target: dict[str, str] | None = None) -> None:
+        """Note in the saved manifest (when this payload was loaded from one) that it was
+        applied (by ``jobs``, to ``target``), so that a later load says so instead of
+        finding its files missing."""
+        if self._manifest is not None:
+            note_applied(self._manifest, jobs, target)
+
+    def save_manifest(self, directory: str | os.PathLike[str] | None = None) -> Path:
+        """Write ``manifest.json`` beside the parts: what :meth:`load` needs to apply the
+        payload later, e.g. from ``tabhyper-update apply``. With ``directory``, the part
+        files move there first (a manifest only ever names files in its own folder)."""
+        path, self.parts = write_manifest(
+            self.parts,
+            directory,
+            schema=self.schema,
+            change_set=self.change_set,
+            change_sets=self.change_sets,
+        )
+        return path
+
+    @classmethod
+    def from_hyper(cls, path: str | os.PathLike[str], *, schema: str | None = None) -> Payload:
+        """A payload of one existing ``.hyper`` file (made by the Hyper API, pantab, Tableau
+        Prep or an earlier build), to update a data source without Spark::
+
+            Payload.from_hyper("orders.hyper").upload("Orders").apply(
+                [Insert(source_table="Extract", target_table="Extract")])
+
+        Its tables are read from the file; ``schema`` picks one when the file has tables in
+        several schemas. The file is yours: it is never changed, moved or removed."""
+        part, chosen = read_hyper(path, schema)
+        return cls([part], schema=chosen, keep_files=True)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, keep_files: bool = True) -> Payload:
+        """A payload from a directory (or manifest file) written by :meth:`save_manifest`.
+
+        Every part must be a file inside the manifest's folder (no ``..``, no absolute path,
+        no symbolic link out of it) with the size and SHA-256 the manifest gives.
+        """
+        return cls(**read_manifest(path), keep_files=keep_files)
+
+    # -- the round trip ----------------------------------------------------------------------
+    def upload(
+        self,
+        target: DataSourceRef | str | None = None,
+        *,
+        client: RestSession | None = None,
+        **options: Unpack[BindOptions],
+    ) -> BoundPayload:
+        """Bind this payload to its target data source and upload it: the target is looked
+        up and the first part uploaded before this returns (the others are uploaded by
+        ``apply()``, each after the part before it was applied). Nothing is applied yet.
+
+        ``target`` is a :class:`DataSourceRef` (whose client is used) or a name; by default
+        ``TABLEAU_DATASOURCE``. ``client`` defaults to the reference's client, else
+        :meth:`TableauClient.from_env`. Progress bars show on a terminal unless
+        ``progress=False``; ``state_dir`` keeps the update's records (see
+        :class:`~tabhyper_update.update.options.BindOptions`). Then ``.apply(actions)`` (or
+        ``.apply(target_table=...)`` for a change set).
+        """
+        chosen = client_for(target, client, "upload")
+        return upload_payload(self, target, client=chosen, **options)
+
+    def publish(
+        self,
+        name: str,
+        *,
+        project: str | Project | None = None,
+        mode: PublishMode = "create",
+        client: RestSession | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+    ) -> DataSourceRef:
+        """Publish this payload (a snapshot in one file) as the live-to-Hyper data source
+        ``name``: :meth:`TableauClient.publish` with ``client`` (by default from the
+        environment). The files are removed once published (unless ``keep_files``)."""
+        chosen = client_for(None, client, "publish")
+        ref = publish(
+            chosen, self, name, project=project, mode=mode, description=description, timeout=timeout
+        )
+        self.cleanup()
+        return ref
+
+    # -- files -----------------------------------------------------------------------------
+    def cleanup(self) -> None:
+        """Remove the payload files (unless built with ``keep_files=True``)."""
+        if self.keep_files:
+            return
+        for part in self.parts:
+            with contextlib.suppress(FileNotFoundError):
+                part.path.unlink()
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self) -> Payload:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+
+def _change_set_actions(
+    key: Sequence[str],
+    *,
+    target_schema: str,
+    target_table: str,
+    source_schema: str,
+    delete_table: str | None,
+    upsert_table: str | None,
+) -> list[_Action]:
+    """Delete (by key) then upsert (by key), for the tables that hold rows."""
+    condition = keys_match(*key)
+    return [
+        action(
+            target_schema=target_schema,
+            target_table=target_table,
+            source_schema=source_schema,
+            source_table=table,
+            condition=condition,
+        )
+        for action, table in ((Delete, delete_table), (Upsert, upsert_table))
+        if table is not None
+    ]

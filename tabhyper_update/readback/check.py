@@ -1,0 +1,273 @@
+"""Checking an update by reading it back: after a change set's jobs finished, every upserted
+key must be in the data source once, with the payload's values, and every deleted key
+must be gone.
+
+:func:`expected_changes` reads what the payload's parts hold (all keys, or a random sample)
+before the payload's files are removed; :func:`check_update` asks the VizQL Data Service
+for those keys, a batch of keys per request, and returns a :class:`DriftReport`.
+``apply(verify=True)`` does both and raises :class:`DriftError` on drift.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from ..local.hyper import connect, quote_name, table_ref
+from ..rest.refs import DataSourceRef
+from ..values.errors import InvalidArgumentError, TabHyperError
+from ..values.parts import PayloadLike
+from .compare import Tolerance, canonical, same
+from .dataservice import DataService, FieldInfo, dimension, measure, set_filter
+from .drift import DriftReport, KeyDrift
+
+if TYPE_CHECKING:
+    from ..rest.caller import RestCaller
+
+__all__ = [
+    "ExpectedChanges",
+    "FoundRows",
+    "check_update",
+    "expected_changes",
+    "judge_key",
+    "read_back",
+    "rows_by_key",
+    "verify_option",
+]
+
+#: Keys per read-back request by default (a SET filter of this many values).
+KEYS_PER_REQUEST = 1000
+
+
+@dataclass
+class ExpectedChanges:
+    """What a change set's update must have left: the upserted rows (every column) and
+    the deleted keys, all of them or a random sample of ``touched`` keys."""
+
+    key: tuple[str, ...]
+    columns: tuple[str, ...]
+    upserts: list[tuple[Any, ...]]
+    deletes: list[tuple[Any, ...]]
+    touched: int
+
+    @property
+    def checked(self) -> int:
+        return len(self.upserts) + len(self.deletes)
+
+
+def verify_option(verify: object, *, actions_given: bool = False) -> int | None:
+    """``apply``'s ``verify=``: ``True`` (every key) → 0, an int n > 0 (a sample of n
+    keys) → n, ``False``/``None`` → ``None`` (no check). A check reads back a change set's
+    own actions: with ``actions=`` given it is refused."""
+    if verify is None or verify is False:
+        return None
+    if actions_given:
+        raise InvalidArgumentError(
+            "verify reads back a change set's own actions; with actions= given, "
+            "reconcile the data source with its source instead",
+            argument="verify",
+        )
+    if verify is True:
+        return 0
+    if isinstance(verify, int) and not isinstance(verify, bool) and verify > 0:
+        return verify
+    raise InvalidArgumentError(
+        f"verify must be True, False or a number of keys to sample (> 0), got {verify!r}",
+        argument="verify",
+    )
+
+
+def expected_changes(payload: PayloadLike, sample: int = 0) -> ExpectedChanges:
+    """The rows a change-set payload upserts and the keys it deletes, read from its parts
+    (``sample`` > 0: about that many keys, drawn at random across the parts)."""
+    change_set = getattr(payload, "change_set", None)
+    if not payload.is_cdc or change_set is None:
+        raise InvalidArgumentError(
+            "verify needs a payload built with one ChangeSet (its keys are what is read "
+            "back); a plain or multi-table payload cannot be checked this way: reconcile "
+            "the data source with its source instead",
+            argument="verify",
+        )
+    schema = str(getattr(payload, "schema", "Extract"))
+    key = tuple(change_set.key)
+    columns: tuple[str, ...] = ()
+    touched = sum(
+        t.row_count
+        for p in payload.parts
+        for n, t in p.tables.items()
+        if n in (change_set.upsert_table, change_set.delete_table)
+    )
+    share = 1.0 if not sample or sample >= touched else sample / touched
+    upserts: list[tuple[Any, ...]] = []
+    deletes: list[tuple[Any, ...]] = []
+    for part in payload.parts:
+        with connect(part.path) as conn:
+            for name, rows in (
+                (change_set.upsert_table, upserts),
+                (change_set.delete_table, deletes),
+            ):
+                table = part.tables.get(name)
+                if table is None or not table.row_count:
+                    continue
+                if name == change_set.upsert_table:
+                    columns = tuple(table.column_names)
+                picked = key if name == change_set.delete_table else table.column_names
+                text = f"SELECT {', '.join(quote_name(c) for c in picked)} "
+                text += f"FROM {table_ref(schema, name)}"
+                if share < 1.0:
+                    text += f" ORDER BY RANDOM() LIMIT {math.ceil(table.row_count * share)}"
+                rows.extend(tuple(row) for row in conn.execute_list_query(text))
+    return ExpectedChanges(key, columns or key, upserts, deletes, touched)
+
+
+def _filter_value(value: Any) -> Any:
+    if hasattr(value, "to_datetime"):
+        value = value.to_datetime()
+    elif hasattr(value, "to_date"):
+        value = value.to_date()
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def _batches(items: Sequence[tuple[Any, ...]], size: int) -> Iterator[Sequence[tuple[Any, ...]]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+#: Canonical key → the distinct rows the data source holds for it, each with its count.
+FoundRows = dict[tuple[Any, ...], list[tuple[dict[str, Any], int]]]
+
+
+def rows_by_key(
+    service: DataService,
+    fields: Mapping[str, FieldInfo],
+    key: Sequence[str],
+    columns: Sequence[str],
+    filters: Sequence[Mapping[str, Any]],
+) -> FoundRows:
+    """The data source's rows that pass ``filters`` (``key`` and ``columns``, canonical),
+    grouped by every column with a row count, so that a repeated row is seen."""
+    wanted = [*key, *[c for c in columns if c not in key]]
+    aliases = {c: f"c{i}" for i, c in enumerate(wanted)}
+    query = [dimension(fields[c].caption, aliases[c]) for c in wanted]
+    query.append(measure(fields[key[0]].caption, "COUNT", "n_rows"))
+    found: FoundRows = {}
+    for row in service.query(query, filters):
+        values = {c: canonical(row.get(aliases[c]), fields[c].data_type) for c in wanted}
+        count = int(row.get("n_rows") or 0)
+        found.setdefault(tuple(values[k] for k in key), []).append((values, count))
+    return found
+
+
+def judge_key(
+    key: tuple[Any, ...],
+    want: dict[str, Any],
+    rows: list[tuple[dict[str, Any], int]],
+    fields: Mapping[str, FieldInfo],
+    tolerance: Tolerance | None,
+) -> KeyDrift | None:
+    """The drift of one key that should hold ``want`` (canonical), given the rows found for
+    it: missing, duplicated, changed (the columns named), or ``None``."""
+    if not rows:
+        return KeyDrift("missing", key, expected=want)
+    found = tuple(r for r, _ in rows)
+    if sum(n for _, n in rows) > 1:
+        return KeyDrift("duplicated", key, expected=want, found=found)
+    got = rows[0][0]
+    differ = tuple(c for c in want if not same(want[c], got.get(c), fields[c].data_type, tolerance))
+    if differ:
+        return KeyDrift("changed", key, differ, expected=want, found=found)
+    return None
+
+
+class _KeyReader:
+    """Reads the data source's rows of given keys, a batch per request."""
+
+    def __init__(self, service: DataService, key: Sequence[str], columns: Sequence[str]) -> None:
+        self.service = service
+        self.key = list(key)
+        self.fields: dict[str, FieldInfo] = {c: service.field(c) for c in columns}
+
+    def canonical_key(self, values: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(
+            canonical(v, self.fields[k].data_type) for k, v in zip(self.key, values, strict=True)
+        )
+
+    def rows(self, keys: Sequence[tuple[Any, ...]], columns: Sequence[str]) -> FoundRows:
+        """The rows of ``keys`` (a SET filter per key column; the answer is matched on the
+        whole key)."""
+        filters = [
+            set_filter(
+                dimension(self.fields[k].caption),
+                sorted({_filter_value(key[i]) for key in keys}, key=repr),
+            )
+            for i, k in enumerate(self.key)
+        ]
+        return rows_by_key(self.service, self.fields, self.key, columns, filters)
+
+
+def check_update(
+    client: RestCaller,
+    target: DataSourceRef,
+    expected: ExpectedChanges,
+    *,
+    keys_per_request: int = KEYS_PER_REQUEST,
+    tolerance: Tolerance | None = None,
+) -> DriftReport:
+    """Read back the keys of ``expected`` from ``target`` and report what differs."""
+    if keys_per_request < 1:
+        raise InvalidArgumentError("keys_per_request must be >= 1", argument="keys_per_request")
+    service = DataService(client, target.id)
+    reader = _KeyReader(service, expected.key, expected.columns)
+    report = DriftReport(
+        "update", target.name or "", target.id, expected.key, expected.checked, expected.touched
+    )
+    index = {c: i for i, c in enumerate(expected.columns)}
+    for batch in _batches(expected.upserts, keys_per_request):
+        keys = [tuple(row[index[k]] for k in expected.key) for row in batch]
+        found = reader.rows(keys, expected.columns)
+        for row in batch:
+            want = {c: canonical(row[i], reader.fields[c].data_type) for c, i in index.items()}
+            key = tuple(want[k] for k in expected.key)
+            drift = judge_key(key, want, found.get(key, []), reader.fields, tolerance)
+            if drift is not None:
+                report.drift.append(drift)
+    for batch in _batches(expected.deletes, keys_per_request):
+        found = reader.rows(batch, expected.key)
+        for raw in batch:
+            key = reader.canonical_key(raw)
+            rows = found.get(key)
+            if rows:
+                report.drift.append(KeyDrift("extra", key, found=tuple(r for r, _ in rows)))
+    if expected.checked < expected.touched:
+        report.confidence = _sample_confidence(expected.checked, expected.touched)
+    report.cost = service.stats.as_dict()
+    return report
+
+
+def read_back(
+    client: RestCaller, target: DataSourceRef, expected: ExpectedChanges, **options: Any
+) -> DriftReport:
+    """:func:`check_update` after an update was applied: a failure says that only the
+    check failed."""
+    try:
+        return check_update(client, target, expected, **options)
+    except TabHyperError as err:
+        err.at_step("read-back", "the update itself was applied; only its check failed")
+        raise
+
+
+def _sample_confidence(checked: int, touched: int) -> str:
+    """What a clean sample of ``checked`` of ``touched`` keys says (the rule of three)."""
+    bound = min(1.0, 3.0 / max(checked, 1))
+    return (
+        f"a random sample of {checked} of {touched} keys: when it finds no drift, fewer than "
+        f"{bound:.2%} of the touched keys differ, with 95% confidence"
+    )

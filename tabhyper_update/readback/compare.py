@@ -1,0 +1,119 @@
+"""Values compared as the source means them, whichever side they come from: a row of a
+payload's ``.hyper`` file, a Spark aggregate, or the VizQL Data Service's JSON.
+
+Every value is first made *canonical* for its field's type (the service's ``dataType``):
+integers as ``int``, reals as ``float`` (decimals too), text as ``str``, booleans as
+``bool``, dates as :class:`datetime.date`, date-times as microseconds since 1970-01-01 UTC
+(a naive value means UTC, as in payloads; an offset is applied). Then :func:`same` compares
+two canonical values: NULL equals only NULL, reals within :class:`Tolerance` (NaN equals
+NaN), date-times within ``Tolerance.seconds``.
+
+>>> same(canonical("2024-01-01T10:00:00+02:00", "DATETIME"),
+...      canonical(datetime(2024, 1, 1, 8), "DATETIME"), "DATETIME")
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+from ..values.errors import InvalidArgumentError
+
+__all__ = ["Tolerance", "canonical", "same"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far apart two values may be and still be the same: reals by ``relative`` (of
+    the larger magnitude) or ``absolute``, date-times by ``seconds``."""
+
+    relative: float = 1e-9
+    absolute: float = 1e-12
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("relative", "absolute", "seconds"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
+                raise InvalidArgumentError(
+                    f"tolerance {name} must be a number >= 0, got {value!r}", argument=name
+                )
+
+
+def _micros(moment: datetime) -> int:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    delta = moment - _EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _parse_moment(text: str) -> datetime:
+    cleaned = text.strip().replace(" ", "T", 1)
+    if cleaned.endswith(("Z", "z")):
+        cleaned = cleaned[:-1] + "+00:00"
+    try:
+        return datetime.fromisoformat(cleaned)
+    except ValueError:
+        raise InvalidArgumentError(f"not a date-time: {text!r}") from None
+
+
+def canonical(value: Any, data_type: str) -> Any:
+    """``value`` as the comparable value of a field of ``data_type`` (``None`` for NULL)."""
+    if value is None:
+        return None
+    if hasattr(value, "to_datetime"):  # a Hyper API Timestamp
+        value = value.to_datetime()
+    elif hasattr(value, "to_date"):  # a Hyper API Date
+        value = value.to_date()
+    kind = data_type.upper()
+    if kind == "DATETIME":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return int(value)  # already microseconds (a Spark-side aggregate)
+        if isinstance(value, datetime):
+            return _micros(value)
+        if isinstance(value, date):
+            return _micros(datetime(value.year, value.month, value.day))
+        return _micros(_parse_moment(str(value)))
+    if kind == "DATE":
+        if isinstance(value, datetime):
+            return value.date()
+        if isinstance(value, date):
+            return value
+        return _parse_moment(str(value)[:10]).date()
+    if kind == "REAL":
+        return float(value) if not isinstance(value, str) else float(value.strip())
+    if kind == "INTEGER":
+        if isinstance(value, (float, Decimal)) and value == int(value):
+            return int(value)
+        return int(value) if not isinstance(value, float) else value
+    if kind == "BOOLEAN":
+        if isinstance(value, str):
+            return value.strip().lower() in ("true", "1")
+        return bool(value)
+    if kind == "STRING":
+        return str(value)
+    return value
+
+
+def same(a: Any, b: Any, data_type: str, tolerance: Tolerance | None = None) -> bool:
+    """Whether two canonical values of a ``data_type`` field are the same value."""
+    if a is None or b is None:
+        return a is None and b is None
+    tol = tolerance or Tolerance()
+    kind = data_type.upper()
+    if kind in ("REAL", "INTEGER") and (isinstance(a, float) or isinstance(b, float)):
+        x, y = float(a), float(b)
+        if math.isnan(x) or math.isnan(y):
+            return math.isnan(x) and math.isnan(y)
+        if math.isinf(x) or math.isinf(y):
+            return x == y
+        return abs(x - y) <= max(tol.absolute, tol.relative * max(abs(x), abs(y)))
+    if kind == "DATETIME" and isinstance(a, int) and isinstance(b, int):
+        return abs(a - b) <= tol.seconds * 1_000_000
+    return bool(a == b)

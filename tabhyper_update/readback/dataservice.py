@@ -1,0 +1,261 @@
+"""The VizQL Data Service: queries against a published data source with the client's
+sign-in (Tableau Cloud, Tableau Server 2025.1 and later).
+
+:class:`DataService` reads a data source's fields (``read-metadata``) and runs queries
+(``query-datasource``) over one client's session, and counts what it sent and received so
+that a read-back can say what it cost::
+
+    service = DataService(client, orders.id)
+    rows = service.query([dimension("region"), measure("amount", "SUM")])
+
+Reading back is separate from updating: any failure here is a :class:`DataServiceError`
+(or a transport error) and never touches an update.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..values.errors import ApiError, DataServiceError, InvalidArgumentError
+from ..values.redaction import get_logger
+
+if TYPE_CHECKING:
+    from ..rest.caller import RestCaller
+
+__all__ = [
+    "DataService",
+    "FieldInfo",
+    "ServiceStats",
+    "calculation",
+    "dimension",
+    "measure",
+    "range_filter",
+    "set_filter",
+]
+
+log = get_logger("tabhyper_update")
+
+SERVICE_PATH = "api/v1/vizql-data-service"
+#: Aggregations the SDK asks for (the service knows more; the SDK needs no others).
+FUNCTIONS = frozenset({"SUM", "AVG", "MIN", "MAX", "COUNT", "COUNTD"})
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """A field of a published data source: its name, the caption queries use, its type
+    (INTEGER, REAL, STRING, DATETIME, DATE, BOOLEAN, ...) and its logical table."""
+
+    name: str
+    caption: str
+    data_type: str
+    table: str | None = None
+
+
+@dataclass
+class ServiceStats:
+    """What reading back cost: requests, bytes each way, seconds waiting on answers."""
+
+    requests: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "bytes_sent": self.bytes_sent,
+            "bytes_received": self.bytes_received,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def dimension(caption: str, alias: str | None = None) -> dict[str, Any]:
+    """A field the query groups by: ``{"fieldCaption": caption}``."""
+    field: dict[str, Any] = {"fieldCaption": caption}
+    if alias is not None:
+        field["fieldAlias"] = alias
+    return field
+
+
+def measure(caption: str, function: str, alias: str | None = None) -> dict[str, Any]:
+    """A field aggregated over the groups (``SUM``, ``MIN``, ``COUNT``, ...)."""
+    if function not in FUNCTIONS:
+        raise InvalidArgumentError(
+            f"function must be one of {sorted(FUNCTIONS)}, got {function!r}", argument="function"
+        )
+    return {**dimension(caption, alias), "function": function}
+
+
+def calculation(alias: str, formula: str) -> dict[str, Any]:
+    """A field computed by a Tableau formula (``FLOOR([id] / 1000)``, ``SUM(LEN([name]))``)."""
+    return {"fieldCaption": alias, "fieldAlias": alias, "calculation": formula}
+
+
+def set_filter(field: Mapping[str, Any], values: Sequence[Any]) -> dict[str, Any]:
+    """Keep the rows whose ``field`` is one of ``values``."""
+    return {
+        "field": _filter_field(field),
+        "filterType": "SET",
+        "values": list(values),
+        "exclude": False,
+    }
+
+
+def range_filter(field: Mapping[str, Any], low: float, high: float) -> dict[str, Any]:
+    """Keep the rows whose numeric ``field`` lies in ``[low, high]``."""
+    return {
+        "field": _filter_field(field),
+        "filterType": "QUANTITATIVE_NUMERICAL",
+        "quantitativeFilterType": "RANGE",
+        "min": low,
+        "max": high,
+        "includeNulls": False,
+    }
+
+
+def _filter_field(field: Mapping[str, Any]) -> dict[str, Any]:
+    # A filter names its field by caption or by calculation, without alias or sorting.
+    if "calculation" in field:
+        return {"calculation": field["calculation"]}
+    return {"fieldCaption": field["fieldCaption"]}
+
+
+class DataService:
+    """Queries against one published data source (by LUID) over ``client``'s session."""
+
+    def __init__(self, client: RestCaller, datasource_id: str) -> None:
+        if not datasource_id:
+            raise InvalidArgumentError("a data source LUID is required", argument="datasource")
+        self.client = client
+        self.datasource_id = datasource_id
+        self.stats = ServiceStats()
+        self._fields: dict[str, FieldInfo] | None = None
+
+    # -- fields ------------------------------------------------------------------------------
+    def fields(self) -> dict[str, FieldInfo]:
+        """The data source's fields by name (read once, then kept)."""
+        if self._fields is None:
+            body = self._post("read-metadata", {})
+            found: dict[str, FieldInfo] = {}
+            for item in body.get("data") or []:
+                if not isinstance(item, dict) or not item.get("fieldCaption"):
+                    continue
+                name = str(item.get("fieldName") or item["fieldCaption"])
+                found[name] = FieldInfo(
+                    name,
+                    str(item["fieldCaption"]),
+                    str(item.get("dataType") or "UNKNOWN"),
+                    str(item["logicalTableId"]) if item.get("logicalTableId") else None,
+                )
+            self._fields = found
+        return self._fields
+
+    def field(self, column: str) -> FieldInfo:
+        """The field that holds ``column`` (by field name, else by caption), or an error
+        naming the column and the fields there are."""
+        fields = self.fields()
+        if column in fields:
+            return fields[column]
+        by_caption = [f for f in fields.values() if f.caption == column]
+        if len(by_caption) == 1:
+            return by_caption[0]
+        known = ", ".join(sorted(repr(f.caption) for f in fields.values())) or "none"
+        raise DataServiceError(
+            status=None,
+            summary=f"the data source has no field for column {column!r}",
+            detail=f"its fields: {known}",
+            hint="read back only columns the published data source holds",
+        )
+
+    # -- queries -----------------------------------------------------------------------------
+    def query(
+        self, fields: Sequence[Mapping[str, Any]], filters: Sequence[Mapping[str, Any]] = ()
+    ) -> list[dict[str, Any]]:
+        """The rows the query answers with, one dict per row keyed by alias (or caption)."""
+        if not fields:
+            raise InvalidArgumentError("a query needs at least one field", argument="fields")
+        query: dict[str, Any] = {"fields": [dict(f) for f in fields]}
+        if filters:
+            query["filters"] = [dict(f) for f in filters]
+        body = self._post(
+            "query-datasource",
+            {
+                "query": query,
+                "options": {"returnFormat": "OBJECTS", "disaggregate": False},
+            },
+        )
+        rows = body.get("data")
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise DataServiceError(
+                status=None,
+                summary="the VizQL Data Service answered without a list of rows in 'data'",
+            )
+        return rows
+
+    def _post(self, endpoint: str, extra: Mapping[str, Any]) -> dict[str, Any]:
+        request = {"datasource": {"datasourceLuid": self.datasource_id}, **extra}
+        sent = len(json.dumps(request))
+        started = time.perf_counter()
+        try:
+            response, body = self.client.request(
+                "POST",
+                f"{SERVICE_PATH}/{endpoint}",
+                retry=True,
+                site_scoped=False,
+                json_body=request,
+            )
+        except ApiError as err:
+            raise self._explain(err) from None
+        finally:
+            self.stats.requests += 1
+            self.stats.bytes_sent += sent
+            self.stats.seconds += time.perf_counter() - started
+        self.stats.bytes_received += len(response.content)
+        return body or {}
+
+    def _explain(self, err: ApiError) -> ApiError:
+        """An HTTP error of the service as what it means for reading back."""
+        if err.status == 401:
+            return err  # sign-in trouble is the client's, as for any other call
+        if err.status == 404 and not self._service_answers():
+            hint = (
+                "this server has no VizQL Data Service (it needs Tableau Cloud or Tableau "
+                "Server 2025.1 or later); the data source cannot be read back"
+            )
+        elif err.status == 404:
+            hint = "the VizQL Data Service does not know this data source"
+        elif err.status == 403:
+            hint = (
+                "the signed-in user may not query this data source through the VizQL Data "
+                "Service (it needs the data source's API Access permission)"
+            )
+        elif err.status is not None and err.status < 500:
+            hint = "the VizQL Data Service refused the query"
+        else:
+            return err
+        explained = DataServiceError(
+            status=err.status,
+            code=err.code,
+            summary=err.summary,
+            detail=err.detail,
+            method=err.method,
+            url=err.url,
+            hint=hint,
+        )
+        explained.attempts = err.attempts
+        return explained
+
+    def _service_answers(self) -> bool:
+        """Whether the service's health check answers (it needs no sign-in)."""
+        try:
+            self.client.request(
+                "GET", f"{SERVICE_PATH}/simple-request", retry=False, site_scoped=False
+            )
+        except Exception as err:  # any failure means: no service to talk to
+            log.info("VizQL Data Service health check failed: %s", err)
+            return False
+        return True

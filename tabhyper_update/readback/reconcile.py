@@ -1,0 +1,425 @@
+"""Reconciling a whole published data source with its source, without downloading either.
+
+:func:`reconcile` compares the row count and per-column aggregates of both sides (Spark
+computes the source's, the VizQL Data Service the data source's), then narrows down: the
+key's range is cut into ``fan_out`` buckets (numbers by ``FLOOR((key - low) / width)``,
+text by its first characters), only the buckets that differ are cut again, and buckets of
+at most ``leaf_rows`` rows are compared row by row. The driver holds aggregates and the
+rows of differing leaf buckets only. :func:`tabhyper_update.repairs.repair` turns the report
+into an update.
+
+>>> report = reconcile(spark.table("sales.orders"), "Orders", key="order_id")  # doctest: +SKIP
+>>> if not report.ok:                                                           # doctest: +SKIP
+...     repair(report, spark.table("sales.orders"))
+
+What aggregates can miss: per bucket they are the row count and, per column, the non-NULL
+count, sums (numbers; text by its length; booleans as 0/1; dates in days and timestamps in
+whole seconds since 1970) and extremes. A value that changes to another of the same length,
+inside the extremes, with the same sum (a text of the same length, a timestamp within its
+second, a ``timestamp_ntz``, a real whose change hides in the sum's rounding) is not seen.
+The row-by-row comparison of a differing bucket sees everything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..rest.refs import DataSourceRef
+from ..rest.session import RestSession, client_for
+from ..values.errors import InvalidArgumentError
+from .check import judge_key, rows_by_key
+from .compare import Tolerance, canonical, same
+from .dataservice import DataService, FieldInfo, calculation, set_filter
+from .drift import DriftReport, KeyDrift
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+
+__all__ = ["reconcile", "target_of"]
+
+#: Buckets per level, and the most rows a bucket may hold to be compared row by row.
+FAN_OUT = 64
+LEAF_ROWS = 2000
+#: Row-by-row comparisons per request (leaf buckets are batched up to this many rows).
+ROWS_PER_REQUEST = 20000
+#: The unit roundoff of a double: two engines summing the same n reals in different orders
+#: may differ by up to about 2 * n * EPSILON * (the sum of their magnitudes).
+EPSILON = 2.0**-53
+#: No tolerance at all: whether two rows differ in any way.
+EXACT = Tolerance(relative=0.0, absolute=0.0, seconds=0.0)
+
+
+@dataclass(frozen=True)
+class _Aggregate:
+    """One aggregate of one column: the service's formula and Spark's expression."""
+
+    name: str
+    data_type: str  # of the aggregate's value
+    formula: str  # Tableau
+    spark: Column
+    #: A sum of reals: its rounding differs between engines, within a bound the column's
+    #: extremes give (the names of its MIN and MAX aggregates).
+    extremes: tuple[str, str] | None = None
+
+
+def _aggregates(
+    columns: Sequence[str], fields: Mapping[str, FieldInfo], source: DataFrame, key: str
+) -> list[_Aggregate]:
+    """The row count, then per column: the non-NULL count and what its type allows of
+    sum (text by length, booleans as 0/1, dates and timestamps from 1970), minimum and
+    maximum (timestamps as microseconds, as :mod:`.compare` has them)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
+
+    def ref(c: str) -> str:
+        return "[" + fields[c].caption.replace("]", "]]") + "]"
+
+    spark_types = {f.name: f.dataType for f in source.schema.fields}
+    found = [_Aggregate("rows", "INTEGER", f"COUNT({ref(key)})", F.count(F.col(f"`{key}`")))]
+    for i, c in enumerate(columns):
+        kind = fields[c].data_type
+        col = F.col(f"`{c}`")
+        moment = isinstance(spark_types[c], TimestampType)
+        found.append(_Aggregate(f"n{i}", "INTEGER", f"COUNT({ref(c)})", F.count(col)))
+        if kind in ("INTEGER", "REAL"):
+            found.append(
+                _Aggregate(
+                    f"s{i}",
+                    kind,
+                    f"SUM({ref(c)})",
+                    F.sum(col),
+                    extremes=(f"lo{i}", f"hi{i}") if kind == "REAL" else None,
+                )
+            )
+        if kind == "STRING":
+            found.append(
+                _Aggregate(f"l{i}", "INTEGER", f"SUM(LEN({ref(c)}))", F.sum(F.length(col)))
+            )
+        if kind == "DATE" or (kind == "DATETIME" and moment):
+            part, since = ("second", F.unix_seconds(col)) if moment else ("day", F.unix_date(col))
+            formula = f"SUM(DATEDIFF('{part}', #1970-01-01#, {ref(c)}))"
+            found.append(_Aggregate(f"e{i}", "INTEGER", formula, F.sum(since)))
+        if kind == "BOOLEAN":
+            found.append(
+                _Aggregate(f"b{i}", "INTEGER", f"SUM(INT({ref(c)}))", F.sum(col.cast("int")))
+            )
+        if kind in ("INTEGER", "REAL", "STRING", "DATE", "DATETIME"):
+            value = F.unix_micros(col) if moment else col
+            found.append(_Aggregate(f"lo{i}", kind, f"MIN({ref(c)})", F.min(value)))
+            found.append(_Aggregate(f"hi{i}", kind, f"MAX({ref(c)})", F.max(value)))
+    return found
+
+
+class _Buckets:
+    """How the first key column is cut at each level: a Tableau formula, the same in Spark."""
+
+    def __init__(self, key: str, caption: str, kind: str, low: Any, high: Any, fan_out: int):
+        self.key, self.kind, self.fan_out = key, kind, fan_out
+        self.ref = "[" + caption.replace("]", "]]") + "]"
+        self.low = int(low) if kind == "INTEGER" else 0
+        span = int(high) - self.low + 1 if kind == "INTEGER" else 0
+        #: Integer keys: widths are powers of fan_out, so each level nests in the one above.
+        self.levels = max(1, math.ceil(math.log(max(span, 2), fan_out))) if span else 64
+
+    def width(self, level: int) -> int:
+        return int(self.fan_out ** max(self.levels - level, 0))
+
+    def last(self, level: int) -> bool:
+        return level >= self.levels
+
+    def formula(self, level: int) -> str:
+        if self.kind == "INTEGER":
+            return f"FLOOR(({self.ref} - {self.low}) / {self.width(level)})"
+        return f"LEFT({self.ref}, {level})"
+
+    def of(self, value: Any, level: int) -> Any:
+        """The bucket of a (canonical) key value at ``level``, as the formula computes it."""
+        if self.kind == "INTEGER":
+            return math.floor((value - self.low) / self.width(level))
+        return str(value)[:level]
+
+    def spark(self, level: int) -> Column:
+        from pyspark.sql import functions as F
+
+        col = F.col(f"`{self.key}`")
+        if self.kind == "INTEGER":
+            return F.floor((col - F.lit(self.low)) / F.lit(self.width(level))).cast("long")
+        return F.substring(col, 1, level)
+
+
+class _Reconciler:
+    def __init__(
+        self,
+        source: DataFrame,
+        service: DataService,
+        key: Sequence[str],
+        columns: Sequence[str],
+        fan_out: int,
+        leaf_rows: int,
+        tolerance: Tolerance | None,
+    ) -> None:
+        self.source, self.service, self.key = source, service, list(key)
+        self.columns = list(columns)
+        self.fields = {c: service.field(c) for c in self.columns}
+        self.fan_out, self.leaf_rows, self.tolerance = fan_out, leaf_rows, tolerance
+        self.aggs = _aggregates(self.columns, self.fields, source, self.key[0])
+        self.buckets: _Buckets | None = None
+
+    # -- both sides' aggregates ----------------------------------------------------------------
+    def _server(self, level: int, parents: list[Any] | None) -> dict[Any, dict[str, Any]]:
+        fields = [calculation(a.name, a.formula) for a in self.aggs]
+        filters = []
+        if level:
+            assert self.buckets is not None
+            fields.insert(0, calculation("bucket", self.buckets.formula(level)))
+            if parents is not None:
+                parent = calculation("parent", self.buckets.formula(level - 1))
+                filters.append(set_filter(parent, parents))
+        out: dict[Any, dict[str, Any]] = {}
+        for row in self.service.query(fields, filters):
+            out[row.get("bucket")] = {
+                a.name: canonical(row.get(a.name), a.data_type) for a in self.aggs
+            }
+        return out
+
+    def _source(self, level: int, parents: list[Any] | None) -> dict[Any, dict[str, Any]]:
+        frame = self.source
+        exprs = [a.spark.alias(a.name) for a in self.aggs]
+        if level:
+            assert self.buckets is not None
+            if parents is not None:
+                frame = frame.where(self.buckets.spark(level - 1).isin(parents))
+            rows = frame.groupBy(self.buckets.spark(level).alias("bucket")).agg(*exprs).collect()
+        else:
+            rows = frame.agg(*exprs).collect()
+        return {
+            (r["bucket"] if level else None): {
+                a.name: canonical(r[a.name], a.data_type) for a in self.aggs
+            }
+            for r in rows
+        }
+
+    def _differs(self, mine: dict[str, Any] | None, theirs: dict[str, Any] | None) -> bool:
+        if mine is None or theirs is None:
+            return True
+        for a in self.aggs:
+            tolerance = self.tolerance
+            if a.extremes is not None:  # a sum of reals: allow both engines' rounding
+                rows = max(int(mine["rows"] or 0), int(theirs["rows"] or 0))
+                largest = max(
+                    (
+                        abs(float(v))
+                        for side in (mine, theirs)
+                        for name in a.extremes
+                        if (v := side[name]) is not None and math.isfinite(float(v))
+                    ),
+                    default=0.0,
+                )
+                bound = 2 * rows * EPSILON * rows * largest
+                tolerance = Tolerance(relative=1e-12, absolute=max(bound, 1e-12))
+            if not same(mine[a.name], theirs[a.name], a.data_type, tolerance):
+                return True
+        return False
+
+    # -- the walk ------------------------------------------------------------------------------
+    def run(self, report: DriftReport) -> None:
+        mine, theirs = self._source(0, None), self._server(0, None)
+        top_mine, top_theirs = mine.get(None), theirs.get(None)
+        report.rows = {
+            "source": int((top_mine or {}).get("rows") or 0),
+            "datasource": int((top_theirs or {}).get("rows") or 0),
+        }
+        report.checked = report.total = report.rows["source"]
+        if not self._differs(top_mine, top_theirs):
+            return
+        lows: list[Any] = [v["lo0"] for v in (top_mine, top_theirs) if v and v["lo0"] is not None]
+        highs: list[Any] = [v["hi0"] for v in (top_mine, top_theirs) if v and v["hi0"] is not None]
+        key_type = self.fields[self.key[0]].data_type
+        if key_type not in ("INTEGER", "STRING"):
+            raise InvalidArgumentError(
+                f"reconcile cuts the key's range by its first column, which must be an "
+                f"integer or text; {self.key[0]!r} is {key_type}",
+                argument="key",
+            )
+        if not lows:  # both sides empty of keys: the difference is in NULL keys
+            report.unresolved.append("the sides differ only in rows whose key is NULL")
+            return
+        self.buckets = _Buckets(
+            self.key[0],
+            self.fields[self.key[0]].caption,
+            key_type,
+            min(lows),
+            max(highs),
+            self.fan_out,
+        )
+        # Every level reads the source again: keep it rather than recompute it.
+        cached = not self.source.is_cached
+        if cached:
+            self.source = self.source.persist()
+        try:
+            self._narrow(report)
+        finally:
+            if cached:
+                self.source.unpersist()
+
+    def _narrow(self, report: DriftReport) -> None:
+        """Cut the differing ranges level by level; compare small ones row by row."""
+        assert self.buckets is not None
+        parents: list[Any] | None = None
+        level = 0
+        while True:
+            level += 1
+            mine, theirs = self._source(level, parents), self._server(level, parents)
+            differing = sorted(
+                (b for b in set(mine) | set(theirs) if self._differs(mine.get(b), theirs.get(b))),
+                key=repr,
+            )
+            if None in differing:  # rows whose key is NULL: no key can name them
+                differing.remove(None)
+                report.unresolved.append(
+                    f"rows whose key {self.key[0]!r} is NULL differ between the sides"
+                )
+                if not differing:
+                    return
+            elif not differing:
+                report.unresolved.append(f"the totals differ but no bucket at level {level} does")
+                return
+            leaves: list[tuple[Any, int]] = []
+            deeper: list[tuple[Any, int]] = []
+            for b in differing:
+                size = max(
+                    int((mine.get(b) or {}).get("rows") or 0),
+                    int((theirs.get(b) or {}).get("rows") or 0),
+                )
+                small = size <= self.leaf_rows or self.buckets.last(level)
+                (leaves if small else deeper).append((b, size))
+            self._compare_rows(report, level, leaves)
+            if not deeper:
+                return
+            parents = [b for b, _ in deeper]
+
+    # -- row by row -------------------------------------------------------------------------
+    def _compare_rows(self, report: DriftReport, level: int, leaves: list[tuple[Any, int]]) -> None:
+        batch: list[Any] = []
+        rows = 0
+        for bucket, size in leaves:
+            if batch and rows + size > ROWS_PER_REQUEST:
+                self._compare_batch(report, level, batch)
+                batch, rows = [], 0
+            batch.append(bucket)
+            rows += size
+        if batch:
+            self._compare_batch(report, level, batch)
+
+    def _compare_batch(self, report: DriftReport, level: int, buckets: list[Any]) -> None:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import TimestampType
+
+        assert self.buckets is not None
+        bucket = calculation("bucket", self.buckets.formula(level))
+        theirs = rows_by_key(
+            self.service, self.fields, self.key, self.columns, [set_filter(bucket, buckets)]
+        )
+        spark_types = {f.name: f.dataType for f in self.source.schema.fields}
+        picked = [
+            (
+                F.unix_micros(F.col(f"`{c}`"))
+                if isinstance(spark_types[c], TimestampType)
+                else F.col(f"`{c}`")
+            ).alias(f"c{i}")
+            for i, c in enumerate(self.columns)
+        ]
+        mine: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        for r in (
+            self.source.where(self.buckets.spark(level).isin(buckets)).select(*picked).collect()
+        ):
+            values = {
+                c: canonical(r[f"c{i}"], self.fields[c].data_type)
+                for i, c in enumerate(self.columns)
+            }
+            mine.setdefault(tuple(values[k] for k in self.key), []).append(values)
+        explained: set[Any] = set()
+        for key in sorted(set(mine) | set(theirs), key=repr):
+            drift = self._judge(key, mine.get(key, []), theirs.get(key, []), self.tolerance)
+            if drift is not None:
+                report.drift.append(drift)
+            if drift is not None or self._judge(key, mine.get(key, []), theirs.get(key, []), EXACT):
+                # A difference within the tolerance explains its range without being drift.
+                explained.add(self.buckets.of(key[0], level))
+        # A range whose aggregates differed must show a differing key; else say so.
+        unexplained = [b for b in buckets if b not in explained]
+        if unexplained:
+            report.unresolved.append(
+                f"key range(s) {unexplained[:5]} at level {level} differ in their aggregates "
+                "but every row matches"
+            )
+
+    def _judge(
+        self,
+        key: tuple[Any, ...],
+        mine: list[dict[str, Any]],
+        theirs: list[tuple[dict[str, Any], int]],
+        tolerance: Tolerance | None,
+    ) -> KeyDrift | None:
+        if len(mine) > 1:
+            raise InvalidArgumentError(
+                f"the source holds key {key!r} {len(mine)} times: reconcile needs a key that "
+                f"is unique in the source",
+                argument="key",
+            )
+        if not mine:
+            return KeyDrift("extra", key, found=tuple(r for r, _ in theirs))
+        return judge_key(key, mine[0], theirs, self.fields, tolerance)
+
+
+def target_of(
+    client: RestSession | None, datasource: DataSourceRef | str, project: str | None, purpose: str
+) -> tuple[RestSession, DataSourceRef]:
+    chosen = client_for(datasource, client, purpose)
+    if isinstance(datasource, DataSourceRef):
+        return chosen, datasource
+    return chosen, chosen.datasource(datasource, project=project)
+
+
+def reconcile(
+    source: DataFrame,
+    datasource: DataSourceRef | str,
+    *,
+    key: str | Sequence[str],
+    client: RestSession | None = None,
+    project: str | None = None,
+    columns: Sequence[str] | None = None,
+    fan_out: int = FAN_OUT,
+    leaf_rows: int = LEAF_ROWS,
+    tolerance: Tolerance | None = None,
+) -> DriftReport:
+    """Compare the published ``datasource`` with ``source`` (a DataFrame holding what it
+    should hold, one row per ``key``) and report every key that differs (see the module
+    docstring). ``columns`` limits the comparison (the source's columns by default); the
+    key's first column must be an integer or text."""
+    keys = [key] if isinstance(key, str) else list(key)
+    picked = list(columns) if columns is not None else list(source.columns)
+    if not keys or any(not isinstance(k, str) or not k for k in keys):
+        raise InvalidArgumentError("key must name one or more columns", argument="key")
+    missing = [c for c in [*keys, *picked] if c not in source.columns]
+    if missing:
+        raise InvalidArgumentError(
+            f"the source has no column {', '.join(map(repr, missing))} "
+            f"(it has {', '.join(map(repr, source.columns))})",
+            argument="columns" if set(missing) - set(keys) else "key",
+        )
+    if fan_out < 2 or leaf_rows < 1:
+        raise InvalidArgumentError("fan_out must be >= 2 and leaf_rows >= 1", argument="fan_out")
+    picked = keys + [c for c in picked if c not in keys]
+    chosen, ref = target_of(client, datasource, project, "reconcile")
+    service = DataService(chosen, ref.id)
+    report = DriftReport("reconcile", ref.name or "", ref.id, tuple(keys))
+    try:
+        _Reconciler(source, service, keys, picked, fan_out, leaf_rows, tolerance).run(report)
+    finally:
+        report.cost = service.stats.as_dict()
+    return report

@@ -1,0 +1,122 @@
+"""Finding a published data source: by LUID, or by name within a project (matched by the
+project's LUID, so a same-named data source in another project is never taken), and the
+connection to update when it has several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..values.errors import ApiError, InvalidArgumentError, NotFoundError, TargetMismatchError
+from .projects import LUID, Project, find_project
+from .refs import DataSourceRef, ref_from_item
+from .transport import as_list
+
+if TYPE_CHECKING:
+    from .caller import RestCaller
+
+__all__ = ["find_datasource"]
+
+
+def find_datasource(
+    client: RestCaller,
+    name_or_luid: str,
+    *,
+    project: str | Project | None = None,
+    connection: str | None = None,
+    columns: Mapping[str, Sequence[str]] | None = None,
+) -> DataSourceRef:
+    """:meth:`RestSession.datasource`."""
+    if not name_or_luid:
+        raise InvalidArgumentError("a data source name or LUID is required")
+    if columns is not None:
+        known = {str(t): tuple(str(c) for c in cs) for t, cs in columns.items()}
+        plain = find_datasource(client, name_or_luid, project=project, connection=connection)
+        return replace(plain, columns=known)
+    home = project if isinstance(project, Project) or project is None else None
+    if home is None and project is not None:
+        home = find_project(client, project)
+    if LUID.match(name_or_luid) and home is None:
+        try:
+            _, body = client.request("GET", f"datasources/{name_or_luid}", retry=True)
+            item = (body or {}).get("datasource") or {}
+            ref = ref_from_item(item)
+        except NotFoundError:
+            ref = None
+        if ref is not None:
+            if ref.id.lower() != name_or_luid.lower():
+                raise TargetMismatchError(
+                    f"asked for data source {name_or_luid}, the server answered with "
+                    f"data source {ref.id} ({ref.name!r}): refused"
+                )
+            return replace(_with_connection(client, ref, connection), client=client)
+    found = _find_by_name(client, name_or_luid, home)
+    if not found:
+        where = f" in project {home.path!r}" if home is not None else ""
+        raise NotFoundError(
+            status=None,
+            summary="Data source not found",
+            detail=f"no data source named {name_or_luid!r}{where} on site {client.site!r}",
+        )
+    if len(found) > 1:
+        projects = ", ".join(sorted(repr(r.project) for r in found))
+        raise ApiError(
+            status=None,
+            summary="Ambiguous data source name",
+            detail=f"{len(found)} data sources are named {name_or_luid!r} on site "
+            f"{client.site!r}, in projects {projects}",
+            hint="pass project= to pick one",
+        )
+    return replace(_with_connection(client, found[0], connection), client=client)
+
+
+def _find_by_name(client: RestCaller, name: str, project: Project | None) -> list[DataSourceRef]:
+    # The filter syntax separates filters with "," and fields with ":", with no escape:
+    # a name holding either is matched here instead, over the (bounded) listing. The
+    # project's name only narrows the listing: names repeat across parents, so each
+    # item is matched by the project's LUID below.
+    filters = []
+    if "," not in name and ":" not in name:
+        filters.append(f"name:eq:{name}")
+    if project is not None and "," not in project.name and ":" not in project.name:
+        filters.append(f"projectName:eq:{project.name}")
+    found: list[DataSourceRef] = []
+    listing = client.list_items(
+        "datasources",
+        "datasource",
+        filters=filters,
+        what=f"data sources (looking up {name!r})",
+        remedy="pass the data source's LUID instead of its name",
+    )
+    for item in listing:
+        ref = ref_from_item(item)
+        # Filters are matched by the server; check again in case it ignored one.
+        if (
+            ref is not None
+            and item.get("name") == name
+            and (
+                project is None
+                or (ref.project_id is not None and ref.project_id.lower() == project.id.lower())
+            )
+        ):
+            found.append(ref)
+    return found
+
+
+def _with_connection(
+    client: RestCaller, ref: DataSourceRef, connection: str | None
+) -> DataSourceRef:
+    if connection is None:
+        return ref
+    _, body = client.request("GET", f"datasources/{ref.id}/connections", retry=True)
+    ids = [c.get("id") for c in as_list(((body or {}).get("connections") or {}).get("connection"))]
+    if connection not in ids:
+        raise NotFoundError(
+            status=None,
+            summary="Connection not found",
+            detail=f"data source {ref.name or ref.id!r} has no connection {connection!r} "
+            f"(its connections: {', '.join(map(str, ids)) or 'none'})",
+        )
+    return replace(ref, connection_id=connection)

@@ -1,0 +1,259 @@
+"""Asynchronous server jobs: the model, polling with a deadline, cancel.
+
+Polling: the first poll at once, then waits of 0.05 s doubling up to 30 s (see
+:class:`PollPolicy`), until the job finishes or the deadline passes. ``sleep`` and
+``clock`` are injectable so that tests assert the waits instead of sleeping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from ..values.errors import (
+    InvalidArgumentError,
+    JobCancelledError,
+    JobFailedError,
+    JobOutcomeUnknownError,
+    JobTimeoutError,
+    TransportError,
+)
+from ..values.policies import JobTimes, PollPolicy
+from ..values.redaction import get_logger, scrub_value
+
+if TYPE_CHECKING:
+    import requests
+
+__all__ = ["Job", "JobSource", "PollPolicy", "get_job"]
+
+log = get_logger("tabhyper_update")
+
+#: Only 0 is success; any other code than these three is an unknown outcome (an error).
+FINISH_SUCCESS = 0
+FINISH_FAILED = 1
+FINISH_CANCELLED = 2
+_TEXT_FIELDS = ("id", "mode", "type", "progress", "createdAt", "startedAt", "completedAt")
+
+
+class JobSource(Protocol):
+    """What a job needs of the session it came from: to be fetched again or cancelled, and
+    the policy, clock and history that pace its polling (the REST session is one)."""
+
+    poll: PollPolicy
+    job_times: JobTimes
+    sleep: Callable[[float], None]
+    clock: Callable[[], float]
+
+    def request(
+        self, method: str, rest: str, *, retry: bool, site_scoped: bool = True, **kwargs: Any
+    ) -> tuple[requests.Response, dict[str, Any] | None]: ...
+
+    def job(self, job_id: str) -> Job: ...
+
+    def cancel_job(self, job_id: str) -> None: ...
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"finishCode {value!r} is not a number")
+    return int(value)
+
+
+class Job(BaseModel):
+    """A server job as last seen. Unknown server fields are kept (``model_extra``)."""
+
+    model_config = ConfigDict(
+        extra="allow", populate_by_name=True, validate_by_alias=True, validate_by_name=True
+    )
+
+    id: str
+    mode: str | None = None
+    type: str | None = None
+    progress: str | None = None
+    created_at: str | None = Field(default=None, alias="createdAt")
+    started_at: str | None = Field(default=None, alias="startedAt")
+    completed_at: str | None = Field(default=None, alias="completedAt")
+    finish_code: int | None = Field(default=None, alias="finishCode")
+    update_uploaded_file_job: dict[str, Any] | None = Field(
+        default=None, alias="updateUploadedFileJob"
+    )
+    status_notes: Any = Field(default=None, alias="statusNotes")
+
+    _client: JobSource | None = PrivateAttr(default=None)
+
+    @classmethod
+    def from_response(cls, body: dict[str, Any] | None, client: JobSource | None) -> Job:
+        raw = (body or {}).get("job") if isinstance(body, dict) else None
+        if not isinstance(raw, dict):
+            raise TransportError("the server answered without a job")
+        # The server's words (notes above all) are scrubbed of the client's secrets before
+        # they are kept: a job's repr and errors show them.
+        data = scrub_value(dict(raw))
+        if not data.get("id"):
+            raise TransportError("the server answered without a job id")
+        try:
+            if "finishCode" in data:
+                data["finishCode"] = _int_or_none(data["finishCode"])
+            for key in _TEXT_FIELDS:
+                value = data.get(key)
+                if value is None:
+                    continue
+                if isinstance(value, bool) or not isinstance(value, (str, int)):
+                    raise ValueError(f"{key} {value!r} is not text")
+                data[key] = str(value)
+            for key in ("updateUploadedFileJob",):
+                if data.get(key) is not None and not isinstance(data[key], dict):
+                    raise ValueError(f"{key} is not an object")
+            job = cls.model_validate(data)
+        except (ValueError, ValidationError) as err:
+            first = str(err).splitlines()[0]
+            raise TransportError(f"the server's job answer is malformed: {first}") from None
+        job._client = client
+        return job
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def is_done(self) -> bool:
+        return self.finish_code is not None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.finish_code == FINISH_SUCCESS
+
+    @property
+    def datasource_id(self) -> str | None:
+        """The data source the server says this update job belongs to, when it says."""
+        details = self.update_uploaded_file_job or {}
+        datasource = details.get("datasource")
+        if isinstance(datasource, dict) and datasource.get("id"):
+            return str(datasource["id"])
+        return None
+
+    @property
+    def notes(self) -> str | None:
+        """The server's notes on the job (the reason of a failure)."""
+        candidates: list[Any] = []
+        if self.update_uploaded_file_job:
+            candidates.append(self.update_uploaded_file_job.get("notes"))
+        candidates.append(self.status_notes)
+        for value in candidates:
+            text = _notes_text(value)
+            if text:
+                return text
+        return None
+
+    def _require_client(self) -> JobSource:
+        if self._client is None:
+            raise InvalidArgumentError("this Job is not bound to a client; use client.job(id)")
+        return self._client
+
+    def _update_from(self, other: Job) -> None:
+        for name in type(self).model_fields:
+            setattr(self, name, getattr(other, name))
+        if other.model_extra is not None and self.model_extra is not None:
+            self.model_extra.clear()
+            self.model_extra.update(other.model_extra)
+
+    # -- actions -----------------------------------------------------------------------------
+    def refresh(self) -> Job:
+        """Fetch the job again; returns ``self``, updated."""
+        self._update_from(self._require_client().job(self.id))
+        return self
+
+    def cancel(self) -> Job:
+        """Ask the server to cancel the job (update jobs may not be cancellable)."""
+        self._require_client().cancel_job(self.id)
+        return self.refresh()
+
+    def raise_for_status(self) -> Job:
+        """Raise when the job failed, was cancelled or finished with an unknown code; return
+        ``self`` otherwise (not finished yet, or succeeded)."""
+        if self.finish_code == FINISH_FAILED:
+            raise JobFailedError(self.id, self.notes)
+        if self.finish_code == FINISH_CANCELLED:
+            raise JobCancelledError(self.id)
+        if self.finish_code is not None and self.finish_code != FINISH_SUCCESS:
+            raise JobOutcomeUnknownError(self.id, self.finish_code)
+        return self
+
+    def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        poll: PollPolicy | None = None,
+        sleep: Callable[[float], None] | None = None,
+        clock: Callable[[], float] | None = None,
+        on_poll: Callable[[Job], None] | None = None,
+        learn_as: str | None = None,
+    ) -> Job:
+        """Poll until the job finishes; raise if it failed, was cancelled or took too long.
+
+        ``learn_as``: the key (an update's data source id) of jobs like this one. The wait
+        polls near the time the last of them took to be seen finished
+        (:meth:`PollPolicy.expecting`, from ``client.job_times``), and a success adds this
+        one's time. ``None``: the policy's doubling waits.
+
+        >>> job.wait(timeout=600)  # doctest: +SKIP
+        """
+        client = self._require_client()
+        policy = poll or client.poll
+        sleep = sleep or client.sleep
+        clock = clock or client.clock
+        deadline_s = policy.timeout if timeout is None else timeout
+        start = clock()
+        times = client.job_times
+        next_wait = policy.expecting(None if learn_as is None else times.expected(learn_as))
+
+        def succeeded() -> Job:
+            done = self.raise_for_status()
+            if learn_as is not None:
+                times.note(learn_as, clock() - start)
+            return done
+
+        while True:
+            self.refresh()
+            if on_poll is not None:
+                on_poll(self)
+            if self.is_done:
+                log.info("job %s finished with code %s", self.id, self.finish_code)
+                return succeeded()
+            waited = clock() - start
+            pause = next_wait()
+            if waited + pause > deadline_s:
+                remaining = deadline_s - waited
+                if remaining > 0:
+                    sleep(remaining)
+                    self.refresh()
+                    if self.is_done:
+                        return succeeded()
+                raise JobTimeoutError(self.id, clock() - start)
+            log.debug(
+                "job %s not finished (progress %s); next poll in %.1f s",
+                self.id,
+                self.progress,
+                pause,
+            )
+            sleep(pause)
+
+
+def get_job(client: JobSource, job_id: str) -> Job:
+    """The job ``job_id`` as the server sees it now."""
+    _, body = client.request("GET", f"jobs/{job_id}", retry=True)
+    return Job.from_response(body, client)
+
+
+def _notes_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, dict):
+        return _notes_text(value.get("value") or value.get("notes") or value.get("statusNote"))
+    if isinstance(value, list):
+        parts = [t for t in (_notes_text(v) for v in value) if t]
+        return "; ".join(parts) or None
+    return str(value)

@@ -1,0 +1,421 @@
+"""The REST session: sign-in, calls with the session's token, listings, and the REST
+resources an update uses, each a method backed by its module (data sources, uploads, the
+update request, jobs).
+
+>>> with RestSession.from_env() as session:  # doctest: +SKIP
+...     orders = session.datasource("Orders", project="Sales")
+...     upload = session.upload("payload.hyper")
+...     session.update_data(orders, batch, upload_session_id=upload).wait()
+
+No network I/O happens in the constructor. :class:`~tabhyper_update.client.TableauClient`
+is this session with the workflows (update, publish, bootstrap) on top.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import requests
+from typing_extensions import Self
+
+from ..values.actions import BatchLike
+from ..values.errors import (
+    AuthenticationError,
+    ConfigurationError,
+    InvalidArgumentError,
+    TransportError,
+)
+from ..values.policies import JobTimes, PollPolicy
+from ..values.redaction import get_logger, remember
+from .auth import Credentials
+from .datasources import find_datasource
+from .environment import check_verify, client_settings
+from .jobs import Job, get_job
+from .projects import Project
+from .refs import DataSourceRef
+from .transport import RetryPolicy, Transport, as_list
+from .updates import update_data
+from .uploads import MAX_CHUNK_MB, MB, ProgressCallback, append_chunk, initiate_upload, upload_file
+from .versions import PROBE_VERSION, check_api_version, server_api_version
+
+__all__ = ["RestSession", "client_for"]
+
+log = get_logger("tabhyper_update")
+
+SESSION_EXPIRED = "401002"
+#: Listing pages: their size, and how many are read at most for one lookup.
+PAGE_SIZE = 100
+MAX_PAGES = 50
+
+
+class RestSession:
+    """A session with one site of a Tableau server: sign-in, the calls, and the REST
+    resources an update uses (data sources, uploads, the update request, jobs).
+
+    ``server`` is the base URL (``https://tableau.example.com``), ``site`` the site's
+    content URL (``""`` for the default site of Tableau Server). No network I/O happens in
+    the constructor: the session signs in on first use (or on :meth:`sign_in`).
+    """
+
+    def __init__(
+        self,
+        server: str,
+        site: str = "",
+        auth: Credentials | None = None,
+        *,
+        api_version: str | None = None,
+        verify: bool | str = True,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        chunk_size_mb: float = 50,
+        poll: PollPolicy | None = None,
+        max_upload_restarts: int = 3,
+        session: requests.Session | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not server or not server.startswith(("http://", "https://")):
+            raise ConfigurationError(f"server must be an http(s) URL, got {server!r}")
+        if auth is None:
+            raise ConfigurationError(
+                "auth is required: PersonalAccessToken, UsernamePassword or ConnectedAppJWT"
+            )
+        check_verify(verify, "verify")
+        if not 0 < chunk_size_mb <= MAX_CHUNK_MB:
+            raise InvalidArgumentError(
+                f"chunk_size_mb must be in (0, {MAX_CHUNK_MB}], got {chunk_size_mb}"
+            )
+        if api_version is not None:
+            check_api_version(api_version)
+        self.site = site
+        self.auth = auth
+        self.api_version = api_version
+        self.chunk_size = int(chunk_size_mb * MB)
+        self.poll = poll or PollPolicy()
+        #: How long recent updates of each data source took (``PollPolicy.learn``).
+        self.job_times = JobTimes()
+        self.max_upload_restarts = max_upload_restarts
+        self.sleep = sleep
+        self.clock = clock
+        self._http = Transport(
+            server,
+            verify=verify,
+            timeout=timeout,
+            retry=retry,
+            session=session,
+            sleep=sleep,
+            clock=clock,
+        )
+        self._token: str | None = None
+        self._site_id: str | None = None
+        self._lock = threading.RLock()
+        #: What a copy of this client is made from (see :meth:`__reduce__`).
+        self._settings: dict[str, Any] = {
+            "server": server,
+            "site": site,
+            "auth": auth,
+            "api_version": api_version,
+            "verify": verify,
+            "timeout": timeout,
+            "retry": retry,
+            "chunk_size_mb": chunk_size_mb,
+            "poll": poll,
+            "max_upload_restarts": max_upload_restarts,
+            "session": session,
+            "sleep": sleep,
+            "clock": clock,
+        }
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A pickled client is its settings, credentials included (Spark Connect pickles a
+        ``foreachBatch`` function to run it on the server): the copy signs in afresh, and
+        no session token travels."""
+        return (_session_from_settings, (type(self), self._settings))
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Self:
+        """A client configured from the environment.
+
+        ``TABLEAU_SERVER_URL`` (required), ``TABLEAU_SITE`` (default ``""``), and one of:
+        ``TABLEAU_PAT_NAME`` + ``TABLEAU_PAT_SECRET``; ``TABLEAU_USERNAME`` +
+        ``TABLEAU_PASSWORD``; ``TABLEAU_JWT_CLIENT_ID`` + ``TABLEAU_JWT_SECRET_ID`` +
+        ``TABLEAU_JWT_SECRET_VALUE`` + ``TABLEAU_JWT_USERNAME`` (or ``TABLEAU_JWT``).
+        Optional: ``TABLEAU_API_VERSION``, ``TABLEAU_VERIFY_TLS`` (``false`` or a CA bundle
+        path), ``TABLEAU_IMPERSONATE_USER_ID``. Keyword arguments override.
+        """
+        return cls(**client_settings(env, overrides))
+
+    def __repr__(self) -> str:
+        state = "signed in" if self._token else "not signed in"
+        return (
+            f"{type(self).__name__}(server={self._http.server!r}, site={self.site!r}, "
+            f"auth={type(self.auth).__name__}, api_version={self.api_version!r}, {state})"
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Sign out (best-effort) and release the connection pool."""
+        try:
+            self.sign_out()
+        finally:
+            self._http.close()
+
+    @property
+    def server(self) -> str:
+        return self._http.server
+
+    # -- version and session -------------------------------------------------------------------
+    def server_info(self) -> dict[str, Any]:
+        """``serverinfo`` (no sign-in needed), probed at a version every server answers."""
+        _, body = self._http.call("GET", f"api/{PROBE_VERSION}/serverinfo", retry=True)
+        info = (body or {}).get("serverInfo")
+        if not isinstance(info, dict):
+            raise TransportError("serverinfo answered without a serverInfo object")
+        return info
+
+    def negotiate_version(self) -> str:
+        """Adopt the server's REST API version; refuse servers older than 3.12."""
+        if self.api_version is None:
+            version = server_api_version(self.server_info())
+            self.api_version = str(version)
+            log.info("server REST API version %s", version)
+        return self.api_version
+
+    def sign_in(self) -> None:
+        """Sign in now (otherwise the first call that needs a session does)."""
+        with self._lock:
+            version = self.negotiate_version()
+            body_in = self.auth.credentials(self.site)
+            try:
+                _, body = self._http.call(
+                    "POST", f"api/{version}/auth/signin", json_body=body_in, retry=True
+                )
+            except AuthenticationError as err:
+                raise err.with_hint(
+                    f"signing in to site {self.site!r} with {type(self.auth).__name__} "
+                    "was refused: check the credentials and the site"
+                ) from None
+            creds = (body or {}).get("credentials") or {}
+            token = creds.get("token")
+            if not token:
+                raise TransportError("sign-in answered without a token")
+            remember(str(token))
+            self._token = str(token)
+            self._site_id = str((creds.get("site") or {}).get("id") or "")
+            if not self._site_id:
+                raise TransportError("sign-in answered without a site id")
+            log.info("signed in to site %r", self.site)
+
+    def sign_out(self) -> None:
+        """Sign out (best-effort: errors are logged, not raised)."""
+        with self._lock:
+            token, self._token = self._token, None
+        if token is None or self.api_version is None:
+            return
+        try:
+            self._http.send_once(
+                "POST", f"api/{self.api_version}/auth/signout", token=token, expected=(200, 204)
+            )
+            log.info("signed out")
+        except Exception as err:
+            log.debug("sign-out failed: %s", err)
+
+    @property
+    def site_id(self) -> str:
+        self._ensure_signed_in()
+        assert self._site_id is not None
+        return self._site_id
+
+    def _ensure_signed_in(self) -> str:
+        with self._lock:
+            if self._token is None:
+                self.sign_in()
+            assert self._token is not None
+            return self._token
+
+    def _site_path(self, rest: str) -> str:
+        return f"api/{self.api_version}/sites/{self.site_id}/{rest}"
+
+    def request(
+        self, method: str, rest: str, *, retry: bool, site_scoped: bool = True, **kwargs: Any
+    ) -> tuple[requests.Response, dict[str, Any] | None]:
+        """A call with this client's session: site-scoped (``rest`` under the site's path),
+        or with ``site_scoped=False`` to a path of its own on the server (the VizQL Data
+        Service's, whose token names the site). Signs in first, and once more if the session
+        expired."""
+        token = self._ensure_signed_in()
+
+        def path() -> str:
+            return self._site_path(rest) if site_scoped else rest
+
+        try:
+            return self._http.call(method, path(), retry=retry, token=token, **kwargs)
+        except AuthenticationError as err:
+            if err.code != SESSION_EXPIRED:
+                raise
+            log.info("session expired (401002): signing in again")
+            with self._lock:
+                if self._token == token:
+                    self._token = None
+            token = self._ensure_signed_in()
+            body = kwargs.get("data")
+            if body is not None and hasattr(body, "seek"):
+                body.seek(0)  # a streamed body is replayed from its start
+            try:
+                return self._http.call(method, path(), retry=retry, token=token, **kwargs)
+            except AuthenticationError as again:
+                if again.code != SESSION_EXPIRED:
+                    raise
+                raise again.with_hint(
+                    "the session expired again right after signing in: another job is "
+                    "probably signing in with the same personal access token (one PAT holds "
+                    "one session); give each concurrent job its own PAT"
+                ) from None
+
+    def list_items(
+        self,
+        rest: str,
+        item: str,
+        *,
+        filters: Sequence[str] = (),
+        what: str,
+        remedy: str,
+    ) -> list[dict[str, Any]]:
+        """Every item of a paged listing (``GET rest``, items under ``{rest}.{item}``),
+        at most ``MAX_PAGES`` pages; more is an error that says ``remedy``."""
+        items: list[dict[str, Any]] = []
+        for page in range(1, MAX_PAGES + 1):
+            params = {"pageSize": str(PAGE_SIZE), "pageNumber": str(page)}
+            if filters:
+                params["filter"] = ",".join(filters)
+            _, body = self.request("GET", rest, retry=True, params=params)
+            listed = as_list(((body or {}).get(rest) or {}).get(item))
+            items += [i for i in listed if isinstance(i, dict)]
+            pagination = (body or {}).get("pagination") or {}
+            try:
+                total = int(pagination.get("totalAvailable") or 0)
+            except (TypeError, ValueError):
+                raise TransportError(
+                    f"the listing of {rest} answered an unreadable totalAvailable "
+                    f"{pagination.get('totalAvailable')!r}"
+                ) from None
+            if not listed or page * PAGE_SIZE >= total:
+                return items
+        raise TransportError(
+            f"listing {what}: the server lists more than {MAX_PAGES * PAGE_SIZE:,} candidates "
+            f"({total:,} announced); stopped. {remedy[0].upper()}{remedy[1:]}"
+        )
+
+    # -- the REST resources -------------------------------------------------------------------
+    def datasource(
+        self,
+        name_or_luid: str,
+        *,
+        project: str | Project | None = None,
+        connection: str | None = None,
+        columns: Mapping[str, Sequence[str]] | None = None,
+    ) -> DataSourceRef:
+        """Find a published data source by LUID, or by name (optionally in ``project``: a
+        path from the top such as ``"Sales/EMEA"``, a LUID, or a name unique on the site).
+
+        Within a project the data source is matched by the project's LUID, so a same-named
+        data source in another project (``Finance/EMEA``) is never taken. ``columns`` (table
+        name → column names) tells the SDK what the data source's tables hold, so that an
+        update with other columns is refused before anything is sent.
+        """
+        return find_datasource(
+            self, name_or_luid, project=project, connection=connection, columns=columns
+        )
+
+    def initiate_upload(self) -> str:
+        return initiate_upload(self)
+
+    def append_chunk(self, session_id: str, body: Any, boundary: str) -> dict[str, Any] | None:
+        return append_chunk(self, session_id, body, boundary)
+
+    def upload(
+        self, path: str | os.PathLike[str], *, progress: ProgressCallback | None = None
+    ) -> str:
+        """Upload a file in chunks; returns the upload session id."""
+        return upload_file(
+            self,
+            path,
+            chunk_size=self.chunk_size,
+            max_restarts=self.max_upload_restarts,
+            progress=progress,
+        )
+
+    def update_data(
+        self,
+        target: DataSourceRef | str,
+        batch: BatchLike,
+        *,
+        upload_session_id: str | None = None,
+        request_id: str | None = None,
+    ) -> Job:
+        """Ask the server to apply ``batch``; returns the queued :class:`Job`.
+
+        ``request_id`` is the update's identity: the server runs one RequestID once (for 24
+        hours, as commonly reported) and answers a repeat with the original job. Without
+        one, each call is a new update with a fresh random RequestID; the same RequestID is
+        sent on every retry of this call. The round trip (:meth:`Payload.upload`) derives it
+        from the change set's position and keeps a record for re-runs.
+        """
+        return update_data(
+            self, target, batch, upload_session_id=upload_session_id, request_id=request_id
+        )
+
+    def job(self, job_id: str) -> Job:
+        return get_job(self, job_id)
+
+    def cancel_job(self, job_id: str) -> None:
+        self.request("PUT", f"jobs/{job_id}", retry=True, expected=(200, 204))
+
+
+def _session_from_settings(kind: type[RestSession], settings: dict[str, Any]) -> RestSession:
+    """A session made again from :meth:`RestSession.__reduce__`'s settings."""
+    return kind(**settings)
+
+
+def client_for(
+    target: DataSourceRef | str | None, client: RestSession | None, purpose: str
+) -> RestSession:
+    """The session to ``purpose`` with: ``client``, else the one ``target`` was found with,
+    else one from the environment (:meth:`RestSession.from_env`). A reference found with
+    another client than the one passed is refused: one client for both."""
+    bound = target.client if isinstance(target, DataSourceRef) else None
+    if client is not None:
+        if bound is not None and bound is not client:
+            assert isinstance(target, DataSourceRef)
+            raise ConfigurationError(
+                f"data source {target.label!r} was found with the client for "
+                f"{bound.server} (site {bound.site!r}), not with the client= passed here "
+                f"({client.server}, site {client.site!r}): use one client for both"
+            )
+        return client
+    if isinstance(bound, RestSession):
+        return bound
+    try:
+        return RestSession.from_env()
+    except ConfigurationError as err:
+        raise ConfigurationError(
+            f"no client to {purpose} with: pass client=TableauClient(...)"
+            + (" or a data source from client.datasource(...)" if purpose == "upload" else "")
+            + f", or configure the environment ({err})"
+        ) from None

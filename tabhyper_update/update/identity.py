@@ -1,0 +1,249 @@
+"""The identity of an update: which RequestID it carries, and when a repeat is the same update.
+
+The rule: **an update's identity is the position of the change in its source, never its
+content alone.** Replaying the same position is deduplicated; anything new is applied.
+
+- A change set (``build_payload(..., key=, op_column=, order_by=)``): the payload digest
+  covers each change's op and ordering values (commit versions, LSNs, sequence numbers), so
+  the same slice of a feed rebuilt after a crash has the same identity, and a later slice
+  with equal rows does not. Kind ``"position"``.
+- ``request_id=``: the caller binds the identity to a position of its own (say the date
+  partition a nightly job publishes). Kind ``"position"``. The RequestID sent is the
+  caller's id scoped to the data source (``nightly-1@<12 hex digits>``): the server runs a
+  RequestID once whatever the data source, so the same id on another data source is
+  another update.
+- Anything else (plain payloads, batches without a payload): each new run is a new update,
+  with a fresh random identity. Only resuming an unfinished run reuses it, through its
+  record. Kind ``"run"``.
+
+A payload in several parts gives each part its own RequestID derived from the identity and
+the part's bucket range and digest; a failed or cancelled part applied nothing (batches are
+atomic) and is submitted again as a new attempt, with a RequestID derived from the attempt
+number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+from ..rest.refs import DataSourceRef
+from ..values.actions import ActionBatch
+from ..values.errors import UpdateStateError
+from ..values.parts import PayloadLike, PayloadPart
+from ..values.redaction import get_logger
+from .state import PartState, RecordKind, StateStore, UpdateRecord
+
+__all__ = [
+    "CLOCK_SKEW_SECONDS",
+    "MAX_REQUEST_ID",
+    "REQUEST_ID_NAMESPACE",
+    "created_before",
+    "new_record",
+    "next_attempt",
+    "open_record",
+    "part_request_id",
+    "scoped_request_id",
+]
+
+log = get_logger("tabhyper_update")
+
+#: Namespace of derived RequestIDs (a fixed, random UUID of this project).
+REQUEST_ID_NAMESPACE = uuid.UUID("0f9b1c3e-6a2d-4e8f-9b1d-3c7a5e2f8d41")
+#: How far the server's clock may be behind ours before a job it says it created before we
+#: sent the request is taken for one created by an earlier request (a deduplicated answer).
+#: Job times have whole seconds.
+CLOCK_SKEW_SECONDS = 5.0
+
+
+#: How long a caller's request id may be: the RequestID header holds at most 200
+#: characters, and the scope adds 13.
+MAX_REQUEST_ID = 200 - 13
+
+
+def _sha256(*fields: str) -> str:
+    return hashlib.sha256("\x1f".join(fields).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _batches_text(batches: Sequence[ActionBatch]) -> str:
+    return "\x1e".join(b.canonical_json() for b in batches)
+
+
+def _key_and_identity(
+    kind: RecordKind,
+    target: DataSourceRef,
+    *,
+    request_id: str | None,
+    payload_digest: str,
+    batches: Sequence[ActionBatch],
+) -> tuple[str, str]:
+    """The name of an update's record (the same for a re-run of the same update), and the
+    identity its part RequestIDs derive from (see the module docstring)."""
+    where = (target.id, target.connection_id or "")
+    if request_id is not None:
+        return _sha256("request-id", *where, request_id), scoped_request_id(request_id, target)
+    content = (payload_digest, _batches_text(batches))
+    key = _sha256(kind, *where, *content)
+    if kind == "position":
+        name = "\x1f".join(("change-set", *where, *content))
+        return key, str(uuid.uuid5(REQUEST_ID_NAMESPACE, name))
+    return key, str(uuid.uuid4())
+
+
+def scoped_request_id(request_id: str, target: DataSourceRef) -> str:
+    """The RequestID of the caller's ``request_id`` on ``target`` (and its connection): the
+    server deduplicates RequestIDs across data sources, so each is bound to its target."""
+    scope = _sha256("target", target.id.lower(), target.connection_id or "")[:12]
+    return f"{request_id}@{scope}"
+
+
+def part_request_id(
+    identity: str,
+    *,
+    explicit: bool,
+    index: int,
+    parts: int,
+    buckets: tuple[int, int] | None,
+    digest: str,
+    attempt: int,
+) -> str:
+    """The RequestID of one part's attempt."""
+    if explicit:
+        rid = identity if parts == 1 else f"{identity}-part-{index + 1}"
+        return rid if attempt == 0 else f"{rid}-attempt-{attempt + 1}"
+    if parts == 1 and attempt == 0:
+        return identity
+    span = "" if buckets is None else f"{buckets[0]}-{buckets[1]}"
+    name = "\x1f".join([identity, "part", str(index), span, digest, "attempt", str(attempt)])
+    return str(uuid.uuid5(REQUEST_ID_NAMESPACE, name))
+
+
+def new_record(
+    kind: RecordKind,
+    target: DataSourceRef,
+    *,
+    request_id: str | None,
+    payload_digest: str,
+    batches: Sequence[ActionBatch],
+    plan: Sequence[tuple[tuple[int, int] | None, str]],
+    label: str,
+) -> UpdateRecord:
+    """A fresh record for an update whose parts are ``plan`` (buckets, digest)."""
+    key, identity = _key_and_identity(
+        kind, target, request_id=request_id, payload_digest=payload_digest, batches=batches
+    )
+    record = UpdateRecord(
+        key=key,
+        kind=kind,
+        identity=identity,
+        label=label,
+        datasource_id=target.id,
+        connection_id=target.connection_id,
+        parts=[
+            PartState(index=i, buckets=buckets, digest=digest, request_id="")
+            for i, (buckets, digest) in enumerate(plan)
+        ],
+        explicit_id=request_id is not None,
+    )
+    for part in record.parts:
+        part.request_id = _part_request_id(record, part)
+    return record
+
+
+def next_attempt(record: UpdateRecord, part: PartState) -> None:
+    """Prepare ``part`` to be submitted again (its last job failed or was cancelled)."""
+    part.attempt += 1
+    part.status = "pending"
+    part.job_id = None
+    part.upload_session_id = None
+    part.sent_at = None
+    part.request_id = _part_request_id(record, part)
+
+
+def _part_request_id(record: UpdateRecord, part: PartState) -> str:
+    return part_request_id(
+        record.identity,
+        explicit=record.explicit_id,
+        index=part.index,
+        parts=len(record.parts),
+        buckets=part.buckets,
+        digest=part.digest,
+        attempt=part.attempt,
+    )
+
+
+def created_before(created_at: str | None, sent_at: float) -> bool:
+    """Whether a job created at ``created_at`` (the server's ISO time) predates a request
+    first sent at ``sent_at`` (our epoch seconds), allowing for whole seconds and skew."""
+    if not created_at:
+        return False
+    try:
+        created = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=timezone.utc)
+    return created.timestamp() < sent_at - 1.0 - CLOCK_SKEW_SECONDS
+
+
+def open_record(
+    state: StateStore,
+    payload: PayloadLike,
+    target: DataSourceRef,
+    units: Sequence[tuple[PayloadPart | None, ActionBatch]],
+    request_id: str | None,
+) -> UpdateRecord:
+    """The record of the update of ``payload`` (split into ``units``) on ``target``: the one
+    an interrupted run left, or a new one (saved)."""
+    kind: RecordKind = "position" if (request_id is not None or payload.is_cdc) else "run"
+    digest = payload.digest if payload.parts else ""
+    plan = [
+        (part.buckets, part.content_digest) if part is not None else (None, "") for part, _ in units
+    ]
+    batches = [batch for _, batch in units]
+    if request_id is not None:
+        label = f"request id {request_id!r}"
+    elif kind == "position":
+        label = f"change set {digest[:12]}"
+    else:
+        label = f"run of payload {digest[:12]}" if digest else "run of an update"
+    fresh = new_record(
+        kind,
+        target,
+        request_id=request_id,
+        payload_digest=digest,
+        batches=batches,
+        plan=plan,
+        label=label,
+    )
+    state.sweep_if_due()
+    record = state.load(fresh.key)
+    if record is None:
+        state.save(fresh)
+        return fresh
+    if [(p.buckets, p.digest) for p in record.parts] == plan:
+        if record.finished and record.kind == "run":
+            log.info("%s finished before its record was removed: nothing to resend", label)
+        elif record.started:
+            log.info("%s was interrupted: resuming it", label)
+        return record
+    if not record.started:
+        state.save(fresh)
+        return fresh
+    if record.finished:
+        log.warning(
+            "%s was applied before with other content (%d part(s)); nothing is sent: "
+            "pass a new request_id to apply this payload as a new update",
+            label,
+            len(record.parts),
+        )
+        return record
+    raise UpdateStateError(
+        f"{label} was interrupted after part(s) of it reached the server, and this payload "
+        f"splits differently ({len(plan)} part(s) now, {len(record.parts)} then): resuming "
+        "it could apply rows twice. Rebuild with the same max_payload_mb to resume, or, "
+        "once you know what the server applied, remove the record with "
+        f"`tabhyper-update state clear --state-dir {state.directory}`"
+    )

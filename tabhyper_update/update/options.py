@@ -1,0 +1,55 @@
+"""An update's keyword options, declared once.
+
+``payload.upload(...)`` takes the :class:`BindOptions`, ``.apply(...)`` the
+:class:`ApplyOptions`, and the one-call verbs (``client.update_datasource``,
+``client.bootstrap``) both, as :class:`UpdateOptions`; each passes them on whole::
+
+    client.update_datasource("Orders", payload, target_table="Extract", verify=True)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import cast
+
+from typing_extensions import TypedDict
+
+__all__ = ["ApplyOptions", "BindOptions", "UpdateOptions", "split_options"]
+
+
+class ApplyOptions(TypedDict, total=False):
+    """How an update is applied.
+
+    ``target_table`` / ``target_schema``: the table a change set's derived actions go to
+    (``Extract.Extract`` unless given). ``request_id``: bind the update's identity to a
+    position of the caller's own. ``wait`` (default True): return once applied, else once
+    the last part is submitted. ``timeout``: seconds to wait for each part's job (the poll
+    policy's by default). ``verify``: read the update back (True, or a sample size).
+    """
+
+    target_table: str | None
+    target_schema: str | None
+    request_id: str | None
+    wait: bool
+    timeout: float | None
+    verify: bool | int
+
+
+class BindOptions(TypedDict, total=False):
+    """How a payload is bound to its target: ``progress`` bars (on a terminal by default),
+    and ``state_dir``, the folder of the update records that make re-runs resume."""
+
+    progress: bool | None
+    state_dir: str | os.PathLike[str] | None
+
+
+class UpdateOptions(ApplyOptions, BindOptions, total=False):
+    """Both: the options of the one-call verbs."""
+
+
+def split_options(options: UpdateOptions) -> tuple[BindOptions, ApplyOptions]:
+    """The binding options and the applying options of ``options``."""
+    bind_keys = BindOptions.__optional_keys__
+    bind = {k: v for k, v in options.items() if k in bind_keys}
+    apply = {k: v for k, v in options.items() if k not in bind_keys}
+    return cast(BindOptions, bind), cast(ApplyOptions, apply)

@@ -1,0 +1,269 @@
+"""Publishing (the first load) and bootstrapping (publish when missing, else update).
+
+``client.publish(payload, "Orders", project="Sales")`` publishes a ``.hyper`` payload as a
+live-to-Hyper data source over the REST "Publish Data Source" method: one request carrying
+the file when it fits in one chunk, a chunked upload otherwise, answered as a job for large
+files and followed to its end. ``client.bootstrap(...)`` is what a CDC job calls every run:
+the snapshot is published when the data source does not exist (or a full refresh is asked
+for), and the change set is applied otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from typing_extensions import Unpack
+
+from ..rest.jobs import Job
+from ..rest.projects import Project, find_project
+from ..rest.refs import DataSourceRef, ref_from_item
+from ..rest.session import RestSession
+from ..values.errors import (
+    ApiError,
+    InvalidArgumentError,
+    NotFoundError,
+    PayloadArgumentError,
+    PayloadError,
+    TargetMismatchError,
+    TransportError,
+)
+from ..values.parts import PayloadLike
+from ..values.redaction import get_logger
+from .chain import update_datasource
+from .options import UpdateOptions
+from .results import UpdateResult
+
+__all__ = ["BootstrapResult", "PublishMode", "bootstrap", "publish"]
+
+log = get_logger("tabhyper_update")
+
+PublishMode = Literal["create", "overwrite", "append"]
+MODES: tuple[str, ...] = ("create", "overwrite", "append")
+#: Files from this size on are published from a chunked upload, answered as a job.
+SINGLE_REQUEST_LIMIT = 64 * 1024 * 1024
+
+
+def _request_xml(name: str, project_id: str, description: str | None) -> bytes:
+    root = ET.Element("tsRequest")
+    item = ET.SubElement(root, "datasource", {"name": name})
+    if description:
+        item.set("description", description)
+    ET.SubElement(item, "project", {"id": project_id})
+    return bytes(ET.tostring(root, encoding="utf-8"))
+
+
+def _multipart(xml: bytes, file: tuple[str, bytes] | None) -> tuple[bytes, str]:
+    boundary = uuid.uuid4().hex
+    chunks = [
+        f'--{boundary}\r\nContent-Disposition: name="request_payload"\r\n'
+        "Content-Type: text/xml\r\n\r\n".encode(),
+        xml,
+    ]
+    if file is not None:
+        filename, data = file
+        quoted = filename.replace('"', "_")
+        chunks += [
+            f'\r\n--{boundary}\r\nContent-Disposition: name="tableau_datasource"; '
+            f'filename="{quoted}"\r\nContent-Type: application/octet-stream\r\n\r\n'.encode(),
+            data,
+        ]
+    chunks.append(f"\r\n--{boundary}--\r\n".encode())
+    return b"".join(chunks), f"multipart/mixed; boundary={boundary}"
+
+
+def _file_of(
+    payload: PayloadLike | str | os.PathLike[str],
+) -> tuple[Path, dict[str, tuple[str, ...]]]:
+    if isinstance(payload, PayloadLike):
+        if payload.is_empty:
+            raise PayloadError("the payload is empty: there is nothing to publish")
+        if len(payload.parts) > 1:
+            raise PayloadError(
+                f"a payload in {len(payload.parts)} parts cannot be published as one data "
+                "source: it was split under max_payload_mb (the update cap, which publishing "
+                "does not have); build the snapshot with max_payload_mb=None"
+            )
+        if payload.is_cdc:
+            raise PayloadError(
+                "a change set (upserts and deletes) is not a snapshot: publish the full table "
+                "(build_payload without a ChangeSet), then apply change sets to it"
+            )
+        part = payload.parts[0]
+        if not part.path.is_file():
+            raise PayloadError("the payload's files were already removed (cleanup() ran)")
+        columns = {name: tuple(t.column_names) for name, t in part.tables.items()}
+        return part.path, columns
+    path = Path(payload)
+    if path.suffix != ".hyper" or not path.is_file():
+        raise PayloadArgumentError(f"{str(path)!r} is not a .hyper file to publish")
+    return path, {}
+
+
+def publish(
+    client: RestSession,
+    payload: PayloadLike | str | os.PathLike[str],
+    name: str,
+    *,
+    project: str | Project | None = None,
+    mode: PublishMode = "create",
+    description: str | None = None,
+    as_job: bool | None = None,
+    timeout: float | None = None,
+) -> DataSourceRef:
+    """:meth:`TableauClient.publish`."""
+    if not isinstance(name, str) or not name.strip() or "\x00" in name:
+        raise InvalidArgumentError(f"a data source name is required, got {name!r}")
+    if mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    path, columns = _file_of(payload)
+    target = find_project(client, project)
+    answer = _send(client, path, name, target, mode, description, as_job)
+    found = _published(client, answer, name, target, timeout)
+    log.info("published %r as data source %s", name, found.id)
+    known = columns if mode != "append" else {}
+    return replace(found, client=client, columns=known or None)
+
+
+def _send(
+    client: RestSession,
+    path: Path,
+    name: str,
+    target: Project,
+    mode: PublishMode,
+    description: str | None,
+    as_job: bool | None,
+) -> dict[str, Any]:
+    """Send the publish request (the file in it, or a chunked upload's session); the answer."""
+    size = path.stat().st_size
+    chunked = size >= min(SINGLE_REQUEST_LIMIT, client.chunk_size)
+    params = {"datasourceType": "hyper"}
+    if mode != "create":
+        params[mode] = "true"
+    if as_job if as_job is not None else chunked:
+        params["asJob"] = "true"
+    xml = _request_xml(name, target.id, description)
+    if chunked:
+        params["uploadSessionId"] = client.upload(path)
+        body, content_type = _multipart(xml, None)
+    else:
+        body, content_type = _multipart(xml, (f"{path.stem}.hyper", path.read_bytes()))
+    log.info(
+        "publishing %s (%d bytes) as %r in project %r (%s)",
+        path.name,
+        size,
+        name,
+        target.path,
+        mode,
+    )
+    # Only an overwrite is safe to send twice: a repeated create meets its own data source,
+    # a repeated append adds the rows again.
+    try:
+        _, answer = client.request(
+            "POST",
+            "datasources",
+            retry=mode == "overwrite",
+            params=params,
+            data=body,
+            headers={"Content-Type": content_type},
+            expected=(200, 201, 202),
+        )
+    except ApiError as err:
+        if err.status != 409 or mode != "create":
+            raise
+        raise err.with_hint(
+            f"a data source named {name!r} already exists in project {target.path!r}: publish "
+            "with mode='overwrite' to replace its data, or mode='append' to add rows"
+        ) from None
+    return answer or {}
+
+
+def _published(
+    client: RestSession, answer: dict[str, Any], name: str, target: Project, timeout: float | None
+) -> DataSourceRef:
+    """The data source the publish answer names (its job followed to its end first), checked
+    to live in ``target``."""
+    if "job" in answer:
+        job = Job.from_response(answer, client)
+        job.wait(timeout=timeout)
+        # The job's own word on what it published, when it says; else the one data source
+        # of that name in that project (by the project's LUID: names repeat across parents).
+        said = (job.model_extra or {}).get("datasource")
+        if isinstance(said, dict) and said.get("id"):
+            found = client.datasource(str(said["id"]))
+        else:
+            found = client.datasource(name, project=target)
+    else:
+        item = answer.get("datasource")
+        ref = ref_from_item(item) if isinstance(item, dict) else None
+        if ref is None:
+            raise TransportError("the publish answer holds neither a data source nor a job")
+        found = replace(ref, name=ref.name or name, project=ref.project or target.name)
+    if found.project_id is not None and found.project_id.lower() != target.id.lower():
+        raise TargetMismatchError(
+            f"published {name!r} into project {target.path!r} ({target.id}), and the server "
+            f"names data source {found.id} of project {found.project_id}: refused"
+        )
+    if found.project_id is None:
+        found = replace(found, project_id=target.id, project=found.project or target.name)
+    return found
+
+
+@dataclass
+class BootstrapResult:
+    """What :meth:`TableauClient.bootstrap` did: ``published`` the snapshot (the data source
+    was missing, or a full refresh was asked for), or applied the change set (``update``)."""
+
+    datasource: DataSourceRef
+    published: bool
+    update: UpdateResult | None = None
+
+
+def bootstrap(
+    client: RestSession,
+    name: str,
+    *,
+    snapshot: Callable[[], PayloadLike],
+    changes: Callable[[], PayloadLike],
+    project: str | Project | None = None,
+    full_refresh: bool = False,
+    **options: Unpack[UpdateOptions],
+) -> BootstrapResult:
+    """:meth:`TableauClient.bootstrap`."""
+    for what, fn in (("snapshot", snapshot), ("changes", changes)):
+        if not callable(fn):
+            raise InvalidArgumentError(
+                f"{what}= takes a function that builds the payload (e.g. lambda: "
+                f"build_payload(...)), so that only the one needed is built; got {fn!r}"
+            )
+    existing: DataSourceRef | None = None
+    target = find_project(client, project)
+    if not full_refresh:
+        try:
+            existing = client.datasource(name, project=target)
+        except NotFoundError:
+            existing = None
+    if existing is None:
+        why = "a full refresh was asked for" if full_refresh else "it does not exist yet"
+        log.info("publishing the snapshot of %r: %s", name, why)
+        payload = snapshot()
+        try:
+            ref = publish(
+                client,
+                payload,
+                name,
+                project=target,
+                mode="overwrite" if full_refresh else "create",
+                timeout=options.get("timeout"),
+            )
+        finally:
+            payload.cleanup()
+        return BootstrapResult(ref, published=True)
+    log.info("data source %r exists: applying the change set", name)
+    update = update_datasource(client, existing, changes(), **options)
+    return BootstrapResult(existing, published=False, update=update)

@@ -1,0 +1,159 @@
+"""What an update did, part by part: :class:`UpdateResult` (returned by ``apply()`` and
+``client.update_datasource``) and its :class:`PartUpdate` rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..readback.drift import DriftReport
+from ..rest.jobs import Job
+from ..values.actions import ActionBatch
+from ..values.errors import InvalidArgumentError
+
+__all__ = ["PartUpdate", "UpdateResult"]
+
+
+@dataclass
+class PartUpdate:
+    """One part's update: its RequestID, job, and how it came about.
+
+    ``deduplicated``: nothing new was applied for this part because it had been applied (or
+    submitted) before under the same identity: either this SDK's record showed it
+    (``skipped``: no request was sent) or the server answered with a job that existed before
+    the request (``job`` is that original job). ``resumed``: a job submitted by an earlier,
+    interrupted run was followed to its end. ``attempt`` counts submissions after failed or
+    cancelled jobs (0 for the first).
+    """
+
+    part: int
+    request_id: str
+    actions: ActionBatch = field(repr=False)
+    upload_session_id: str | None = None
+    job: Job | None = None
+    resumed: bool = False
+    deduplicated: bool = False
+    skipped: bool = False
+    attempt: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    #: Rows per payload table this part carries, and the size of its file.
+    rows: dict[str, int] = field(default_factory=dict)
+    size_bytes: int = 0
+
+    #: The job an earlier run applied this part with, as its record says (``skipped``).
+    recorded_job_id: str | None = field(default=None, repr=False)
+
+    @property
+    def job_id(self) -> str | None:
+        return self.job.id if self.job is not None else self.recorded_job_id
+
+
+@dataclass
+class UpdateResult:
+    """The updates of a payload, part by part. After ``apply()`` (which waits by default)
+    every part is applied; after ``apply(wait=False)`` call :meth:`wait`."""
+
+    parts: list[PartUpdate]
+    done: bool = False
+    #: What reading the update back found (``apply(verify=...)`` or :meth:`verify`).
+    readback: DriftReport | None = None
+    #: Waits for the parts' jobs and ends the run (given by the chain that made this).
+    waiter: Callable[[UpdateResult, float | None], None] | None = field(default=None, repr=False)
+    #: Reads the update back (given when ``apply(verify=...)`` read what to expect).
+    verifier: Callable[..., DriftReport] | None = field(default=None, repr=False)
+
+    @property
+    def jobs(self) -> list[Job]:
+        return [p.job for p in self.parts if p.job is not None]
+
+    @property
+    def empty(self) -> bool:
+        """True when there was nothing to update (an empty change set, or a payload without
+        rows for actions that read it): no request was sent."""
+        return not self.parts
+
+    @property
+    def deduplicated(self) -> bool:
+        """True when no part applied anything new: the whole update had been applied (or
+        submitted) before under the same identity."""
+        return bool(self.parts) and all(p.deduplicated for p in self.parts)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """One plain dict per part, for a job's log: rows per table, bytes, RequestID, job,
+        how it came about, seconds per step."""
+        return [
+            {
+                "part": p.part + 1,
+                "rows": dict(p.rows),
+                "size_bytes": p.size_bytes,
+                "request_id": p.request_id,
+                "job_id": p.job_id,
+                "succeeded": p.job.succeeded if p.job is not None and p.job.is_done else None,
+                "attempt": p.attempt,
+                "deduplicated": p.deduplicated,
+                "skipped": p.skipped,
+                "resumed": p.resumed,
+                "seconds": {k: round(v, 3) for k, v in p.seconds.items()},
+            }
+            for p in self.parts
+        ]
+
+    def __str__(self) -> str:
+        if not self.parts:
+            return "nothing to update: the payload holds no rows"
+        lines = []
+        for p in self.summary():
+            how = (
+                "skipped: applied before"
+                if p["skipped"]
+                else "deduplicated"
+                if p["deduplicated"]
+                else "resumed"
+                if p["resumed"]
+                else "applied"
+                if self.done
+                else "submitted"
+            )
+            steps = ", ".join(f"{k} {v:.2f} s" for k, v in p["seconds"].items())
+            rows = ", ".join(f"{n} {c} rows" for n, c in p["rows"].items())
+            lines.append(
+                f"part {p['part']}: job {p['job_id']} ({how}), RequestID {p['request_id']}"
+                + (f"; {rows}, {p['size_bytes']} bytes" if rows else "")
+                + (f"; {steps}" if steps else "")
+            )
+        return "\n".join(lines)
+
+    def wait(self, timeout: float | None = None) -> UpdateResult:
+        """Wait for every part's job; raise :class:`JobFailedError` (or cancelled / timed
+        out) on the first that did not succeed.
+
+        The run ends here, whatever its jobs did: the payload's files are removed (unless
+        it was built with ``keep_files=True``), and the run's record leaves the state store
+        when every part was applied, or none was. A run that applied some parts keeps its
+        record, so the next run submits only what is left."""
+        if not self.done and self.waiter is not None:
+            self.waiter(self, timeout)
+        self.done = True
+        return self
+
+    def brief(self) -> str:
+        """One line: how many parts, and their jobs."""
+        jobs = ", ".join(str(p.job_id) for p in self.parts)
+        return f"{len(self.parts)} part(s), job(s) {jobs}"
+
+    def verify(self, **options: Any) -> DriftReport:
+        """Read the update back (after waiting for it): every upserted key once with the
+        payload's values, every deleted key gone. Returns the report (also kept as
+        ``readback``); drift is in the report, not raised. Needs ``apply(verify=...)``,
+        which read what to expect before the payload's files were removed. ``options``:
+        ``keys_per_request``, ``tolerance``."""
+        if self.verifier is None:
+            raise InvalidArgumentError(
+                "this update was applied without verify=: pass verify=True (or a sample "
+                "size) to apply() to read it back, or reconcile the data source",
+                argument="verify",
+            )
+        self.wait()
+        self.readback = self.verifier(**options)
+        return self.readback

@@ -1,0 +1,344 @@
+"""Update records: what a run submitted, so that a re-run resumes it instead of submitting
+again, and a replayed change set is recognised without uploading or submitting it again.
+
+One JSON file per update (all of its parts), written before the first request goes out, in
+a ``records`` folder the SDK creates and owns inside the state directory (a link in its place
+is refused, and no record file is ever read or written through a link):
+``$XDG_STATE_HOME/tabhyper-update`` (``~/.local/state/tabhyper-update`` when unset), or the
+``state_dir=`` given to :meth:`Payload.upload`. The file is named by the SHA-256 of the
+update's key, so distinct request ids never share a record. Files are ``0600`` in a ``0700``
+folder; the SDK never changes the mode of a folder it did not create, and never deletes a
+file it did not write. Records hold ids only (RequestIDs, upload sessions, jobs, the data
+source) and never a secret.
+
+What a record holds and how long it lives is the identity rule of
+:mod:`tabhyper_update.update.identity`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..local.folders import check_folder
+from ..values.errors import ConfigurationError
+from ..values.redaction import get_logger
+
+__all__ = [
+    "RECORD_RETENTION_SECONDS",
+    "PartState",
+    "StateStore",
+    "UpdateRecord",
+    "default_state_dir",
+]
+
+log = get_logger("tabhyper_update")
+
+#: Finished records of change sets and explicit request ids are kept this long, so that a
+#: replayed slice is recognised locally (the server's own memory is said to be 24 hours).
+RECORD_RETENTION_SECONDS = 7 * 24 * 3600
+#: How often one process sweeps a state folder of expired records.
+SWEEP_INTERVAL_SECONDS = 600.0
+_SWEPT: dict[str, float] = {}
+_KEY = re.compile(r"[0-9a-f]{64}")
+_FORMAT = 2
+
+PartStatus = Literal["pending", "sending", "submitted", "applied"]
+RecordKind = Literal["position", "run"]
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "tabhyper-update"
+
+
+@dataclass
+class PartState:
+    """One part of an update: its plan (buckets, digest) and how far it got."""
+
+    index: int
+    buckets: tuple[int, int] | None
+    digest: str
+    request_id: str
+    attempt: int = 0
+    #: pending → sending (the request may be on its way) → submitted (job known) → applied
+    status: PartStatus = "pending"
+    upload_session_id: str | None = None
+    job_id: str | None = None
+    #: When this RequestID was first sent (epoch seconds): a job created well before that
+    #: was created by an earlier request, i.e. the server deduplicated.
+    sent_at: float | None = None
+    #: Every job the server answered for this part, failed attempts included.
+    jobs_seen: list[str] = field(default_factory=list)
+
+
+@dataclass
+class UpdateRecord:
+    """One update (all its parts), named by a SHA-256 of what identifies it (see
+    :mod:`tabhyper_update.update.identity`)."""
+
+    key: str
+    #: "position": the identity is a position in the source (a change set, or the caller's
+    #: request_id), kept when finished; "run": a plain payload's run, removed when finished.
+    kind: RecordKind
+    #: The base of the part RequestIDs.
+    identity: str
+    #: What a person reading ``tabhyper-update state list`` needs to recognise it.
+    label: str
+    datasource_id: str
+    connection_id: str | None
+    parts: list[PartState]
+    #: Whether ``identity`` is the caller's own ``request_id``.
+    explicit_id: bool = False
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+    @property
+    def finished(self) -> bool:
+        return all(p.status == "applied" for p in self.parts)
+
+    @property
+    def started(self) -> bool:
+        """Whether any part may have reached the server."""
+        return any(p.status != "pending" or p.jobs_seen for p in self.parts)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["format"] = _FORMAT
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> UpdateRecord:
+        if data.get("format") != _FORMAT:
+            raise ValueError(f"record format {data.get('format')!r}")
+        parts = []
+        for p in data["parts"]:
+            buckets = p.get("buckets")
+            parts.append(
+                PartState(
+                    index=int(p["index"]),
+                    buckets=(int(buckets[0]), int(buckets[1])) if buckets else None,
+                    digest=str(p["digest"]),
+                    request_id=str(p["request_id"]),
+                    attempt=int(p.get("attempt", 0)),
+                    status=p.get("status", "pending"),
+                    upload_session_id=p.get("upload_session_id"),
+                    job_id=p.get("job_id"),
+                    sent_at=p.get("sent_at"),
+                    jobs_seen=[str(j) for j in p.get("jobs_seen", [])],
+                )
+            )
+        return cls(
+            key=str(data["key"]),
+            kind=data["kind"],
+            identity=str(data["identity"]),
+            label=str(data.get("label", "")),
+            datasource_id=str(data["datasource_id"]),
+            connection_id=data.get("connection_id"),
+            parts=parts,
+            explicit_id=bool(data.get("explicit_id", False)),
+            created_at=float(data.get("created_at", 0)),
+            updated_at=float(data.get("updated_at", 0)),
+        )
+
+
+class StateStore:
+    """Update records in ``<directory>/records``, written atomically, owner-only."""
+
+    RECORDS = "records"
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        #: Whether the folder is the caller's (checked as a folder argument) or the default.
+        self._given = directory is not None
+        self.directory = Path(directory) if directory is not None else default_state_dir()
+        self._ready = False
+
+    @property
+    def records_dir(self) -> Path:
+        return self.directory / self.RECORDS
+
+    def _path(self, key: str) -> Path:
+        if not _KEY.fullmatch(key):
+            raise ValueError(f"a record key is a SHA-256 hex digest, got {key!r}")
+        return self.records_dir / f"{key}.json"
+
+    def _read(self, path: Path) -> UpdateRecord | None:
+        try:
+            # Never through a link: a record is a file the SDK wrote in its own folder.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, encoding="utf-8") as f:
+                data = json.load(f)
+            return UpdateRecord.from_json(data)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            log.warning("ignoring %s: not a record file of this SDK (%s)", path, err.strerror)
+            return None
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
+            # Written atomically by us, so this is not ours (or not of this version): leave
+            # it alone and say so.
+            log.warning("ignoring %s: not an update record of this version (%s)", path, err)
+            return None
+
+    def load(self, key: str) -> UpdateRecord | None:
+        return self._read(self._path(key))
+
+    def save(self, record: UpdateRecord) -> None:
+        record.updated_at = time.time()
+        self._ensure_dirs()
+        name = self._path(record.key).name
+        tmp = f".record-{uuid.uuid4().hex}.tmp"
+        try:
+            # Everything relative to the records folder opened without following a link, so
+            # a link swapped in after the check is never written through.
+            folder = self._open_records()
+        except FileNotFoundError:
+            self._ready = False  # removed since it was made: made again
+            self._ensure_dirs()
+            try:
+                folder = self._open_records()
+            except OSError as err:
+                raise self._unwritable(err) from None
+        except OSError as err:
+            raise self._unwritable(err) from None
+        try:
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder
+            )
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(record.to_json(), f)
+                os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=folder)
+                raise
+        except OSError as err:
+            raise self._unwritable(err) from None
+        finally:
+            os.close(folder)
+
+    def _open_records(self) -> int:
+        return os.open(self.records_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+
+    def _unwritable(self, err: OSError) -> ConfigurationError:
+        if err.errno == errno.ELOOP or (
+            err.errno == errno.ENOTDIR and self.records_dir.is_symlink()
+        ):
+            return self._linked(self.records_dir)
+        return ConfigurationError(
+            f"cannot write an update record in {str(self.records_dir)!r}: {err.strerror or err}"
+        )
+
+    @staticmethod
+    def _linked(folder: Path) -> ConfigurationError:
+        return ConfigurationError(
+            f"state_dir: {str(folder)!r} is a symbolic link; the SDK keeps its update records "
+            "only in a folder it made itself. Remove the link (the SDK makes the folder "
+            "again) or pass another state_dir="
+        )
+
+    def check(self) -> None:
+        """Refuse, before anything is sent, a state directory that cannot hold records."""
+        if self._given:
+            check_folder(self.directory, "state_dir", create=False)
+        elif self.directory.exists() and not self.directory.is_dir():
+            raise ConfigurationError(
+                f"state_dir: {str(self.directory)!r} is not a folder, so update records cannot "
+                "be kept there"
+            )
+        records = self.records_dir
+        if records.is_symlink():
+            raise self._linked(records)
+        if records.exists() and not records.is_dir():
+            raise ConfigurationError(
+                f"state_dir: {str(records)!r} is not a folder, so update records cannot be "
+                "kept there"
+            )
+
+    def _ensure_dirs(self) -> None:
+        # Create what is missing, owner-only; never change the mode of an existing folder.
+        # Checked once per store: every save then opens the records folder without following
+        # a link, so a link swapped in later is still refused there.
+        if self._ready:
+            return
+        self.check()
+        try:
+            if self._given:
+                check_folder(self.directory, "state_dir")
+            elif not self.directory.exists():
+                self.directory.mkdir(parents=True, mode=0o700)
+            if not self.records_dir.exists():
+                with contextlib.suppress(FileExistsError):
+                    self.records_dir.mkdir(mode=0o700)
+        except OSError as err:
+            raise ConfigurationError(
+                f"state_dir: cannot create {str(self.records_dir)!r}: {err.strerror or err}"
+            ) from None
+        self.check()
+        self._ready = True
+
+    def remove(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+    def _files(self) -> list[Path]:
+        if not self.records_dir.is_dir() or self.records_dir.is_symlink():
+            return []
+        return sorted(
+            p
+            for p in self.records_dir.iterdir()
+            if p.suffix == ".json" and _KEY.fullmatch(p.stem) and not p.is_symlink()
+        )
+
+    def records(self) -> list[UpdateRecord]:
+        """Every readable record (reads only: nothing is changed or removed)."""
+        found = []
+        for path in self._files():
+            record = self._read(path)
+            if record is not None:
+                found.append(record)
+        return found
+
+    def clear(self) -> int:
+        """Remove every record of this SDK; returns how many there were."""
+        records = self.records()
+        for record in records:
+            self.remove(record.key)
+        return len(records)
+
+    def sweep(self, retention: float = RECORD_RETENTION_SECONDS) -> int:
+        """Remove finished records older than ``retention`` seconds; returns how many.
+
+        Only files not written since the cutoff are read (a record's file is rewritten on
+        every change), so a folder of many recent records costs a listing, not a parse."""
+        cutoff = time.time() - retention
+        removed = 0
+        for path in self._files():
+            try:
+                if path.stat().st_mtime >= cutoff:
+                    continue
+            except FileNotFoundError:
+                continue
+            record = self._read(path)
+            if record is not None and record.finished and record.updated_at < cutoff:
+                self.remove(record.key)
+                removed += 1
+        _SWEPT[str(self.directory)] = time.monotonic()
+        return removed
+
+    def sweep_if_due(self) -> int:
+        """:meth:`sweep`, at most every :data:`SWEEP_INTERVAL_SECONDS` per folder and process
+        (a streaming sink updates every few seconds)."""
+        last = _SWEPT.get(str(self.directory))
+        if last is not None and time.monotonic() - last < SWEEP_INTERVAL_SECONDS:
+            return 0
+        return self.sweep()

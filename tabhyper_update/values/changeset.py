@@ -1,0 +1,200 @@
+"""``ChangeSet``: how to read a DataFrame as a change set.
+
+A change set is a DataFrame with an operation column. These conventions are understood
+out of the box (their values do not collide, so one table serves them all):
+
+| convention              | upsert                          | delete   | pre-image          |
+|-------------------------|---------------------------------|----------|--------------------|
+| Delta Change Data Feed  | insert, update_postimage        | delete   | update_preimage    |
+| Debezium (``op``)       | c (create), r (snapshot), u     | d        | (``Debezium``)     |
+| plain                   | I, U                            | D        |                    |
+
+``op_map`` replaces that table with the caller's own: each op value maps to ``"upsert"``
+(``"insert"`` and ``"update"`` are accepted as synonyms), ``"delete"``, ``"preimage"`` or
+``"ignore"``. How the changes of one key come down to the last one is
+:mod:`tabhyper_update.build.cdc`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import ArgumentTypeError, PayloadArgumentError
+from .positions import OrderAs, check_order_as
+
+__all__ = [
+    "DEFAULT_OP_MAP",
+    "METADATA_COLUMNS",
+    "MISSING_OP",
+    "RESERVED_PREFIX",
+    "ChangeSet",
+    "OpMeaning",
+]
+
+OpMeaning = Literal["upsert", "delete", "preimage", "ignore"]
+DEFAULT_OP_MAP: dict[str, OpMeaning] = {
+    # Delta Change Data Feed
+    "insert": "upsert",
+    "update_postimage": "upsert",
+    "update_preimage": "preimage",
+    "delete": "delete",
+    # Debezium
+    "c": "upsert",
+    "r": "upsert",
+    "u": "upsert",
+    "d": "delete",
+    # plain
+    "I": "upsert",
+    "U": "upsert",
+    "D": "delete",
+}
+
+#: Change-feed bookkeeping that never reaches the payload unless kept explicitly.
+METADATA_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+#: The op of a Debezium event that is no tombstone but has no ``op``: refused by name.
+MISSING_OP = "(no op)"
+
+#: Columns added to the staged change set (never part of the payload tables). Every
+#: internal column starts with this prefix, which user columns may not.
+RESERVED_PREFIX = "__tabhyper_"
+
+
+def _normalise_op_map(op_map: Mapping[str, str] | None) -> dict[str, OpMeaning]:
+    if op_map is None:
+        return dict(DEFAULT_OP_MAP)
+    synonyms: dict[str, OpMeaning] = {
+        "upsert": "upsert",
+        "insert": "upsert",
+        "update": "upsert",
+        "delete": "delete",
+        "preimage": "preimage",
+        "ignore": "ignore",
+    }
+    result: dict[str, OpMeaning] = {}
+    for value, meaning in op_map.items():
+        if meaning not in synonyms:
+            raise PayloadArgumentError(
+                f"op_map[{value!r}] is {meaning!r}; expected 'upsert' (or 'insert' / "
+                "'update'), 'delete', 'preimage' or 'ignore'"
+            )
+        result[str(value)] = synonyms[meaning]
+    if not result:
+        raise PayloadArgumentError("op_map is empty")
+    return result
+
+
+def _names(value: Any, what: str, *, allow_none: bool = False) -> tuple[str, ...] | None:
+    """One column name or several, as a tuple; anything else is refused naming ``what``."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ArgumentTypeError(
+        f"ChangeSet {what}= takes a column name or a list of column names, got {value!r}"
+    )
+
+
+@dataclass(frozen=True, init=False)
+class ChangeSet:
+    """How to read a DataFrame as a change set: pass it to :func:`build_payload`.
+
+    ``key``: the column(s) that identify a row. ``op_column``: the operation column (found
+    by itself for ``_change_type``, ``op`` and ``__op``). ``order_by``: the column(s) that
+    order the changes of one key (``_commit_version`` by itself for a Delta change feed);
+    the greatest wins. ``order_as``: how a text ``order_by`` column orders, ``"number"``
+    (``"999"`` before ``"1000"``) or ``"text"``; text columns are refused without it.
+    ``op_map``: op value → ``"upsert"``, ``"delete"``, ``"preimage"`` or ``"ignore"``
+    instead of the built-in conventions. ``keep_columns``: change-feed columns to keep in
+    the payload. ``upsert_table`` / ``delete_table``: the payload's two table names::
+
+        build_payload(changes, ChangeSet(key=["region", "id"], op_column="_change_type",
+                                         order_by="_commit_version"))
+
+    The target table of the derived actions is a choice of the update:
+    ``.apply(target_table=...)``.
+    """
+
+    key: tuple[str, ...]
+    op_column: str | None = None
+    order_by: tuple[str, ...] | None = None
+    op_map: Mapping[str, OpMeaning] | None = field(default=None, hash=False)
+    keep_columns: tuple[str, ...] = ()
+    upsert_table: str = "upserts"
+    delete_table: str = "deletes"
+    order_as: Mapping[str, OrderAs] | None = field(default=None, hash=False)
+
+    def __init__(
+        self,
+        key: Sequence[str] | str,
+        *,
+        op_column: str | None = None,
+        order_by: Sequence[str] | str | None = None,
+        op_map: Mapping[str, str] | None = None,
+        keep_columns: Sequence[str] | str = (),
+        upsert_table: str = "upserts",
+        delete_table: str = "deletes",
+        order_as: Mapping[str, str] | None = None,
+    ) -> None:
+        keys = _names(key, "key")
+        assert keys is not None
+        if not keys:
+            raise PayloadArgumentError("ChangeSet key= must name at least one column")
+        orders = _names(order_by, "order_by", allow_none=True)
+        if orders is not None and not orders:
+            raise PayloadArgumentError("ChangeSet order_by= must name at least one column")
+        for value, what in (
+            (op_column, "op_column"),
+            (upsert_table, "upsert_table"),
+            (delete_table, "delete_table"),
+        ):
+            if value is not None and not isinstance(value, str):
+                raise ArgumentTypeError(f"ChangeSet {what}= takes a name, got {value!r}")
+        if upsert_table == delete_table:
+            raise PayloadArgumentError(
+                f"ChangeSet upsert_table and delete_table must differ (both {upsert_table!r})"
+            )
+        if op_map is not None and not isinstance(op_map, Mapping):
+            raise ArgumentTypeError(f"ChangeSet op_map= takes a mapping, got {op_map!r}")
+        kept = _names(keep_columns, "keep_columns")
+        ordering = check_order_as(order_as, orders)
+        object.__setattr__(self, "key", keys)
+        object.__setattr__(self, "op_column", op_column)
+        object.__setattr__(self, "order_by", orders)
+        object.__setattr__(
+            self, "op_map", _normalise_op_map(op_map) if op_map is not None else None
+        )
+        object.__setattr__(self, "keep_columns", kept or ())
+        object.__setattr__(self, "upsert_table", upsert_table)
+        object.__setattr__(self, "delete_table", delete_table)
+        object.__setattr__(self, "order_as", ordering)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description (what a payload manifest records)."""
+        return {
+            "key": list(self.key),
+            "op_column": self.op_column,
+            "order_by": list(self.order_by) if self.order_by is not None else None,
+            "op_map": dict(self.op_map) if self.op_map is not None else None,
+            "keep_columns": list(self.keep_columns),
+            "upsert_table": self.upsert_table,
+            "delete_table": self.delete_table,
+            "order_as": dict(self.order_as) if self.order_as is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> ChangeSet:
+        return cls(
+            doc["key"],
+            op_column=doc.get("op_column"),
+            order_by=doc.get("order_by"),
+            op_map=doc.get("op_map"),
+            keep_columns=doc.get("keep_columns") or (),
+            upsert_table=doc.get("upsert_table") or "upserts",
+            delete_table=doc.get("delete_table") or "deletes",
+            order_as=doc.get("order_as"),
+        )

@@ -1,0 +1,461 @@
+"""The one exception tree of tabhyper_update.
+
+Everything the SDK raises on bad input, a failing server or a failing job derives from
+:class:`TabHyperError`, so a CDC job can catch one type. Argument misuse (a wrong value or
+type passed to a function) raises :class:`InvalidArgumentError` or
+:class:`ArgumentTypeError`: they are also ``ValueError`` / ``TypeError``, so code written
+against the built-in types keeps working. Messages never carry a secret:
+URLs are stored without query strings that could hold one, no header is ever kept, and every
+text an error keeps (its message and fields, whatever a server said) is scrubbed of the
+secrets the SDK's clients hold (:mod:`tabhyper_update.values.redaction`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .redaction import scrub, scrub_value
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = [
+    "ApiError",
+    "ApplyError",
+    "ArgumentTypeError",
+    "AuthenticationError",
+    "ConfigurationError",
+    "ConnectionFailedError",
+    "DataServiceError",
+    "DriftError",
+    "InvalidActionBatchError",
+    "InvalidArgumentError",
+    "JobCancelledError",
+    "JobFailedError",
+    "JobOutcomeUnknownError",
+    "JobTimeoutError",
+    "NotFoundError",
+    "PayloadAppliedError",
+    "PayloadArgumentError",
+    "PayloadError",
+    "Problem",
+    "RequestTimeoutError",
+    "SchemaDriftError",
+    "TabHyperError",
+    "TargetMismatchError",
+    "TlsVerificationError",
+    "TransportError",
+    "UnsupportedServerError",
+    "UpdateStateError",
+]
+
+
+class TabHyperError(Exception):
+    """Root of every error raised by tabhyper_update.
+
+    An error keeps what it is about in fields and builds its message from them: the text it
+    was raised with, then how many times the request was tried (when more than once), then
+    which step of an update failed and what that means for the update."""
+
+    #: How many times the failing request was tried (set by the transport's retry loop).
+    attempts: int = 1
+    #: The round-trip step that failed ("upload of part 1", ...), when known, and what its
+    #: failure means for the update ("this part was not submitted").
+    step: str | None = None
+    consequence: str | None = None
+    #: The keyword argument the error is about, when it is about one (``request_id``): the
+    #: command line names its flag instead.
+    argument: str | None = None
+
+    def __init__(self, *args: Any, argument: str | None = None) -> None:
+        super().__init__(*scrub_value(args))
+        if argument is not None:
+            self.argument = argument
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Fields (a server's summary, detail, notes) are scrubbed as set.
+        super().__setattr__(name, scrub_value(value))
+
+    @property
+    def message(self) -> str:
+        """The text the error was raised with, without what the fields add."""
+        return scrub(str(self.args[0])) if self.args else ""
+
+    def at_step(self, step: str, consequence: str) -> None:
+        """Say which step of an update failed and what that means (the innermost step
+        named is kept: it is the most precise)."""
+        if self.step is None:
+            self.step = step
+            self.consequence = consequence
+
+    def __str__(self) -> str:
+        text = self.message if self.args else super().__str__()
+        if self.attempts > 1:
+            text += f" (after {self.attempts} attempts)"
+        if self.step is not None:
+            text += f" [{self.step} failed: {self.consequence}]"
+        return text
+
+
+class InvalidArgumentError(TabHyperError, ValueError):
+    """An argument has a value the function cannot take; the message names it."""
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument has a type the function cannot take; the message names it."""
+
+
+class Problem:
+    """One problem found in an action batch: where (a JSON path) and what."""
+
+    __slots__ = ("message", "path")
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+    def __repr__(self) -> str:
+        return f"Problem(path={self.path!r}, message={self.message!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Problem) and other.path == self.path and other.message == self.message
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.message))
+
+
+class InvalidActionBatchError(TabHyperError, ValueError):
+    """An action batch that Tableau would refuse, with every problem found.
+
+    ``problems`` lists each problem with its JSON path (``$.actions[2].condition.args[0]``).
+    """
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        lines = [str(p) for p in self.problems] or ["invalid action batch"]
+        if len(lines) == 1:
+            text = f"invalid action batch: {lines[0]}"
+        else:
+            text = "invalid action batch:\n" + "\n".join(f"  - {line}" for line in lines)
+        super().__init__(text)
+
+
+class ConfigurationError(TabHyperError, ValueError):
+    """Settings are missing or contradictory (credentials, target, server URL)."""
+
+
+class PayloadError(TabHyperError, ValueError):
+    """A change set or payload that cannot be turned into a valid upload."""
+
+
+class PayloadArgumentError(InvalidArgumentError, PayloadError):
+    """An argument of ``build_payload`` or ``ChangeSet`` that no payload can be built from
+    (a size cap that is not positive, an empty name, a change set for a table not given).
+
+    Argument misuse: catch it as :class:`InvalidArgumentError` (or ``ValueError``) beside
+    every other; it is also a :class:`PayloadError`, as it was before it had its own class."""
+
+
+class PayloadAppliedError(PayloadError):
+    """A saved payload was applied already and its part files removed after: nothing is
+    left to apply. ``applied_at`` (ISO time), ``jobs`` and ``target`` (the server, site and
+    data source it was applied to, as the command named them) say when, how and where."""
+
+    def __init__(
+        self,
+        manifest: str,
+        applied_at: str,
+        jobs: Sequence[str],
+        target: dict[str, str] | None = None,
+    ) -> None:
+        self.manifest = manifest
+        self.applied_at = applied_at
+        self.jobs = list(jobs)
+        self.target = target
+        super().__init__(
+            f"the payload of {manifest!r} was applied at {applied_at} (job(s) "
+            f"{', '.join(self.jobs) or 'none'}) and its part files were removed after it: "
+            "nothing is left to apply. To apply a payload more than once, keep its files "
+            "(keep_files=True; command line: --keep)"
+        )
+
+
+class SchemaDriftError(PayloadError):
+    """The payload has columns the published data source's tables lack (refused before
+    anything was sent). ``columns``: target table → the columns it lacks."""
+
+    def __init__(self, columns: dict[str, list[str]]) -> None:
+        self.columns = columns
+        listed = "; ".join(
+            f"table {table!r} lacks {', '.join(map(repr, names))}"
+            for table, names in columns.items()
+        )
+        super().__init__(
+            f"the payload does not fit the published data source: {listed}. Select only the "
+            "target's columns before building the change set, or republish the data source "
+            "with the new columns (client.publish(..., mode='overwrite')); a published "
+            "source takes new rows incrementally, not new columns"
+        )
+
+
+class ApplyError(TabHyperError):
+    """An action batch could not be applied to a ``.hyper`` file; nothing was changed.
+
+    ``action_index`` is the failing action's position in the batch (``None`` when the
+    batch failed before any action, e.g. a missing file), ``reason`` the cause.
+    """
+
+    def __init__(
+        self, reason: str, *, action_index: int | None = None, action: str | None = None
+    ) -> None:
+        self.reason = reason
+        self.action_index = action_index
+        self.action = action
+        if action_index is None:
+            super().__init__(reason)
+        else:
+            super().__init__(f"action {action_index} ({action}) failed: {reason}")
+
+
+class TransportError(TabHyperError):
+    """Talking to the server failed before a usable answer came back."""
+
+    def __init__(self, message: str, *, method: str | None = None, url: str | None = None) -> None:
+        self.method = method
+        self.url = url
+        super().__init__(message)
+
+
+class ConnectionFailedError(TransportError, ConnectionError):
+    """The connection could not be made or was dropped."""
+
+
+class TlsVerificationError(ConnectionFailedError):
+    """The server's TLS certificate could not be verified (never retried)."""
+
+
+class RequestTimeoutError(TransportError, TimeoutError):
+    """The server did not answer within the client's timeout."""
+
+
+class ApiError(TabHyperError):
+    """The server answered with an HTTP error (Tableau's error body parsed when present).
+
+    ``status`` is the HTTP status the server answered with. A lookup the SDK settles from a
+    listing (no data source of that name, a name held in two projects) never got an error
+    from the server: its ``status`` is ``None`` and its message names no HTTP status."""
+
+    def __init__(
+        self,
+        *,
+        status: int | None,
+        code: str | None = None,
+        summary: str | None = None,
+        detail: str | None = None,
+        method: str | None = None,
+        url: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.status = status
+        self.code = code
+        self.summary = summary
+        self.detail = detail
+        self.method = method
+        self.url = url
+        self.hint = hint
+        #: Seconds the server asked to wait before retrying (``Retry-After``), if any.
+        self.retry_after: float | None = None
+        parts = [f"HTTP {status}"] if status is not None else []
+        if code:
+            parts.append(f"code {code}")
+        text = ", ".join(parts)
+        if summary:
+            text += f": {summary}" if text else summary
+        if detail:
+            text += f" ({detail})"
+        if method and url:
+            text += f" [{method} {url}]"
+        if hint:
+            text += f". {hint}"
+        super().__init__(text)
+
+    def with_hint(self, hint: str) -> ApiError:
+        """The same error (same class and fields) with advice for the reader appended."""
+        again = type(self)(
+            status=self.status,
+            code=self.code,
+            summary=self.summary,
+            detail=self.detail,
+            method=self.method,
+            url=self.url,
+            hint=hint,
+        )
+        again.retry_after, again.attempts = self.retry_after, self.attempts
+        return again
+
+
+class AuthenticationError(ApiError):
+    """Sign-in failed, or the session could not be restored after it expired."""
+
+
+class NotFoundError(ApiError):
+    """A site, data source, connection, upload session or job does not exist."""
+
+
+class DataServiceError(ApiError):
+    """The VizQL Data Service could not answer: the server has none (Tableau Server before
+    2025.1), the user may not query the data source, or it refused the query. Reading back
+    is separate from updating: an update that was applied stays applied."""
+
+
+class UnsupportedServerError(TabHyperError):
+    """The server's REST API is older than the Hyper update endpoints (3.12)."""
+
+
+class JobFailedError(TabHyperError):
+    """The server ran the update job and it failed; ``notes`` holds the server's reason."""
+
+    def __init__(self, job_id: str, notes: str | None) -> None:
+        self.job_id = job_id
+        self.notes = notes
+        reason = notes if notes else "the server gave no notes"
+        #: Columns the server says the target lacks (schema drift), when its notes tell.
+        self.missing_columns = _missing_in_notes(notes or "")
+        remedy = ""
+        if self.missing_columns:
+            remedy = (
+                f" [the payload has column(s) {', '.join(map(repr, self.missing_columns))} that "
+                "the published data source lacks: select only the target's columns before "
+                "building the payload, or republish the data source with the new columns "
+                "(client.publish(..., mode='overwrite'))]"
+            )
+        super().__init__(f"job {job_id} failed: {reason}{remedy}")
+
+
+_MISSING_COLUMN_NOTES = (
+    # This SDK's engine (and so the fake server).
+    re.compile(r"source column\(s\) (.+?) of .+? do not exist in target table"),
+    # Hyper's own wording.
+    re.compile(r'column "?([^"\s]+)"? (?:of relation \S+ )?does not exist', re.I),
+)
+
+
+def _missing_in_notes(notes: str) -> list[str]:
+    for pattern in _MISSING_COLUMN_NOTES:
+        match = pattern.search(notes)
+        if match:
+            return re.findall(r"'((?:[^'\\]|\\.)*)'", match.group(1)) or [match.group(1)]
+    return []
+
+
+class JobCancelledError(TabHyperError):
+    """The update job was cancelled before it finished."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id} was cancelled")
+
+
+class JobOutcomeUnknownError(TabHyperError):
+    """The job finished with a finish code the SDK does not know: whether it applied the
+    update cannot be told, so it is not counted as applied. Look at the data source."""
+
+    def __init__(self, job_id: str, finish_code: object) -> None:
+        self.job_id = job_id
+        self.finish_code = finish_code
+        super().__init__(
+            f"job {job_id} finished with finish code {finish_code!r}, which is neither success "
+            "(0), failure (1) nor cancellation (2): whether the update was applied is unknown, "
+            "so it is not recorded as applied. Look at the data source before running the job "
+            "again (a re-run waits on the same job and stops here again)"
+        )
+
+
+class TargetMismatchError(TabHyperError):
+    """The server's answer names another data source (or job of another data source) than
+    the one asked about: nothing further was sent to it."""
+
+
+class JobTimeoutError(TabHyperError, TimeoutError):
+    """Waiting for a job passed its deadline; the job may still finish: wait again."""
+
+    def __init__(self, job_id: str, waited_seconds: float) -> None:
+        self.job_id = job_id
+        self.waited_seconds = waited_seconds
+        super().__init__(
+            f"job {job_id} did not finish within {waited_seconds:.1f} s; "
+            "it may still complete: call wait() on it again"
+        )
+
+
+class UpdateStateError(TabHyperError):
+    """An earlier, interrupted run of this update cannot be resumed without risking a lost or
+    doubled change (its payload now splits differently, or the server forgot a job whose
+    insert may or may not have been applied). The message says how to resolve it."""
+
+
+class DriftError(TabHyperError):
+    """Reading back found the published data source differing from what was expected (the
+    keys an update touched, or the source it was reconciled with). ``report`` says where;
+    an update that was applied stays applied, and ``report`` can be repaired."""
+
+    def __init__(self, report: Any, *, applied: str | None = None) -> None:
+        self.report = report
+        #: What had been applied before the read-back (for an update check), if anything.
+        self.applied = applied
+        text = str(report)
+        if applied:
+            text = f"{applied}; reading it back found drift: {text}"
+        super().__init__(text)
+
+
+def build_failure(
+    err: Exception, columns: Mapping[str, Sequence[str]], stage: Path, owned: Path
+) -> PayloadError:
+    """Our error for a failure inside Spark or Hyper while a payload was built, naming what
+    a user can act on; ``columns`` lists each table's columns in staged order."""
+    text = str(err)
+    first = _first_cause(text) or type(err).__name__
+    if len(first) > 400:
+        first = first[:400] + "…"
+    engine = "Hyper" if type(err).__module__.startswith("tableauhyperapi") else "Spark"
+    if "No space left on device" in text or "no space left" in text.lower():
+        return PayloadError(
+            f"no space left on device while building the payload (staging in {str(stage)!r}, "
+            f"payload files in {str(owned)!r}): free space there, or pass staging_dir= / "
+            f"output_dir= on a larger disk ({engine}: {first})"
+        )
+    # Staged columns are named c0, c1, ...: say which column of which table that is.
+    named = [
+        f"c{i} is column {name!r} of table {table!r}"
+        for table, names in columns.items()
+        for i, name in enumerate(names)
+        if re.search(rf"\bc{i}\b", first)
+    ]
+    where = f" ({'; '.join(named)})" if named and engine == "Hyper" else ""
+    return PayloadError(f"{engine} failed while building the payload: {first}{where}")
+
+
+#: Spark's error classes (``[MALFORMED_RECORD_IN_PARSING.WITHOUT_SUGGESTION]``).
+_ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*\]")
+
+
+def _first_cause(text: str) -> str:
+    """The line of an engine's error that says what went wrong: the first naming a Spark
+    error class, else the first that is not Py4J's "An error occurred while calling"."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        found = _ERROR_CLASS.search(line)
+        if found is not None and not line.startswith("at "):
+            return line[found.start() :]
+    for line in lines:
+        if not line.startswith(("An error occurred while calling", "at ", "Traceback")):
+            return line
+    return lines[0] if lines else ""
