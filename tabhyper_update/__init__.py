@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from .streaming.debezium import Debezium
     from .streaming.sink import TableauSink
     from .update.results import UpdateResult
-    from .values.actions import Delete, Insert, Replace, Update, Upsert
+    from .values.actions import ActionBatch, Delete, Insert, Replace, Update, Upsert
     from .values.changeset import ChangeSet
-    from .values.conditions import all_of, any_of, keys_match, source, target
+    from .values.conditions import keys_match, source, target
     from .values.errors import (
         ApiError,
         ConfigurationError,
@@ -57,8 +57,7 @@ _PUBLIC = {
     "source": "values.conditions",
     "target": "values.conditions",
     "keys_match": "values.conditions",
-    "all_of": "values.conditions",
-    "any_of": "values.conditions",
+    "ActionBatch": "values.actions",
     "PersonalAccessToken": "rest.auth",
     "UsernamePassword": "rest.auth",
     "ConnectedAppJWT": "rest.auth",
@@ -78,7 +77,8 @@ _PUBLIC = {
 #: here, with a DeprecationWarning that names their module. (module, name in it)
 _MOVED = {
     "Action": ("values.actions", "Action"),
-    "ActionBatch": ("values.actions", "ActionBatch"),
+    "all_of": ("values.conditions", "all_of"),
+    "any_of": ("values.conditions", "any_of"),
     "And": ("values.conditions", "And"),
     "Comparison": ("values.conditions", "Comparison"),
     "Condition": ("values.conditions", "Condition"),
@@ -126,6 +126,7 @@ _MOVED = {
 }
 
 __all__ = [
+    "ActionBatch",
     "ApiError",
     "ChangeSet",
     "ConfigurationError",
@@ -148,8 +149,6 @@ __all__ = [
     "Upsert",
     "UsernamePassword",
     "__version__",
-    "all_of",
-    "any_of",
     "build_payload",
     "keys_match",
     "reconcile",

@@ -16,14 +16,12 @@ from tabhyper_update import (
     Replace,
     Update,
     Upsert,
-    all_of,
-    any_of,
     keys_match,
     source,
     target,
 )
 from tabhyper_update.values.actions import ActionBatch
-from tabhyper_update.values.conditions import Const
+from tabhyper_update.values.conditions import Const, all_of, any_of
 
 BATCHES = Path(__file__).resolve().parent.parent / "examples" / "batches"
 

@@ -268,9 +268,10 @@ def split_payloads(
 
 KILL_SCRIPT = """
 import os, sys
-from tabhyper_update import Insert, PersonalAccessToken, PollPolicy, TableauClient
+from tabhyper_update import Insert, PersonalAccessToken, TableauClient
 from tabhyper_update.payload.model import Payload
-from tabhyper_update.update.chain import UploadedPayload
+from tabhyper_update.update.chain import BoundPayload as UploadedPayload
+from tabhyper_update.values.policies import PollPolicy
 
 manifest, url, state, when, part = sys.argv[1:6]
 real_wait = UploadedPayload._wait_part

@@ -43,7 +43,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..values.actions import DEFAULT_SCHEMA
 from .cdc import (
@@ -377,117 +377,157 @@ def _write_staged(df: DataFrame, target: Path, staging: StagingMode) -> None:
     )
 
 
+class _Route(NamedTuple):
+    """How one frame's rows reach the stage: the frame as staged, Spark's mode for it,
+    how many rows a probe sends to the driver (0: none), and whether Hyper ranks a change
+    set's changes (Spark only tags them)."""
+
+    df: DataFrame
+    mode: StagingMode
+    probe: int
+    by_hyper: bool
+
+
+def _route(frame: _Frame, staging: StagingMode) -> _Route:
+    spec, df = frame.spec, frame.df
+    hyper_ranks = spec is not None and ranks_in_hyper(spec, frame.plans)
+    mode, small, probe = staging_for(
+        df,
+        staging,
+        table=frame.name,
+        change_set=spec is not None,
+        # A change set's probe is ranked by Hyper: Spark's ranking needs all of it.
+        probe=spec is None or hyper_ranks,
+    )
+    by_hyper = hyper_ranks and ((small and mode == "driver") or probe > 0)
+    if spec is not None and small and not by_hyper:
+        # One partition satisfies Spark's ranking's partitioning: no shuffle, one task.
+        df = df.coalesce(1)
+    elif mode == "driver" or probe:
+        df = compiled_apart(df)
+    return _Route(df, mode, probe, by_hyper)
+
+
 def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[Staged]:
     """Write the change sets (or tables) to Parquet with Spark; nothing is collected.
 
     The projections are Spark SQL text (one call each): a plan built from column objects
     costs a round trip to the JVM per function, which a small change set feels."""
+    staged: list[Staged] = []
+    for index, frame in enumerate(frames):
+        route = _route(frame, staging)
+        target = stage / f"t{index}"
+        if frame.spec is None:
+            staged.append(_stage_table(frame, route, target))
+        else:
+            staged += _stage_change_set(frame, frame.spec, route, target)
+    return staged
+
+
+def _staged_values(plans: Sequence[ColumnPlan]) -> tuple[list[str], list[str]]:
+    """The staged column names (``c0``, ``c1``, ...) and each column's value as Spark SQL."""
+    return [f"c{i}" for i in range(len(plans))], [p.spark_sql(sql_name(p.name)) for p in plans]
+
+
+def _stage_table(frame: _Frame, route: _Route, target: Path) -> Staged:
+    """A plain table's rows staged, with their identity columns; counted as they go."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    staged: list[Staged] = []
-    for index, frame in enumerate(frames):
-        name, df, plans, spec = frame.name, frame.df, frame.plans, frame.spec
-        hyper_ranks = spec is not None and ranks_in_hyper(spec, plans)
-        mode, small, probe = staging_for(
-            df,
-            staging,
-            table=name,
-            change_set=spec is not None,
-            # A change set's probe is ranked by Hyper: Spark's ranking needs all of it.
-            probe=spec is None or hyper_ranks,
-        )
-        by_hyper = hyper_ranks and ((small and mode == "driver") or probe > 0)
-        if spec is not None and small and not by_hyper:
-            # One partition satisfies Spark's ranking's partitioning: no shuffle, one task.
-            df = df.coalesce(1)
-        elif mode == "driver" or probe:
-            df = compiled_apart(df)
-        staged_names = [f"c{i}" for i in range(len(plans))]
-        values = [p.spark_sql(sql_name(p.name)) for p in plans]
-        columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]
-        target = stage / f"t{index}"
+    staged_names, values = _staged_values(frame.plans)
+    columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]
+    rows = selected(route.df, [*columns, *identity_sql(values)])
+    sent = probe_to_driver(rows, target, route.probe, frame.name) if route.probe else None
+    if sent is None and route.mode == "driver":
+        # The driver counts the rows it receives: no observation to wait for.
+        sent = write_on_driver(rows, target)
+    elif sent is None:
         observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
-        if spec is None:
-            rows = selected(df, [*columns, *identity_sql(values)])
-            sent = probe_to_driver(rows, target, probe, name) if probe else None
-            if sent is None and mode == "driver":
-                # The driver counts the rows it receives: no observation to wait for.
-                sent = write_on_driver(rows, target)
-            elif sent is None:
-                _write_staged(
-                    rows.observe(observed, F.expr("count(1)").alias("rows")), target, mode
-                )
-                sent = _metric(observed, "rows")
-            staged.append(Staged(name, plans, staged_names, staged_files(target), sent))
-            continue
-        kind = sql_name(KIND_COLUMN)
-        stats = None  # the ranked rows' statistics by kind, when Hyper ranks them
-        if by_hyper:
-            log.debug("table %r: Spark tags the changes, Hyper ranks them", name)
-            kind_sql, tags = spec.tags()
-            identity = change_identity_sql(spec, values, f"({kind_sql})")
-            tagged = [*columns, *identity, *tags]
-            stats = stage_and_rank(df, spec, plans, staged_names, tagged, target, probe, name)
-        if stats is not None:
-            counts = kind_counts(stats)
-        else:
-            rows = selected(
-                df,
-                [
-                    *columns,
-                    *change_identity_sql(spec, values, kind),
-                    kind,
-                    sql_name(OP_TEXT_COLUMN),
-                    sql_name(ORDER_TEXT_COLUMN),
-                ],
-                spec.latest_query(df.columns),
-            ).observe(
-                observed,
-                F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)").alias("U"),
-                F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)").alias("D"),
-                F.expr(f"sum(CASE WHEN substr({kind}, 1, 2) = 'E_' THEN 1 ELSE 0 END)").alias(
-                    "errors"
-                ),
-            )
-            # One data set with the kind beside each row, not a folder per kind: a
-            # partitioned write makes Spark sort every row by the kind first. Hyper reads
-            # each kind apart.
-            _write_staged(rows, target, mode)
-            counts = {k: _metric(observed, k) for k in (KIND_UPSERT, KIND_DELETE, "errors")}
-        files = staged_files(target)
-        if counts["errors"]:
-            raise_on_change_set_errors(spec, plans, staged_names, files, counts["errors"])
-        key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
-        # Deletes share their upserts' rows: bucketed by key, estimated as whole rows.
-        size = size_sql(plans, staged_names)
-        staged.append(
-            Staged(
-                name,
-                plans,
-                staged_names,
-                files,
-                counts[KIND_UPSERT],
-                buckets=None if stats is None else stats.get(KIND_UPSERT, {}),
-                where=kind_is(KIND_UPSERT),
-                bucket_of=STAGED_BUCKET,
-                size_of=size,
-            )
+        _write_staged(rows.observe(observed, F.expr("count(1)").alias("rows")), target, route.mode)
+        sent = _metric(observed, "rows")
+    return Staged(frame.name, frame.plans, staged_names, staged_files(target), sent)
+
+
+def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path) -> list[Staged]:
+    """A change set's last change per key staged (ranked by Spark, or tagged by Spark and
+    ranked by Hyper): its upserts and its deletes, which share the staged rows."""
+    plans = frame.plans
+    staged_names, values = _staged_values(plans)
+    columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]
+    stats = None  # the ranked rows' statistics by kind, when Hyper ranks them
+    if route.by_hyper:
+        log.debug("table %r: Spark tags the changes, Hyper ranks them", frame.name)
+        tagging = spec.tags()
+        tagged = [*columns, *change_identity_sql(spec, values, f"({tagging.kind})"), *tagging.tags]
+        stats = stage_and_rank(
+            route.df, spec, plans, staged_names, tagged, target, route.probe, frame.name
         )
-        staged.append(
-            Staged(
-                frame.delete_table,
-                [plans[i] for i in key_idx],
-                [staged_names[i] for i in key_idx],
-                files,
-                counts[KIND_DELETE],
-                buckets=None if stats is None else stats.get(KIND_DELETE, {}),
-                where=kind_is(KIND_DELETE),
-                bucket_of=STAGED_BUCKET,
-                size_of=size,
-            )
-        )
-    return staged
+    if stats is not None:
+        counts = kind_counts(stats)
+    else:
+        counts = _rank_in_spark(route, spec, columns, values, target)
+    files = staged_files(target)
+    if counts["errors"]:
+        raise_on_change_set_errors(spec, plans, staged_names, files, counts["errors"])
+    key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
+    # Deletes share their upserts' rows: bucketed by key, estimated as whole rows.
+    size = size_sql(plans, staged_names)
+    return [
+        Staged(
+            frame.name,
+            plans,
+            staged_names,
+            files,
+            counts[KIND_UPSERT],
+            buckets=None if stats is None else stats.get(KIND_UPSERT, {}),
+            where=kind_is(KIND_UPSERT),
+            bucket_of=STAGED_BUCKET,
+            size_of=size,
+        ),
+        Staged(
+            frame.delete_table,
+            [plans[i] for i in key_idx],
+            [staged_names[i] for i in key_idx],
+            files,
+            counts[KIND_DELETE],
+            buckets=None if stats is None else stats.get(KIND_DELETE, {}),
+            where=kind_is(KIND_DELETE),
+            bucket_of=STAGED_BUCKET,
+            size_of=size,
+        ),
+    ]
+
+
+def _rank_in_spark(
+    route: _Route, spec: CdcSpec, columns: list[str], values: list[str], target: Path
+) -> dict[str, int]:
+    """Spark keeps each key's last change and stages it with its kind; the rows per kind
+    (upserts, deletes, errors), observed as they are written."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    kind = sql_name(KIND_COLUMN)
+    observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
+    rows = selected(
+        route.df,
+        [
+            *columns,
+            *change_identity_sql(spec, values, kind),
+            kind,
+            sql_name(OP_TEXT_COLUMN),
+            sql_name(ORDER_TEXT_COLUMN),
+        ],
+        spec.latest_query(route.df.columns),
+    ).observe(
+        observed,
+        F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)").alias("U"),
+        F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)").alias("D"),
+        F.expr(f"sum(CASE WHEN substr({kind}, 1, 2) = 'E_' THEN 1 ELSE 0 END)").alias("errors"),
+    )
+    # One data set with the kind beside each row, not a folder per kind: a partitioned
+    # write makes Spark sort every row by the kind first. Hyper reads each kind apart.
+    _write_staged(rows, target, route.mode)
+    return {k: _metric(observed, k) for k in (KIND_UPSERT, KIND_DELETE, "errors")}
 
 
 def _metric(observed: Any, name: str) -> int:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from ..values.changeset import DEFAULT_OP_MAP, METADATA_COLUMNS, MISSING_OP, ChangeSet, OpMeaning
 from ..values.errors import ArgumentTypeError, PayloadArgumentError, PayloadError
@@ -61,6 +61,21 @@ ORDER_TEXT_COLUMN = "__tabhyper_order"
 PRIORITY_COLUMN = "__tabhyper_priority"
 _RANK_COLUMN = "__tabhyper_rank"
 _TIES_COLUMN = "__tabhyper_n"
+
+
+class Tagging(NamedTuple):
+    """A change's tags in Spark SQL: its kind (upsert, delete, the error it is, or NULL for
+    an ignored change) and the tag columns, each ``expr AS name``."""
+
+    kind: str
+    tags: list[str]
+
+
+class Texts(NamedTuple):
+    """Spark SQL of a change's op and its position as text (for error messages)."""
+
+    op: str
+    position: str
 
 
 def position_column(index: int) -> str:
@@ -267,12 +282,12 @@ class CdcSpec:
         """
         return query_over(df, self.latest_query(df.columns))
 
-    def tags(self) -> tuple[str, list[str]]:
+    def tags(self) -> Tagging:
         """Spark SQL of a change's kind (:data:`KIND_COLUMN`: upsert, delete or the error it
         is; NULL for an ignored change) and the tag columns beside it, each ``expr AS name``:
         the kind, the priority (:data:`PRIORITY_COLUMN`) and the typed positions
         (:func:`position_column`). Over the source's own columns."""
-        op = self.texts()[0]
+        op = self.texts().op
         by_meaning: dict[str, list[str]] = {
             m: [] for m in ("upsert", "delete", "preimage", "ignore")
         }
@@ -305,19 +320,19 @@ class CdcSpec:
             f"WHEN {null_order} THEN '{KIND_NULL_ORDER}' "
             f"WHEN {upsert} THEN '{KIND_UPSERT}' ELSE '{KIND_DELETE}' END"
         )
-        return kind, [
+        return Tagging(kind, [
             f"{kind} AS {sql_name(KIND_COLUMN)}",
             # A pre-image says its key held a row before this position: every other change
             # at the same position outranks it.
             f"CASE WHEN {preimage} THEN 0 ELSE 1 END AS {sql_name(PRIORITY_COLUMN)}",
             *(f"{o} AS {sql_name(position_column(i))}" for i, o in enumerate(order_sql)),
-        ]
+        ])
 
     def tag_query(self) -> Callable[[str], str]:
         """Spark SQL over a source named in the text: every change but the ignored ones,
         with its :meth:`tags`. No ranking: :func:`latest_of` ranks these rows, in Spark or
         in Hyper."""
-        tags = ", ".join(self.tags()[1])
+        tags = ", ".join(self.tags().tags)
         kind_col = sql_name(KIND_COLUMN)
 
         def query(source: str) -> str:
@@ -328,11 +343,11 @@ class CdcSpec:
 
         return query
 
-    def texts(self) -> tuple[str, str]:
+    def texts(self) -> Texts:
         """Spark SQL of a change's op and position as text (named in error messages)."""
         raw_orders = ", ".join(sql_name(o) for o in self.order_by)
         # to_json names the fields after the columns.
-        return f"CAST({sql_name(self.op_column)} AS STRING)", f"to_json(struct({raw_orders}))"
+        return Texts(f"CAST({sql_name(self.op_column)} AS STRING)", f"to_json(struct({raw_orders}))")
 
     def latest_query(self, columns: Sequence[str]) -> Callable[[str], str]:
         """:meth:`latest_changes` as Spark SQL text over a source named in the text."""

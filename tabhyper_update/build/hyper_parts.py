@@ -146,7 +146,7 @@ def change_identity_sql(spec: CdcSpec, values: Sequence[str], kind: str) -> list
     orders = [sql_name(o) for o in spec.order_by]
     position = [
         kind,
-        spec.texts()[0],  # the op as text
+        spec.texts().op,
         *orders,
         *(f"isnull({o})" for o in orders),
     ]

@@ -8,8 +8,9 @@ cancelled, ended with an unknown outcome or did not finish in time; 6 ``verify``
 or SIGTERM, after removing what the command had created). With ``--json`` every outcome,
 failures included, is one JSON object on standard output.
 
-The command lives in three rooms: ``parser.py`` (commands, options, help), ``commands.py``
-(what each does) and ``exit_codes.py``; this module runs it.
+The command lives in four modules: ``parser.py`` (commands, options, help), ``commands.py``
+(what each does, imported when a command runs), ``failures.py`` (its own errors, and
+messages in its flags) and ``exit_codes.py``; this module runs it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..local.folders import check_folder
 from ..values.errors import (
@@ -34,7 +36,6 @@ from ..values.errors import (
     TransportError,
     UnsupportedServerError,
 )
-from .commands import Refused, UsageError, action_batch_schema, as_flags, schema_text
 from .exit_codes import (
     EXIT_DRIFT,
     EXIT_FAILED,
@@ -44,7 +45,11 @@ from .exit_codes import (
     EXIT_SERVER,
     EXIT_USAGE,
 )
+from .failures import Refused, UsageError, as_flags
 from .parser import build_parser, configure_logging
+
+if TYPE_CHECKING:
+    from .commands import action_batch_schema, schema_text
 
 __all__ = [
     "EXIT_DRIFT",
@@ -62,6 +67,15 @@ __all__ = [
     "main",
     "schema_text",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The schema helpers load the action models: only when asked for.
+    if name in ("action_batch_schema", "schema_text"):
+        from . import commands
+
+        return getattr(commands, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

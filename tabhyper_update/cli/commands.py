@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -17,14 +16,13 @@ from ..build.builder import build_payload
 from ..client import TableauClient
 from ..local.folders import LEASE_NAME, check_folder
 from ..payload.model import Payload
+from ..update.results import PartUpdate
 from ..update.state import StateStore, UpdateRecord
 from ..values.actions import ActionBatch
 from ..values.changeset import ChangeSet
 from ..values.errors import (
-    ConfigurationError,
     InvalidActionBatchError,
     PayloadAppliedError,
-    TabHyperError,
 )
 from .exit_codes import (
     EXIT_DRIFT,
@@ -32,6 +30,7 @@ from .exit_codes import (
     EXIT_JOB,
     EXIT_OK,
 )
+from .failures import Refused, UsageError
 
 SCHEMA_ID = "https://tabhyper-update.dev/schemas/action_batch.schema.json"
 
@@ -295,27 +294,8 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     try:
         payload = _load_payload(args)
     except PayloadAppliedError as err:
-        if err.target != _where(args):
-            # Applied, but elsewhere: this target never got it, and the files are gone.
-            raise Refused(
-                f"the payload of {err.manifest!r} was applied at {err.applied_at} to "
-                f"{err.target or 'another target'}, not to {_where(args)}, and its part "
-                "files were removed after it: build it again (keep the files with --keep to "
-                "apply one payload to several data sources)"
-            ) from None
-        # A re-run of an apply that finished on this target: nothing to do, and it says so.
-        _emit(
-            args, {"jobs": [], "applied_before": err.jobs, "applied_at": err.applied_at}, str(err)
-        )
-        return EXIT_OK
-    actions = None
-    if args.actions:
-        actions = ActionBatch.from_json(Path(args.actions).read_text(encoding="utf-8"))
-    if actions is not None and (args.target_table or args.target_schema):
-        raise UsageError(
-            "--target-table and --target-schema choose the target of a change set's derived "
-            "actions; the --actions file names its own targets"
-        )
+        return _applied_before(args, err)
+    actions = _apply_actions(args)
     if payload is None:
         if actions is None:
             raise UsageError("give --payload, --actions or both")
@@ -338,35 +318,66 @@ def _cmd_apply(args: argparse.Namespace) -> int:
             wait=args.wait,
             timeout=args.timeout,
         )
-    jobs = [
-        {
-            "part": p.part + 1,
-            "job_id": p.job_id,
-            "request_id": p.request_id,
-            "attempt": p.attempt,
-            "resumed": p.resumed,
-            "deduplicated": p.deduplicated,
-            "skipped": p.skipped,
-            "finish_code": p.job.finish_code if p.job else None,
-        }
-        for p in result.parts
-    ]
-
-    def describe(j: dict[str, Any]) -> str:
-        if j["skipped"]:
-            return f"part {j['part']}: applied before as job {j['job_id']} (skipped)"
-        how = "applied" if args.wait else "submitted"
-        if j["deduplicated"]:
-            how += ", deduplicated: submitted before"
-        elif j["resumed"]:
-            how += ", resumed"
-        return f"part {j['part']}: job {j['job_id']} ({how})"
-
+    jobs = [_part_row(p) for p in result.parts]
     if result.done and not payload.keep_files and payload.parts:
         payload.mark_applied([str(j["job_id"]) for j in jobs if j["job_id"]], _where(args))
-    text = "\n".join(describe(j) for j in jobs) or str(result)
+    text = "\n".join(_describe_part(j, applied=args.wait) for j in jobs) or str(result)
     _emit(args, {"jobs": jobs, "empty": result.empty}, text)
     return EXIT_OK
+
+
+def _applied_before(args: argparse.Namespace, err: PayloadAppliedError) -> int:
+    """``apply`` of a payload whose manifest says it was applied: done when it was applied to
+    this target, refused otherwise (its files are gone)."""
+    if err.target != _where(args):
+        # Applied, but elsewhere: this target never got it, and the files are gone.
+        raise Refused(
+            f"the payload of {err.manifest!r} was applied at {err.applied_at} to "
+            f"{err.target or 'another target'}, not to {_where(args)}, and its part "
+            "files were removed after it: build it again (keep the files with --keep to "
+            "apply one payload to several data sources)"
+        ) from None
+    # A re-run of an apply that finished on this target: nothing to do, and it says so.
+    _emit(args, {"jobs": [], "applied_before": err.jobs, "applied_at": err.applied_at}, str(err))
+    return EXIT_OK
+
+
+def _apply_actions(args: argparse.Namespace) -> ActionBatch | None:
+    """The ``--actions`` file's batch, refused beside the flags that target derived actions."""
+    if not args.actions:
+        return None
+    actions = ActionBatch.from_json(Path(args.actions).read_text(encoding="utf-8"))
+    if args.target_table or args.target_schema:
+        raise UsageError(
+            "--target-table and --target-schema choose the target of a change set's derived "
+            "actions; the --actions file names its own targets"
+        )
+    return actions
+
+
+def _part_row(p: PartUpdate) -> dict[str, Any]:
+    """One part of an update as ``apply --json`` reports it."""
+    return {
+        "part": p.part + 1,
+        "job_id": p.job_id,
+        "request_id": p.request_id,
+        "attempt": p.attempt,
+        "resumed": p.resumed,
+        "deduplicated": p.deduplicated,
+        "skipped": p.skipped,
+        "finish_code": p.job.finish_code if p.job else None,
+    }
+
+
+def _describe_part(j: dict[str, Any], *, applied: bool) -> str:
+    if j["skipped"]:
+        return f"part {j['part']}: applied before as job {j['job_id']} (skipped)"
+    how = "applied" if applied else "submitted"
+    if j["deduplicated"]:
+        how += ", deduplicated: submitted before"
+    elif j["resumed"]:
+        how += ", resumed"
+    return f"part {j['part']}: job {j['job_id']} ({how})"
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
@@ -521,14 +532,6 @@ def _cmd_serve_local(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-class UsageError(ConfigurationError):
-    """The command line asks for something it cannot do (exit code 2)."""
-
-
-class Refused(TabHyperError):
-    """A request the command cannot carry out as asked (exit code 1)."""
-
-
 def _require_pyspark(why: str) -> None:
     try:
         import pyspark  # noqa: F401 - only whether it is there
@@ -536,29 +539,3 @@ def _require_pyspark(why: str) -> None:
         raise UsageError(
             f"{why} with Spark: pip install 'tabhyper-update[spark]' (and have Java 17+)"
         ) from None
-
-
-#: Python keywords in the SDK's messages → this command's flags (messages name an option as
-#: the caller writes it).
-_FLAG_OF = {
-    "complex_as_json": "--complex-as-json",
-    "max_payload_mb": "--max-payload-mb",
-    "staging_dir": "--staging-dir",
-    "output_dir": "--output-dir",
-    "state_dir": "--state-dir",
-    "target_table": "--target-table",
-    "target_schema": "--target-schema",
-    "request_id": "--request-id",
-    "database_version": "--database-version",
-    "op_column": "--op-column",
-    "order_by": "--order-by",
-    "op_map": "--op-map",
-}
-_KEYWORD = re.compile(r"\b(" + "|".join(_FLAG_OF) + r")\b(?:=True\b|=(?=[\s/,.)]|$))?")
-_MODE = re.compile(r"mode='(create|overwrite|append)'")
-
-
-def as_flags(message: str) -> str:
-    """``message`` with the SDK's Python keywords written as this command's flags."""
-    message = _MODE.sub(r"--mode \1", message)
-    return _KEYWORD.sub(lambda m: _FLAG_OF[m.group(1)], message)

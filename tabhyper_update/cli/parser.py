@@ -8,22 +8,23 @@ import sys
 from typing import Any
 
 from .._version import __version__
-from .commands import (
-    _cmd_apply,
-    _cmd_build,
-    _cmd_demo,
-    _cmd_job,
-    _cmd_publish,
-    _cmd_schema,
-    _cmd_serve_local,
-    _cmd_state,
-    _cmd_validate,
-    _cmd_verify,
-)
 from .exit_codes import (
     EXIT_CODES,
     EXIT_USAGE,
 )
+
+
+class _Command:
+    """A subcommand's function, imported when it runs: ``--help`` loads none of the SDK."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        from . import commands
+
+        code: int = getattr(commands, f"_cmd_{self.name}")(args)
+        return code
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -125,7 +126,7 @@ def _add_validate(sub: Any) -> None:
     p.add_argument("file", help="the action batch (JSON); '-' reads standard input")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_validate)
+    p.set_defaults(func=_Command("validate"))
 
 
 def _add_schema(sub: Any) -> None:
@@ -134,7 +135,7 @@ def _add_schema(sub: Any) -> None:
     g.add_argument("-o", "--output", help="write the schema to this file")
     g.add_argument("--check", metavar="FILE", help="fail when FILE differs from the schema")
     _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_schema)
+    p.set_defaults(func=_Command("schema"))
 
 
 def _add_build(sub: Any) -> None:
@@ -190,7 +191,7 @@ def _add_build(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_build)
+    p.set_defaults(func=_Command("build"))
 
 
 def _add_apply(sub: Any) -> None:
@@ -229,7 +230,7 @@ def _add_apply(sub: Any) -> None:
     )
     _add_connection_options(p)
     _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_apply)
+    p.set_defaults(func=_Command("apply"))
 
 
 def _add_verify(sub: Any) -> None:
@@ -258,7 +259,7 @@ def _add_verify(sub: Any) -> None:
     p.add_argument("--sample", type=int, default=20, help="differing keys shown per kind of drift")
     _add_connection_options(p)
     _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_verify)
+    p.set_defaults(func=_Command("verify"))
 
 
 def _add_publish(sub: Any) -> None:
@@ -279,7 +280,7 @@ def _add_publish(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the publish")
     _add_connection_options(p)
     _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_publish)
+    p.set_defaults(func=_Command("publish"))
 
 
 def _add_job(sub: Any) -> None:
@@ -289,7 +290,7 @@ def _add_job(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait (wait)")
     _add_connection_options(p)
     _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_job)
+    p.set_defaults(func=_Command("job"))
 
 
 def _add_state(sub: Any) -> None:
@@ -301,14 +302,14 @@ def _add_state(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_state)
+    p.set_defaults(func=_Command("state"))
 
 
 def _add_demo(sub: Any) -> None:
     p = sub.add_parser("demo", help="run the end-to-end demo against the built-in fake server")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_demo)
+    p.set_defaults(func=_Command("demo"))
 
 
 def _add_serve_local(sub: Any) -> None:
@@ -340,4 +341,4 @@ def _add_serve_local(sub: Any) -> None:
         help="count upload bytes without keeping them (transfer benchmarks)",
     )
     _add_verbosity(p, argparse.SUPPRESS)
-    p.set_defaults(func=_cmd_serve_local)
+    p.set_defaults(func=_Command("serve_local"))

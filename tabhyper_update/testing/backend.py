@@ -28,6 +28,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import TypedDict, Unpack
+
 from ..local.engine import apply as apply_locally
 from ..local.hyper import connect
 from ..values.actions import ActionBatch, Insert
@@ -122,26 +124,41 @@ def _b64url_decode(part: str) -> bytes:
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
 
 
-class FakeBackend:
-    """Everything the fake server knows and does (see the module docstring)."""
+class BackendSettings(TypedDict, total=False):
+    """How the fake behaves (each key optional, its default in brackets).
 
-    def __init__(
-        self,
-        *,
-        pats: Mapping[str, str] | None = None,
-        users: Mapping[str, str] | None = None,
-        connected_app: Mapping[str, str] | None = None,
-        site: str = "",
-        api_version: str = "3.24",
-        product_version: str = "2024.2.0",
-        token_lifetime: float = 240 * 60,
-        job_delay: float = 0.0,
-        dedup_window: float = 24 * 3600,
-        max_upload_mb: float = 100,
-        directory: str | os.PathLike[str] | None = None,
-        store_uploads: bool = True,
-        data_service: str = "on",
-    ) -> None:
+    The accepted credentials: ``pats`` (name → secret), ``users`` (name → password),
+    ``connected_app`` (``client_id``, ``secret_id``, ``secret_value``); the ``site`` [""];
+    the REST ``api_version`` ["3.24"] and ``product_version`` ["2024.2.0"]; the session
+    ``token_lifetime`` in seconds [4 h]; ``job_delay``, seconds each job waits in the queue
+    [0]; the RequestID de-duplication ``dedup_window`` in seconds [24 h]; ``max_upload_mb``
+    [100]; the ``directory`` of its files [a temporary one]; ``store_uploads`` [True]; and
+    the VizQL Data Service, ``"on"``, ``"absent"`` (a server before 2025.1) or ``"denied"``
+    to the signed-in user (``data_service``) ["on"].
+    """
+
+    pats: Mapping[str, str] | None
+    users: Mapping[str, str] | None
+    connected_app: Mapping[str, str] | None
+    site: str
+    api_version: str
+    product_version: str
+    token_lifetime: float
+    job_delay: float
+    dedup_window: float
+    max_upload_mb: float
+    directory: str | os.PathLike[str] | None
+    store_uploads: bool
+    data_service: str
+
+
+class FakeBackend:
+    """Everything the fake server knows and does (see the module docstring), configured by
+    :class:`BackendSettings`."""
+
+    def __init__(self, **settings: Unpack[BackendSettings]) -> None:
+        data_service = settings.get("data_service", "on")
+        directory = settings.get("directory")
         if data_service not in ("on", "absent", "denied"):
             raise ValueError(
                 f"data_service must be 'on', 'absent' or 'denied', got {data_service!r}"
@@ -150,25 +167,25 @@ class FakeBackend:
         #: user lacks the permission to query data sources).
         self.data_service = data_service
         self.service_queries = 0
-        self.pats = dict(pats or {})
-        self.users = dict(users or {})
-        self.connected_app = dict(connected_app or {})
-        self.site = site
+        self.pats = dict(settings.get("pats") or {})
+        self.users = dict(settings.get("users") or {})
+        self.connected_app = dict(settings.get("connected_app") or {})
+        self.site = settings.get("site", "")
         self.site_id = str(uuid.uuid4())
-        self.api_version = api_version
-        self.product_version = product_version
-        self.token_lifetime = token_lifetime
-        self.dedup_window = dedup_window
+        self.api_version = settings.get("api_version", "3.24")
+        self.product_version = settings.get("product_version", "2024.2.0")
+        self.token_lifetime = settings.get("token_lifetime", 240 * 60)
+        self.dedup_window = settings.get("dedup_window", 24 * 3600)
         #: Seconds each job waits in the queue before it runs (a busy server).
-        self.job_delay = job_delay
-        self.max_upload_mb = max_upload_mb
+        self.job_delay = settings.get("job_delay", 0.0)
+        self.max_upload_mb = settings.get("max_upload_mb", 100)
         self.owns_directory = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="tabhyper-fake-"))
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "uploads").mkdir(exist_ok=True)
         #: False counts upload bytes without keeping them (for transfer benchmarks); an
         #: update that reads such an upload is refused.
-        self.store_uploads = store_uploads
+        self.store_uploads = settings.get("store_uploads", True)
         self.lock = threading.RLock()
         self.sessions: dict[str, Session] = {}
         self.sources: dict[str, DataSource] = {}

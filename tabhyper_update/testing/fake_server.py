@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -29,8 +29,10 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from typing_extensions import Unpack
+
 from ..values.redaction import get_logger
-from .backend import FakeBackend
+from .backend import BackendSettings, FakeBackend
 from .handlers import Handlers, job_body
 from .routes import route_of
 from .wire import ApiFailure, Request, Response, encode
@@ -93,48 +95,22 @@ class Fault:
 class FakeTableauServer:
     """A Tableau Server stand-in for tests and demos (see the module docstring).
 
-    Parameters name the accepted credentials (``pats`` name → secret, ``users`` name →
-    password, ``connected_app`` with ``client_id``, ``secret_id``, ``secret_value``), the
-    REST ``api_version``, the session ``token_lifetime`` in seconds, the RequestID
-    de-duplication ``dedup_window`` in seconds (24 h), ``max_upload_mb`` (100) and whether
-    the VizQL Data Service is ``"on"``, ``"absent"`` (a server before 2025.1) or
-    ``"denied"`` to the signed-in user (``data_service``).
-    ``backend`` is the state behind it, for tests that look inside.
+    It serves a :class:`~.backend.FakeBackend`, the state behind it (for tests that look
+    inside): the one given, or one made from ``settings``
+    (:class:`~.backend.BackendSettings`: credentials, versions, limits, the VizQL Data
+    Service). ``serve=False`` opens no socket (for :meth:`mock_requests`).
     """
 
     def __init__(
         self,
+        backend: FakeBackend | None = None,
         *,
-        pats: Mapping[str, str] | None = None,
-        users: Mapping[str, str] | None = None,
-        connected_app: Mapping[str, str] | None = None,
-        site: str = "",
-        api_version: str = "3.24",
-        product_version: str = "2024.2.0",
-        token_lifetime: float = 240 * 60,
-        job_delay: float = 0.0,
-        dedup_window: float = 24 * 3600,
-        max_upload_mb: float = 100,
-        directory: str | os.PathLike[str] | None = None,
         serve: bool = True,
-        store_uploads: bool = True,
-        data_service: str = "on",
+        **settings: Unpack[BackendSettings],
     ) -> None:
-        self.backend = FakeBackend(
-            pats=pats,
-            users=users,
-            connected_app=connected_app,
-            site=site,
-            api_version=api_version,
-            product_version=product_version,
-            token_lifetime=token_lifetime,
-            job_delay=job_delay,
-            dedup_window=dedup_window,
-            max_upload_mb=max_upload_mb,
-            directory=directory,
-            store_uploads=store_uploads,
-            data_service=data_service,
-        )
+        if backend is not None and settings:
+            raise TypeError(f"give a backend or its settings ({', '.join(settings)}), not both")
+        self.backend = backend if backend is not None else FakeBackend(**settings)
         self.handlers = Handlers(self.backend)
         self._serve = serve
         self._faults: list[Fault] = []
