@@ -67,7 +67,7 @@ def main() -> None:
 
 def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
     from tabhyper_update import ChangeSet, PersonalAccessToken, TableauClient, TableauSink
-    from tabhyper_update.build.cdc import CdcSpec
+    from tabhyper_update.builder.cdc import CdcSpec
     from tabhyper_update.testing import FakeTableauServer
     from tabhyper_update.testing.files import make_hyper
 

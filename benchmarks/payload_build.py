@@ -150,7 +150,7 @@ def main() -> None:
         )
         options = {"staging": args.staging}
         changes = ChangeSet("order_id", op_column="op", order_by="seq")
-        from tabhyper_update.build.cdc import CdcSpec
+        from tabhyper_update.builder.cdc import CdcSpec
 
         spec = CdcSpec.create(df.columns, changes)
         lower_df = spec.latest_changes(df)
@@ -214,7 +214,7 @@ def main() -> None:
         # writes them as Parquet with the options the SDK stages with (the bound's (a)
         # writes nothing), and Hyper ingests those files as (b) does. No identity columns,
         # no statistics, no split plan.
-        from tabhyper_update.build.builder import STAGED_PARQUET_OPTIONS
+        from tabhyper_update.builder.build import STAGED_PARQUET_OPTIONS
 
         handoff_dir = work / "handoff"
 

@@ -76,11 +76,11 @@ def main() -> None:
     from upload import start_server
 
     from tabhyper_update import ChangeSet, PersonalAccessToken, TableauClient, build_payload
-    from tabhyper_update.build.cdc import CdcSpec
+    from tabhyper_update.builder.cdc import CdcSpec
     from tabhyper_update.local.spark import own_spark
 
     stages = _StageTimes()
-    build_log = logging.getLogger("tabhyper_update.build.builder")
+    build_log = logging.getLogger("tabhyper_update.builder.build")
     build_log.addHandler(stages)
     build_log.setLevel(logging.DEBUG)
     work = Path(tempfile.mkdtemp(prefix="tabhyper-scale-"))

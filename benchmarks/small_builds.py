@@ -98,7 +98,7 @@ def main() -> None:
         changes.write.format("noop").mode("overwrite").save()
         first_query_s = time.perf_counter() - started
         stages = _Stages()
-        build_log = logging.getLogger("tabhyper_update.build.builder")
+        build_log = logging.getLogger("tabhyper_update.builder.build")
         build_log.addHandler(stages)
         build_log.setLevel(logging.DEBUG)
         started = time.perf_counter()

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import cast
 
-from tabhyper_update.build.staging import StagingMode
+from tabhyper_update.builder.staging import StagingMode
 
 
 def _jvm_peak_mb(pid: int) -> float:

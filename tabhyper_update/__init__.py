@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from .build.builder import build_payload
+    from .builder.build import build_payload
     from .client import TableauClient
     from .payload.model import Payload
     from .readback.reconcile import reconcile
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 #: The public names and the module each comes from.
 _PUBLIC = {
-    "build_payload": "build.builder",
+    "build_payload": "builder.build",
     "reconcile": "readback.reconcile",
     "repair": "repairs",
     "TableauClient": "client",

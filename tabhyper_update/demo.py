@@ -107,7 +107,7 @@ def local_spark(verbose: bool = False) -> Iterator[Any]:
 
 def run_demo(out: TextIO, *, progress: bool | None = None, verbose: bool = False) -> bool:
     """Run the demo, printing to ``out``; returns whether the result matched."""
-    from .build.builder import build_payload
+    from .builder.build import build_payload
     from .testing import FakeTableauServer
     from .values.changeset import ChangeSet
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from .build.builder import build_payload
+from .builder.build import build_payload
 from .readback.drift import DriftReport
 from .readback.reconcile import target_of
 from .rest.refs import DataSourceRef

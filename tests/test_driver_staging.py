@@ -18,8 +18,7 @@ from tabhyper_update import (
     PayloadError,
     build_payload,
 )
-from tabhyper_update.build import builder as build
-from tabhyper_update.build import hyper_ranking, staging
+from tabhyper_update.builder import build, hyper_ranking, staging
 from tabhyper_update.testing.files import read_table
 
 if TYPE_CHECKING:
@@ -111,7 +110,7 @@ def history(spark: SparkSession) -> DataFrame:
 def build_logged(
     df: DataFrame, cs: ChangeSet, caplog: pytest.LogCaptureFixture, **options: object
 ) -> tuple[Payload, str]:
-    with caplog.at_level(logging.DEBUG, logger="tabhyper_update.build.builder"):
+    with caplog.at_level(logging.DEBUG, logger="tabhyper_update.build"):
         caplog.clear()
         payload = build_payload(df, cs, keep_files=True, **options)  # type: ignore[arg-type]
     said = [r.getMessage() for r in caplog.records if "Spark estimates" in r.getMessage()]
@@ -325,7 +324,7 @@ def test_a_plain_table_spark_cannot_size_is_probed_too_and_lands_whole(
     rows = [(i, f"v{i}" if i % 3 else None) for i in range(count)]
     df = spark.createDataFrame(rows, "id long, v string")
     with (
-        caplog.at_level(logging.DEBUG, logger="tabhyper_update.build.builder"),
+        caplog.at_level(logging.DEBUG, logger="tabhyper_update.build"),
         build_payload(df, output_dir=tmp_path / "a") as payload,
     ):
         assert sorted(read_table(payload.parts[0].path, "Extract")) == rows

@@ -275,7 +275,7 @@ def test_a_full_disk_during_a_build_is_named(
     import errno
 
     from tabhyper_update import PayloadError
-    from tabhyper_update.build import builder as build
+    from tabhyper_update.builder import build
 
     def full(*args: object, **kwargs: object) -> object:
         raise OSError(errno.ENOSPC, "No space left on device")

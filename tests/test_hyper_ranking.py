@@ -17,11 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tabhyper_update import ChangeSet, PayloadError, build_payload
-from tabhyper_update.build import builder as build
-from tabhyper_update.build import staging
-from tabhyper_update.build.cdc import CdcSpec
-from tabhyper_update.build.hyper_ranking import ranks_in_hyper
-from tabhyper_update.build.hyper_types import plan_column
+from tabhyper_update.builder import build, staging
+from tabhyper_update.builder.cdc import CdcSpec
+from tabhyper_update.builder.hyper_ranking import ranks_in_hyper
+from tabhyper_update.builder.hyper_types import plan_column
 from tabhyper_update.testing.files import read_table
 
 if TYPE_CHECKING:
@@ -147,7 +146,7 @@ def test_a_history_of_every_case_lands_the_same_and_hyper_ranked_it(
             "truncate": "ignore",
         },
     )
-    with caplog.at_level(logging.DEBUG, logger="tabhyper_update.build.builder"):
+    with caplog.at_level(logging.DEBUG, logger="tabhyper_update.build"):
         kind, (_, counts, tables) = same_both_ways(spark, df, cs, tmp_path)
     assert kind == "built"
     assert any("Hyper ranks them" in r.getMessage() for r in caplog.records)
@@ -214,7 +213,7 @@ def test_an_error_is_named_from_a_second_read_and_a_source_that_changed_is_refus
     """Spark tags the changes without the op and position texts; when Hyper ranks error
     rows, the change set is read again with them. A source that gives no error rows the
     second time is refused, not built from the second read."""
-    from tabhyper_update.build import hyper_ranking
+    from tabhyper_update.builder import hyper_ranking
 
     monkeypatch.setattr(staging, "estimated_bytes", lambda df: 1000)
     df = spark.createDataFrame(
@@ -298,7 +297,7 @@ def test_a_floating_point_key_is_ranked_by_spark_and_still_lands(
         [(0.0, "a", "U", 1), (-0.0, "b", "U", 2), (float("nan"), "c", "U", 1)],
         "k double, v string, op string, seq long",
     )
-    with caplog.at_level(logging.DEBUG, logger="tabhyper_update.build.builder"):
+    with caplog.at_level(logging.DEBUG, logger="tabhyper_update.build"):
         payload = build_payload(df, ChangeSet("k", op_column="op", order_by="seq"))
     assert not any("Hyper ranks them" in r.getMessage() for r in caplog.records)
     with payload:
@@ -314,7 +313,7 @@ def test_hyper_ranks_in_a_staging_folder_with_an_odd_name(
     df = spark.range(50).selectExpr(
         "id % 7 AS id", "CAST(id AS STRING) AS v", "IF(id = 49, 'D', 'U') AS op", "id AS seq"
     )
-    with caplog.at_level(logging.DEBUG, logger="tabhyper_update.build.builder"):
+    with caplog.at_level(logging.DEBUG, logger="tabhyper_update.build"):
         payload = build_payload(
             df, ChangeSet("id", op_column="op", order_by="seq"), staging_dir=odd
         )
@@ -335,7 +334,7 @@ def test_changes_the_driver_received_but_hyper_cannot_read_are_an_error(
     def misplaced(df: DataFrame, target: Path) -> int:
         return staging.write_on_driver(df, tmp_path / "elsewhere" / target.name)
 
-    monkeypatch.setattr("tabhyper_update.build.hyper_ranking.write_on_driver", misplaced)
+    monkeypatch.setattr("tabhyper_update.builder.hyper_ranking.write_on_driver", misplaced)
     df = spark.range(30).selectExpr("id % 4 AS id", "'U' AS op", "id AS seq")
     with pytest.raises(
         PayloadError, match=r"Spark sent 30 change\(s\) to the driver but Hyper read 0"
@@ -349,13 +348,13 @@ def test_changes_the_driver_received_but_hyper_cannot_read_are_an_error(
 def test_changes_hyper_read_but_ranked_none_are_an_error_not_an_empty_change_set(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tabhyper_update.build.cdc import latest_of
+    from tabhyper_update.builder.cdc import latest_of
 
     def loses_every_row(source: str, **kwargs: Any) -> str:
         return f"SELECT * FROM ({latest_of(source, **kwargs)}) AS r WHERE false"
 
     # A ranking that loses every row, as a broken one would.
-    monkeypatch.setattr("tabhyper_update.build.hyper_ranking.latest_of", loses_every_row)
+    monkeypatch.setattr("tabhyper_update.builder.hyper_ranking.latest_of", loses_every_row)
     df = spark.range(30).selectExpr("id % 4 AS id", "'U' AS op", "id AS seq")
     with pytest.raises(PayloadError, match=r"Hyper read 30 tagged change\(s\) but ranked none"):
         build_payload(

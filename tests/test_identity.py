@@ -201,7 +201,7 @@ def test_an_odd_tmpdir_too(
 def test_rows_spark_wrote_but_the_sdk_cannot_find_are_an_error(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tabhyper_update.build import builder as build
+    from tabhyper_update.builder import build
 
     real = build._write_staged
     elsewhere = tmp_path / "elsewhere"

@@ -23,7 +23,7 @@ LAYERS = {
     "readback": 3,
     "update": 4,
     "payload": 5,
-    "build": 6,
+    "builder": 6,
     "streaming": 7,
     "testing": 7,
     "(top)": 8,

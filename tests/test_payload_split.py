@@ -110,7 +110,7 @@ def test_long_texts_are_planned_under_the_cap_from_the_first_estimate(
     n, cap_mb = 3_000, 1.0
     text = ", ".join(f"sha2(CAST(id * {k + 1} AS STRING), 512)" for k in range(16))
     df = spark.range(n).selectExpr("id", f"concat({text}) AS payload")
-    with caplog.at_level(logging.INFO, logger="tabhyper_update.build.builder"):
+    with caplog.at_level(logging.INFO, logger="tabhyper_update.build"):
         payload = build_payload(df, max_payload_mb=cap_mb)
     with payload:
         assert len(payload.parts) > 4

@@ -8,11 +8,11 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..build.builder import build_payload
+from ..builder.build import build_payload
 from ..client import TableauClient
 from ..local.folders import LEASE_NAME, check_folder
 from ..payload.model import Payload
@@ -539,3 +539,18 @@ def _require_pyspark(why: str) -> None:
         raise UsageError(
             f"{why} with Spark: pip install 'tabhyper-update[spark]' (and have Java 17+)"
         ) from None
+
+
+#: Each subcommand's function, by the name the parser gives it.
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "validate": _cmd_validate,
+    "schema": _cmd_schema,
+    "build": _cmd_build,
+    "apply": _cmd_apply,
+    "publish": _cmd_publish,
+    "verify": _cmd_verify,
+    "job": _cmd_job,
+    "state": _cmd_state,
+    "demo": _cmd_demo,
+    "serve_local": _cmd_serve_local,
+}

@@ -21,10 +21,9 @@ class _Command:
         self.name = name
 
     def __call__(self, args: argparse.Namespace) -> int:
-        from . import commands
+        from .commands import COMMANDS
 
-        code: int = getattr(commands, f"_cmd_{self.name}")(args)
-        return code
+        return COMMANDS[self.name](args)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -91,11 +90,14 @@ def configure_logging(args: argparse.Namespace) -> None:
     )
     logger = logging.getLogger("tabhyper_update")
     logger.setLevel(level)
-    if not any(getattr(h, "_tabhyper_cli", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _CommandLineHandler) for h in logger.handlers):
+        handler = _CommandLineHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("tabhyper-update: %(levelname)s: %(message)s"))
-        handler._tabhyper_cli = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
+
+
+class _CommandLineHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The command line's own handler (added once, however often logging is configured)."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -25,7 +25,7 @@ from ..values.redaction import get_logger
 
 __all__ = ["MANIFEST", "note_applied", "read_hyper", "read_manifest", "write_manifest"]
 
-log = get_logger("tabhyper_update.payload.model")
+log = get_logger("tabhyper_update.payload")
 
 MANIFEST = "manifest.json"
 

@@ -1,6 +1,6 @@
 """The payload model: a change set as ``.hyper`` part files, with its tables and identity.
 
-:func:`tabhyper_update.build.builder.build_payload` makes a :class:`Payload` from Spark; this module
+:func:`tabhyper_update.builder.build.build_payload` makes a :class:`Payload` from Spark; this module
 holds what it makes: the parts (one ``.hyper`` file each, one atomic update each), their
 tables, the digest that identifies the change set, the check of an action batch against the
 tables, and the manifest that lets ``tabhyper-update apply`` pick a payload up later.
@@ -66,7 +66,7 @@ __all__ = [
     "TableInfo",
 ]
 
-log = get_logger(__name__)
+log = get_logger("tabhyper_update.payload")
 
 DEFAULT_MAX_PAYLOAD_MB = 100
 

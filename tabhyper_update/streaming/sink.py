@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 import tabhyper_update.values.errors as errors
 
-from ..build.builder import build_payload
-from ..build.staging import StagingMode, check_staging
+from ..builder.build import build_payload
+from ..builder.staging import StagingMode, check_staging
 from ..local.folders import check_folder, refuse_symlink
 from ..payload.model import DEFAULT_MAX_PAYLOAD_MB, Payload
 from ..rest.refs import DataSourceRef

@@ -12,7 +12,7 @@ out of the box (their values do not collide, so one table serves them all):
 ``op_map`` replaces that table with the caller's own: each op value maps to ``"upsert"``
 (``"insert"`` and ``"update"`` are accepted as synonyms), ``"delete"``, ``"preimage"`` or
 ``"ignore"``. How the changes of one key come down to the last one is
-:mod:`tabhyper_update.build.cdc`.
+:mod:`tabhyper_update.builder.cdc`.
 """
 
 from __future__ import annotations

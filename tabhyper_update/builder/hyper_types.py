@@ -50,7 +50,6 @@ __all__ = [
 ]
 
 
-
 def max_decimal_precision(database_version: int) -> int:
     """The widest NUMERIC a database version stores (128-bit numerics arrive in version 3)."""
     return 38 if database_version >= 3 else 18

@@ -1,6 +1,6 @@
 """The Hyper side of a build: statistics of the staged Parquet, the errors a change set's
 staged rows hold, the split plan, and the part files Hyper writes from it (see
-:mod:`tabhyper_update.build.builder` for the whole).
+:mod:`tabhyper_update.builder.build` for the whole).
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..local.hyper import connect, quote_literal, quote_name, table_ref
+from ..values.errors import PayloadError
+from ..values.parts import BUCKETS, ColumnInfo, PayloadPart, RowDigest, TableInfo
+from ..values.redaction import get_logger
+from ..values.spark_sql import sql_name
 from .cdc import (
     KIND_COLUMN,
     KIND_DELETE,
@@ -23,11 +27,7 @@ from .cdc import (
     ORDER_TEXT_COLUMN,
     CdcSpec,
 )
-from ..values.errors import PayloadError
 from .hyper_types import ColumnPlan
-from ..values.parts import BUCKETS, ColumnInfo, PayloadPart, RowDigest, TableInfo
-from ..values.redaction import get_logger
-from ..values.spark_sql import sql_name
 
 if TYPE_CHECKING:
     from tableauhyperapi import Connection
@@ -50,7 +50,7 @@ __all__ = [
     "write_parts",
 ]
 
-log = get_logger("tabhyper_update.build.builder")
+log = get_logger("tabhyper_update.build")
 
 #: The split bucket of each staged change (of its key's hash): a change set's rows only. A
 #: table's rows are bucketed by their row hash, which Hyper reads anyway
@@ -96,9 +96,9 @@ def size_sql(plans: Sequence[ColumnPlan], staged_names: Sequence[str]) -> str:
     """An upper estimate of the bytes one staged row takes in a Hyper file (Hyper SQL over
     the staged columns ``staged_names`` of ``plans``), summed by Hyper's statistics.
 
-    Hyper computes it from the staged values rather than Spark staging it: the column cost
-    Spark's Parquet write of 2M rows ~0.16 s; Hyper's statistics with this estimate and
-    :data:`ROW_HASH_BUCKET` take ~10 ms more."""
+    Hyper computes it from the staged values rather than Spark staging it: a staged column
+    costs Spark's Parquet write more than the estimate costs Hyper's statistics (the
+    figures are in ``benchmarks/README.md``, "Costs behind the build's choices")."""
     fixed = 0
     variable: list[str] = []
     for plan, name in zip(plans, staged_names, strict=True):
@@ -206,8 +206,9 @@ def bucket_stats(
     which; ``bucket`` and ``size``: Hyper SQL of a row's bucket and size estimate), grouped
     by the column ``by`` too when given (``None``: the one group).
 
-    Each group's buckets come as one text (a bucket's five numbers after another's): up to a
-    thousand rows read value by value through the Hyper API cost a micro-batch ~5 ms more."""
+    Each group's buckets come as one text (a bucket's five numbers after another's): reading
+    up to a thousand rows value by value through the Hyper API costs a micro-batch more
+    (``benchmarks/README.md``, "Costs behind the build's choices")."""
     h, b, z = quote_name(ROWHASH_COLUMN), quote_name("b"), quote_name("z")
     numbers = [b, "COUNT(*)", f"SUM({z})", *(f"SUM({h} % {m})" for m in RowDigest.MODULI)]
     line = " || ' ' || ".join(f"CAST({n} AS TEXT)" for n in numbers)

@@ -45,7 +45,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..local.folders import check_folder, private_dir, sweep_leftovers_if_due
+from ..local.progress import bar as progress_bar
+from ..local.progress import show_progress
+from ..payload.model import (
+    DEFAULT_MAX_PAYLOAD_MB,
+    Payload,
+)
 from ..values.actions import DEFAULT_SCHEMA
+from ..values.changeset import ChangeSet
+from ..values.errors import (
+    ArgumentTypeError,
+    PayloadArgumentError,
+    TabHyperError,
+    build_failure,
+)
+from ..values.parts import PayloadPart
+from ..values.redaction import get_logger
+from ..values.spark_sql import sql_name
 from .cdc import (
     KIND_COLUMN,
     KIND_DELETE,
@@ -55,14 +72,6 @@ from .cdc import (
     CdcSpec,
     resolve_change_sets,
 )
-from ..values.changeset import ChangeSet
-from ..values.errors import (
-    ArgumentTypeError,
-    PayloadArgumentError,
-    TabHyperError,
-    build_failure,
-)
-from ..local.folders import check_folder, private_dir, sweep_leftovers_if_due
 from .hyper_parts import (
     NO_CAP,
     STAGED_BUCKET,
@@ -84,15 +93,6 @@ from .hyper_types import (
     ColumnPlan,
     plan_columns,
 )
-from ..values.parts import PayloadPart
-from ..payload.model import (
-    DEFAULT_MAX_PAYLOAD_MB,
-    Payload,
-)
-from ..local.progress import bar as progress_bar
-from ..local.progress import show_progress
-from ..values.redaction import get_logger
-from ..values.spark_sql import sql_name
 from .staging import (
     StagingMode,
     check_staging,
@@ -109,7 +109,7 @@ if TYPE_CHECKING:
 
 __all__ = ["STAGED_PARQUET_OPTIONS", "build_payload"]
 
-log = get_logger(__name__)
+log = get_logger("tabhyper_update.build")
 
 _MB = 1024 * 1024
 #: Staging Parquet options. Dictionary encoding is off: measured on 2M rows it doubled

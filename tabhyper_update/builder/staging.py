@@ -66,7 +66,7 @@ __all__ = [
     "write_on_driver",
 ]
 
-log = get_logger("tabhyper_update.build.builder")
+log = get_logger("tabhyper_update.build")
 
 StagingMode = Literal["shared", "driver", "auto"]
 STAGING_MODES: tuple[str, ...] = ("shared", "driver", "auto")
@@ -132,8 +132,9 @@ def estimated_bytes(df: DataFrame) -> int | None:
     Read from the analyzed plan, which the DataFrame already holds, with cached data in
     place when anything is cached (a persisted micro-batch is sized by what it holds): the
     optimized plan gives the same estimate (sizes follow the sources, the caches and the
-    row widths), but optimizing the source only for it cost a micro-batch 14-27 ms while
-    the JVM is still warming up, and the build's own query is optimized again anyway."""
+    row widths), but optimizing the source only for it costs a micro-batch time while the
+    JVM is still warming up (``benchmarks/README.md``, "Costs behind the build's choices"),
+    and the build's own query is optimized again anyway."""
     jdf = getattr(df, "_jdf", None)
     if jdf is None:
         return None

@@ -1,5 +1,5 @@
 """Last change wins per key, in SQL that Spark runs (and Hyper, for a small change set Spark
-only tags: :mod:`tabhyper_update.build.hyper_ranking`), for a
+only tags: :mod:`tabhyper_update.builder.hyper_ranking`), for a
 :class:`~tabhyper_update.values.changeset.ChangeSet`.
 
 For each key the change with the greatest ``order_by`` wins. Inserts and updates become
@@ -24,12 +24,12 @@ staged beside the others, never collected, and reported from there.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..values.changeset import DEFAULT_OP_MAP, METADATA_COLUMNS, MISSING_OP, ChangeSet, OpMeaning
 from ..values.errors import ArgumentTypeError, PayloadArgumentError, PayloadError
-from ..values.positions import OrderAs, order_sql, position_type
+from ..values.positions import order_sql, position_type
 from ..values.spark_sql import query_over, sql_name, sql_text
 
 if TYPE_CHECKING:
@@ -320,13 +320,16 @@ class CdcSpec:
             f"WHEN {null_order} THEN '{KIND_NULL_ORDER}' "
             f"WHEN {upsert} THEN '{KIND_UPSERT}' ELSE '{KIND_DELETE}' END"
         )
-        return Tagging(kind, [
-            f"{kind} AS {sql_name(KIND_COLUMN)}",
-            # A pre-image says its key held a row before this position: every other change
-            # at the same position outranks it.
-            f"CASE WHEN {preimage} THEN 0 ELSE 1 END AS {sql_name(PRIORITY_COLUMN)}",
-            *(f"{o} AS {sql_name(position_column(i))}" for i, o in enumerate(order_sql)),
-        ])
+        return Tagging(
+            kind,
+            [
+                f"{kind} AS {sql_name(KIND_COLUMN)}",
+                # A pre-image says its key held a row before this position: every other change
+                # at the same position outranks it.
+                f"CASE WHEN {preimage} THEN 0 ELSE 1 END AS {sql_name(PRIORITY_COLUMN)}",
+                *(f"{o} AS {sql_name(position_column(i))}" for i, o in enumerate(order_sql)),
+            ],
+        )
 
     def tag_query(self) -> Callable[[str], str]:
         """Spark SQL over a source named in the text: every change but the ignored ones,
@@ -347,7 +350,9 @@ class CdcSpec:
         """Spark SQL of a change's op and position as text (named in error messages)."""
         raw_orders = ", ".join(sql_name(o) for o in self.order_by)
         # to_json names the fields after the columns.
-        return Texts(f"CAST({sql_name(self.op_column)} AS STRING)", f"to_json(struct({raw_orders}))")
+        return Texts(
+            f"CAST({sql_name(self.op_column)} AS STRING)", f"to_json(struct({raw_orders}))"
+        )
 
     def latest_query(self, columns: Sequence[str]) -> Callable[[str], str]:
         """:meth:`latest_changes` as Spark SQL text over a source named in the text."""

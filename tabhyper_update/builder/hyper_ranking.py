@@ -4,7 +4,7 @@ For a change set staged through the driver that Spark estimates small, Spark onl
 each change (its kind, priority and typed positions: :meth:`CdcSpec.tags`, the same SQL
 as always) and stages every change with its tags; Hyper then leaves out the ignored ones
 (no kind), ranks the others with the ranking text Spark would have run
-(:func:`~tabhyper_update.build.cdc.latest_of`) and writes the result as the staged Parquet the
+(:func:`~tabhyper_update.builder.cdc.latest_of`) and writes the result as the staged Parquet the
 rest of the build reads. Spark's job is then a projection (no sort, no
 window), which is most of a micro-batch's Spark time.
 
@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..local.hyper import connect, quote_literal, quote_name
+from ..values.errors import PayloadError
+from ..values.spark_sql import sql_name
 from .cdc import (
     KIND_COLUMN,
     OP_TEXT_COLUMN,
@@ -30,7 +32,6 @@ from .cdc import (
     CdcSpec,
     latest_of,
 )
-from ..values.errors import PayloadError
 from .hyper_parts import (
     BUCKET_COLUMN,
     ROWHASH_COLUMN,
@@ -42,7 +43,6 @@ from .hyper_parts import (
     size_sql,
 )
 from .hyper_types import ColumnPlan
-from ..values.spark_sql import sql_name
 from .staging import probe_to_driver, staged_files, write_on_driver
 
 if TYPE_CHECKING:
@@ -91,8 +91,9 @@ def stage_and_rank(
     One projection of ``df``, no view and no filter: Spark analyses and optimizes one node,
     which a micro-batch feels while the JVM warms up. Ignored changes (a NULL kind) come
     too, and Hyper leaves them out when it ranks. The op and position texts that only an
-    error's message names are left out as well (their JSON costs a fresh micro-batch's
-    Spark step 10-20%); when Hyper ranks error rows, the change set is read and ranked
+    error's message names are left out as well (their JSON is a measurable share of a fresh
+    micro-batch's Spark step: ``benchmarks/README.md``, "Costs behind the build's
+    choices"); when Hyper ranks error rows, the change set is read and ranked
     again with them, for the message.
 
     ``probe`` > 0: take at most ``probe`` + 1 changes; when that many come, drop them and
