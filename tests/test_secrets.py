@@ -151,3 +151,32 @@ def test_no_secret_leaks_anywhere(
     assert "signed in" in joined  # logs were captured
     leaks = [s for s in secrets if s in joined]
     assert leaks == []
+
+
+def fragments(secret: str, size: int = 4) -> set[str]:
+    """Every piece of ``secret`` of ``size`` characters."""
+    return {secret[i : i + size] for i in range(len(secret) - size + 1)}
+
+
+@pytest.mark.parametrize("at", [150, 155, 158, 160])
+def test_a_page_echoing_a_secret_near_the_cut_leaves_no_fragment(at: int) -> None:
+    """A proxy's HTML page that echoes the PAT secret where the message cuts the page
+    short: the page is scrubbed whole, then cut, so no piece of the secret is left."""
+    secret = "Zq8XwK3vP9mLr2Tb"
+    with FakeTableauServer(pats={"ci": secret}, serve=True) as fake:
+        client = TableauClient(
+            fake.url,
+            "",
+            PersonalAccessToken("ci", secret),
+            retry=RetryPolicy(max_attempts=1),
+        )
+        client.sign_in()
+        head = "<html><body><p>"
+        page = head + "x" * (at - len(head)) + secret + " rejected by the gateway</p></body></html>"
+        fake.inject("projects", status=200, body=page.encode(), content_type="text/html")
+        with pytest.raises(Exception) as caught:
+            client.datasource("Orders", project="Sales")
+        client.close()
+    text = f"{caught.value} {caught.value!r}"
+    assert "not JSON or XML" in text
+    assert not {f for f in fragments(secret) if f in text}

@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import time
 from pathlib import Path
 
 import pytest
 
+from tabhyper_update.local.folders import check_folder
 from tabhyper_update.update import state as state_module
 from tabhyper_update.update.state import (
     RECORD_RETENTION_SECONDS,
@@ -72,3 +74,31 @@ def test_sweeps_are_spaced_per_folder(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(state_module, "SWEEP_INTERVAL_SECONDS", 0.0)
     assert store.sweep_if_due() == 1
     assert store.records() == []
+
+
+@pytest.mark.parametrize("mask", [0o002, 0o000, 0o022])
+def test_the_default_state_folder_is_owner_only_whatever_the_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mask: int
+) -> None:
+    base = tmp_path / "xdg" / "state"  # neither exists yet
+    monkeypatch.setenv("XDG_STATE_HOME", str(base))
+    old = os.umask(mask)
+    try:
+        store = StateStore()
+        store.save(record("a", applied=False))
+    finally:
+        os.umask(old)
+    made = [tmp_path / "xdg", base, base / "tabhyper-update", base / "tabhyper-update" / "records"]
+    assert {str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode)) for p in made} == {
+        str(p.relative_to(tmp_path)): "0o700" for p in made
+    }
+
+
+def test_a_folder_argument_the_sdk_creates_is_owner_only(tmp_path: Path) -> None:
+    old = os.umask(0o002)
+    try:
+        made = check_folder(tmp_path / "out", "output_dir")
+    finally:
+        os.umask(old)
+    assert made is not None
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..local.folders import make_private
 from ..local.hyper import connect, quote_literal, quote_name
 from ..values.errors import PayloadError
 from ..values.spark_sql import sql_name
@@ -161,7 +162,7 @@ def rank_in_hyper(
     kind (read in the same connection: the build does not read them again)."""
     if not tagged:
         return 0, {}
-    out.mkdir(parents=True, exist_ok=True)
+    make_private(out)
     target = out / "part-00000.parquet"
     source = external(tagged)
     kind_col = quote_name(KIND_COLUMN)

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from ..local.folders import make_private
 from ..values.errors import ConfigurationError, PayloadError
 from ..values.redaction import get_logger
 from ..values.spark_sql import query_over
@@ -262,7 +263,7 @@ def write_on_driver(df: DataFrame, target: Path) -> int:
     time, a new file every :data:`ROWS_PER_FILE` rows; returns how many rows came."""
     import pyarrow.parquet as pq
 
-    target.mkdir(parents=True, exist_ok=True)
+    make_private(target)
     made: Any = None
     rows, counter, total = 0, 0, 0
     try:

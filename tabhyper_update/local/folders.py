@@ -48,6 +48,7 @@ __all__ = [
     "Lease",
     "check_folder",
     "is_dead",
+    "make_private",
     "private_dir",
     "refuse_symlink",
     "sweep_leftovers",
@@ -78,6 +79,22 @@ _LEFTOVER = re.compile(r"^(tabhyper-stage|tabhyper-payload)-(\d+)-")
 
 # ---------------------------------------------------------------------------------------------
 # folder arguments
+
+
+def make_private(folder: Path) -> None:
+    """Create ``folder`` and each missing folder above it owner-only (0700), whatever the
+    umask; folders that exist are left as they are."""
+    missing: list[Path] = []
+    for candidate in (folder, *folder.parents):
+        if candidate.exists() or candidate.is_symlink():
+            break
+        missing.append(candidate)
+    for made in reversed(missing):
+        try:
+            made.mkdir(mode=0o700)
+        except FileExistsError:
+            continue  # made meanwhile by another process: its mode is its maker's
+        made.chmod(0o700)  # the umask may have taken bits off, or be odd (0o777)
 
 
 def check_folder(
@@ -135,7 +152,7 @@ def check_folder(
         )
     if info is None and create:
         try:
-            folder.mkdir()
+            make_private(folder)
         except FileExistsError:
             pass  # made meanwhile by another build: checked again below
         except OSError as err:

@@ -54,7 +54,7 @@ from ..values.errors import (
     TransportError,
 )
 from ..values.policies import RetryPolicy
-from ..values.redaction import get_logger
+from ..values.redaction import get_logger, scrub
 
 __all__ = ["RetryPolicy", "Transport", "as_list", "parse_body"]
 
@@ -237,7 +237,9 @@ def parse_body(response: requests.Response) -> dict[str, Any] | None:
 
 
 def _excerpt(text: str, limit: int = 160) -> str:
-    flat = " ".join(text.split())
+    """A short excerpt of a server's text for a message: scrubbed whole first, then cut, so
+    that no fragment of a secret the client holds survives the cut."""
+    flat = " ".join(scrub(text).split())
     return repr(flat if len(flat) <= limit else flat[:limit] + "…")
 
 

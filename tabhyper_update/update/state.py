@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..local.folders import check_folder
+from ..local.folders import check_folder, make_private
 from ..values.errors import ConfigurationError
 from ..values.redaction import get_logger
 
@@ -275,10 +275,9 @@ class StateStore:
             if self._given:
                 check_folder(self.directory, "state_dir")
             elif not self.directory.exists():
-                self.directory.mkdir(parents=True, mode=0o700)
+                make_private(self.directory)
             if not self.records_dir.exists():
-                with contextlib.suppress(FileExistsError):
-                    self.records_dir.mkdir(mode=0o700)
+                make_private(self.records_dir)
         except OSError as err:
             raise ConfigurationError(
                 f"state_dir: cannot create {str(self.records_dir)!r}: {err.strerror or err}"

@@ -421,7 +421,7 @@ def build_failure(
 ) -> PayloadError:
     """Our error for a failure inside Spark or Hyper while a payload was built, naming what
     a user can act on; ``columns`` lists each table's columns in staged order."""
-    text = str(err)
+    text = scrub(str(err))  # whole, before any cut
     first = _first_cause(text) or type(err).__name__
     if len(first) > 400:
         first = first[:400] + "…"
