@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tabhyper_update import (
+    ApiError,
     ChangeSet,
     Delete,
     Insert,
@@ -340,6 +341,57 @@ def test_a_split_insert_killed_at_every_part_boundary_applies_every_row_once(
                 assert skipped == list(range(part))
                 assert resumed == [part]
             assert StateStore(state).records() == []  # the run finished: its record went
+
+
+def test_a_later_part_that_fails_says_which_parts_were_applied_and_the_rerun_resumes(
+    split_payloads: tuple[Path, Payload], start_file: Path, tmp_path: Path
+) -> None:
+    manifest, _ = split_payloads
+    insert = [Insert(target_table="Extract", source_table="Extract")]
+    with FakeTableauServer(pats={"ci": "pat-secret"}, job_delay=0.3) as server:
+        server.add_datasource("Orders", start_file)
+        with client_for(server) as client:
+            first = (
+                Payload.load(manifest)
+                .upload("Orders", client=client, progress=False, state_dir=tmp_path)
+                .apply(insert, wait=False)  # every part but the last waited for
+            )
+            n = len(first.parts)
+            last = first.parts[-1].job
+            assert last is not None
+            last.cancel()
+            with pytest.raises(JobCancelledError) as caught:
+                first.wait()
+            jobs = ", ".join(str(p.job_id) for p in first.parts[:-1])
+            text = str(caught.value)
+            assert f"Parts 1-{n - 1} of {n} were applied (jobs {jobs}) and stay applied" in text
+            assert f"part {n} was not (part {n} failed)" in text
+            assert f"resumes at part {n}" in text
+            assert "nothing was applied" not in text.lower()
+            assert caught.value.progress is not None
+            assert caught.value.progress.applied_parts == list(range(1, n))
+            again = (
+                Payload.load(manifest)
+                .upload("Orders", client=client, progress=False, state_dir=tmp_path)
+                .apply(insert)
+            )
+        assert [p.part for p in again.parts if p.skipped] == list(range(n - 1))
+        assert len(rows(server)) == len(START) + N_ROWS  # every row once
+
+
+def test_a_first_part_that_fails_says_no_part_was_applied(
+    split_payloads: tuple[Path, Payload], start_file: Path, tmp_path: Path
+) -> None:
+    manifest, _ = split_payloads
+    with FakeTableauServer(pats={"ci": "pat-secret"}) as server:
+        server.add_datasource("Orders", start_file)
+        server.inject("update", status=400, code="400000")
+        with client_for(server) as client, pytest.raises(ApiError) as caught:
+            Payload.load(manifest).upload(
+                "Orders", client=client, progress=False, state_dir=tmp_path
+            ).apply([Insert(target_table="Extract", source_table="Extract")])
+        assert rows(server) == [(1, "x", "y")]
+    assert "No part of this update was applied" in str(caught.value)
 
 
 # -- 6. records that used to block for ever ------------------------------------------------

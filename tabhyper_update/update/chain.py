@@ -39,6 +39,7 @@ from ..values.errors import (
     NotFoundError,
     PayloadError,
     TabHyperError,
+    UpdateProgress,
 )
 from ..values.parts import NoPayload, PayloadLike, PayloadPart
 from ..values.redaction import get_logger
@@ -262,9 +263,13 @@ class BoundPayload:
                     state.request_id,
                 )
                 continue
-            self._submit(record, state, part, batch, update)
-            if wait or index < len(units) - 1:
-                self._wait_part(record, state, update, timeout)
+            try:
+                self._submit(record, state, part, batch, update)
+                if wait or index < len(units) - 1:
+                    self._wait_part(record, state, update, timeout)
+            except TabHyperError as err:
+                err.note_progress(progress_of(record, index))
+                raise
         if self._uploaded_first is not None:
             self._uploaded_first = None
             log.info(
@@ -462,7 +467,11 @@ class BoundPayload:
             for update in result.parts:
                 state = record.parts[update.part]
                 if update.job is not None and state.status != "applied":
-                    self._wait_part(record, state, update, timeout)
+                    try:
+                        self._wait_part(record, state, update, timeout)
+                    except TabHyperError as err:
+                        err.note_progress(progress_of(record, update.part))
+                        raise
             if record.kind == "run":
                 self.state.remove(record.key)
         finally:
@@ -471,6 +480,17 @@ class BoundPayload:
     def _cleanup(self) -> None:
         if not self.payload.keep_files:
             self.payload.cleanup()
+
+
+def progress_of(record: UpdateRecord, failed: int) -> UpdateProgress | None:
+    """How far an update in several parts got when part ``failed`` (from 0) failed; None
+    for an update in one part (its own error says what became of it)."""
+    if len(record.parts) < 2:
+        return None
+    applied = tuple(
+        (state.index + 1, state.job_id) for state in record.parts if state.status == "applied"
+    )
+    return UpdateProgress(len(record.parts), applied, failed + 1)
 
 
 def upload_payload(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .redaction import scrub, scrub_value
@@ -48,8 +49,57 @@ __all__ = [
     "TlsVerificationError",
     "TransportError",
     "UnsupportedServerError",
+    "UpdateProgress",
     "UpdateStateError",
 ]
+
+
+def _parts(numbers: Sequence[int]) -> str:
+    """``[1, 2, 3, 5]`` → ``"parts 1-3, 5"``; ``[4]`` → ``"part 4"``."""
+    spans: list[list[int]] = []
+    for n in sorted(numbers):
+        if spans and spans[-1][1] == n - 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+    return f"part {shown}" if len(numbers) == 1 else f"parts {shown}"
+
+
+@dataclass(frozen=True)
+class UpdateProgress:
+    """How far an update in several parts got when one of them failed: the parts applied
+    (numbered from 1, with their jobs), the part that failed, and how many there are."""
+
+    total: int
+    applied: tuple[tuple[int, str | None], ...]
+    failed: int
+
+    @property
+    def applied_parts(self) -> list[int]:
+        return [n for n, _ in self.applied]
+
+    @property
+    def not_applied(self) -> list[int]:
+        done = set(self.applied_parts)
+        return [n for n in range(1, self.total + 1) if n not in done]
+
+    def __str__(self) -> str:
+        if not self.applied:
+            return (
+                f"No part of this update was applied ({self.total} parts); running the same "
+                "call again starts it anew."
+            )
+        jobs = ", ".join(str(job) for _, job in self.applied)
+        done, rest = self.applied_parts, self.not_applied
+        return (
+            f"{_parts(done).capitalize()} of {self.total} "
+            f"{'was' if len(done) == 1 else 'were'} applied ({'job' if len(done) == 1 else 'jobs'} "
+            f"{jobs}) and stay applied; "
+            f"{_parts(rest)} {'was' if len(rest) == 1 else 'were'} not (part {self.failed} "
+            f"failed). Running the same call again resumes at part {self.failed} and applies "
+            "nothing twice."
+        )
 
 
 class TabHyperError(Exception):
@@ -68,6 +118,8 @@ class TabHyperError(Exception):
     #: The keyword argument the error is about, when it is about one (``request_id``): the
     #: command line names its flag instead.
     argument: str | None = None
+    #: For an update in several parts: which parts were applied when this one failed.
+    progress: UpdateProgress | None = None
 
     def __init__(self, *args: Any, argument: str | None = None) -> None:
         super().__init__(*scrub_value(args))
@@ -96,7 +148,14 @@ class TabHyperError(Exception):
             text += f" (after {self.attempts} attempts)"
         if self.step is not None:
             text += f" [{self.step} failed: {self.consequence}]"
+        if self.progress is not None:
+            text += f" {self.progress}"
         return text
+
+    def note_progress(self, progress: UpdateProgress | None) -> None:
+        """Say how far the update got (the first note is kept: it is where it stopped)."""
+        if self.progress is None:
+            self.progress = progress
 
 
 class InvalidArgumentError(TabHyperError, ValueError):
