@@ -426,3 +426,54 @@ def test_relative_paths_name_files_in_the_callers_directory(
     )
     assert read_rows("copy.hyper", "T") == [(1,), (2,)]
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["copy.hyper", "payload.hyper"]
+
+
+# -- what the engine refuses rather than change a value -------------------------------------------
+
+NARROW = "id INT NOT NULL, amount NUMERIC(12, 2), code VARCHAR(5), small SMALLINT"
+
+
+@pytest.mark.parametrize(
+    ("source_columns", "row", "words"),
+    [
+        ("id INT, amount NUMERIC(12, 4)", "(9, 1.2345)", "column 'amount': value 1.2345"),
+        ("id INT, amount NUMERIC(18, 2)", "(9, 123456789012.50)", "value 123456789012.50"),
+        ("id BIGINT, amount NUMERIC(12, 2)", "(3000000000, 1.00)", "column 'id': value 3000000000"),
+        ("id INT, code TEXT", "(9, 'abcdefgh')", "column 'code': value abcdefgh"),
+        ("id INT, small INT", "(9, 70000)", "column 'small': value 70000"),
+    ],
+)
+@pytest.mark.parametrize("how", ["insert", "upsert"])
+def test_a_value_the_target_column_would_change_is_refused_naming_column_and_value(
+    tmp_path: Path, source_columns: str, row: str, words: str, how: str
+) -> None:
+    target_file = make_hyper(tmp_path / "t.hyper", {"Orders": (NARROW, ["(1, 1.50, 'ab', 7)"])})
+    before = read_rows(target_file, "Orders")
+    p = payload(tmp_path, {"new": (source_columns, [row])})
+    action: Any = (
+        Insert(target_table="Orders", source_table="new")
+        if how == "insert"
+        else Upsert(target_table="Orders", source_table="new", condition=keys_match("id"))
+    )
+    with pytest.raises(ApplyError, match="this batch changed nothing") as caught:
+        apply([action], target=target_file, payload=p)
+    assert words in str(caught.value)
+    assert read_rows(target_file, "Orders") == before
+
+
+@pytest.mark.parametrize(
+    ("source_columns", "row"),
+    [
+        ("id INT, amount NUMERIC(12, 4)", "(9, 1.2300)"),  # more scale, same value
+        ("id BIGINT, amount NUMERIC(10, 1)", "(9, 12.5)"),  # in range, fewer digits
+        ("id INT, code VARCHAR(20)", "(9, 'abcde')"),  # fits
+        ("id INT, small BIGINT", "(9, 32767)"),
+    ],
+)
+def test_a_wider_type_whose_values_fit_is_applied_unchanged(
+    tmp_path: Path, source_columns: str, row: str
+) -> None:
+    target_file = make_hyper(tmp_path / "t.hyper", {"Orders": (NARROW, ["(1, 1.50, 'ab', 7)"])})
+    p = payload(tmp_path, {"new": (source_columns, [row])})
+    apply([Insert(target_table="Orders", source_table="new")], target=target_file, payload=p)
+    assert ids(target_file) == [1, 9]

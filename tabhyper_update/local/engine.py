@@ -219,6 +219,48 @@ def _check_insertable(source: _Table, target: _Table) -> list[str]:
     return list(source.columns)
 
 
+_INTEGER_RANGE = {
+    TypeTag.SMALL_INT: (-(2**15), 2**15 - 1),
+    TypeTag.INT: (-(2**31), 2**31 - 1),
+    TypeTag.BIG_INT: (-(2**63), 2**63 - 1),
+}
+_INTEGER_DIGITS = {TypeTag.SMALL_INT: 5, TypeTag.INT: 10, TypeTag.BIG_INT: 19}
+#: The largest integer a double holds exactly.
+_EXACT_IN_DOUBLE = 2**53
+
+
+def _loses(name: str, stype: SqlType, ttype: SqlType) -> tuple[str, str] | None:
+    """Hyper SQL that holds for a source value of column ``name`` the target column cannot
+    keep as it is, and what it means; None when every value fits. Reads alias ``s``."""
+    col = f"s.{quote_name(name)}"
+    s, t = _category(stype.tag), _category(ttype.tag)
+    if t == "integer" and s == "integer":
+        low, high = _INTEGER_RANGE.get(ttype.tag, _INTEGER_RANGE[TypeTag.BIG_INT])
+        if _INTEGER_RANGE.get(stype.tag, (0, 0)) == (low, high):
+            return None
+        return f"({col} < {low} OR {col} > {high})", f"out of the range of {ttype}"
+    if t == "numeric" and s in ("integer", "numeric"):
+        digits = (ttype.precision or 18) - (ttype.scale or 0)
+        if s == "integer":
+            held = _INTEGER_DIGITS.get(stype.tag, 19)
+        else:
+            held = (stype.precision or 18) - (stype.scale or 0)
+        narrower = s == "numeric" and (stype.scale or 0) > (ttype.scale or 0)
+        tests = [f"ABS({col}) >= CAST(1E{digits} AS DOUBLE PRECISION)"] if held > digits else []
+        if narrower:
+            tests.append(f"{col} <> ROUND({col}, {ttype.scale or 0})")
+        if not tests:
+            return None
+        return f"({' OR '.join(tests)})", f"more digits than {ttype} keeps"
+    if t == "float" and s == "integer" and stype.tag == TypeTag.BIG_INT:
+        return f"ABS({col}) > {_EXACT_IN_DOUBLE}", f"not exact in {ttype}"
+    if t == "float" and s == "numeric":
+        return None  # a double's own rounding, as the data type says
+    if t == "text" and ttype.max_length is not None:
+        return f"CHAR_LENGTH({col}) > {ttype.max_length}", f"longer than {ttype} holds"
+    return None
+
+
 def _key_pairs(condition: Condition | bool) -> list[tuple[str, str]] | None:
     """(target, source) column pairs when the condition is a conjunction of column equalities."""
     if isinstance(condition, Comparison):
@@ -289,8 +331,32 @@ class _Engine:
                 f"table {source.label}; make the source unique on the condition's columns"
             )
 
+    def refuse_losses(self, source: _Table, target: _Table) -> None:
+        """Refuse, naming the column and the value, a source value the target column would
+        change (narrowed decimals, integers out of range, text too long): the real server's
+        behaviour there is unknown, and the data must not change silently."""
+        for name, stype in source.columns.items():
+            if name not in target.columns:
+                continue
+            found = _loses(name, stype, target.columns[name])
+            if found is None:
+                continue
+            test, meaning = found
+            value = self.scalar(
+                f"SELECT (SELECT CAST(s.{quote_name(name)} AS TEXT) FROM {source.ref} AS s "
+                f"WHERE {test} LIMIT 1)"
+            )
+            if value is not None:
+                shown = value if len(value) <= 60 else value[:60] + "…"
+                raise _Refusal(
+                    f"column {name!r}: value {shown} of source table {source.label} "
+                    f"({stype}) is {meaning} (target table {target.label}); this batch changed "
+                    "nothing. Widen the target column, or round or cut the value in the source"
+                )
+
     def update(self, sql: _Sql, target: _Table, source: _Table, condition: Condition | bool) -> int:
         columns = _check_insertable(source, target)
+        self.refuse_losses(source, target)
         where = sql.condition(condition)
         self.check_single_match(sql, target, source, condition, where)
         sets = ", ".join(f"{quote_name(c)} = s.{quote_name(c)}" for c in columns)
@@ -302,6 +368,7 @@ class _Engine:
         if isinstance(action, Insert):
             assert source is not None
             cols = ", ".join(quote_name(c) for c in _check_insertable(source, target))
+            self.refuse_losses(source, target)
             return self.run(f"INSERT INTO {target.ref} ({cols}) SELECT {cols} FROM {source.ref}")
         if isinstance(action, Replace):
             assert source is not None
