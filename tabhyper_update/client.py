@@ -73,6 +73,7 @@ class TableauClient(RestSession):
         description: str | None = None,
         as_job: bool | None = None,
         timeout: float | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
     ) -> DataSourceRef:
         """Publish a one-file payload (or a ``.hyper`` file) as the live-to-Hyper data source
         ``name``, ready for updates.
@@ -81,7 +82,8 @@ class TableauClient(RestSession):
         project. ``mode``: ``"create"`` (refused when the name exists in the project),
         ``"overwrite"`` (replace its data) or ``"append"`` (add the file's rows). Files from
         64 MB on (or ``chunk_size_mb``) go as a chunked upload and a job, followed to its
-        end within ``timeout``. Returns a reference that knows its columns.
+        end within ``timeout``. Returns a reference that knows its columns; the columns'
+        types are recorded in the state folder (``state_dir``) for the updates after it.
         """
         return publish(
             self,
@@ -92,6 +94,7 @@ class TableauClient(RestSession):
             description=description,
             as_job=as_job,
             timeout=timeout,
+            state_dir=state_dir,
         )
 
     def bootstrap(

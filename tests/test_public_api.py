@@ -197,12 +197,13 @@ def test_renamed_public_names_keep_working() -> None:
         (Payload.upload, "self, target, *, client, progress, state_dir"),
         (
             UploadedPayload.apply,
-            "self, actions, *, target_table, target_schema, request_id, wait, timeout, verify",
+            "self, actions, *, target_table, target_schema, request_id, wait, timeout, verify, "
+            "allow_narrowing",
         ),
         (
             TableauClient.update_datasource,
             "self, target, payload, *, actions, target_table, target_schema, request_id, "
-            "wait, timeout, progress, state_dir, verify",
+            "wait, timeout, progress, state_dir, verify, allow_narrowing",
         ),
         (Payload.derived_actions, "self, part, *, target_table, target_schema"),
         (

@@ -358,13 +358,21 @@ class Payload:
         client: RestSession | None = None,
         description: str | None = None,
         timeout: float | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
     ) -> DataSourceRef:
         """Publish this payload (a snapshot in one file) as the live-to-Hyper data source
         ``name``: :meth:`TableauClient.publish` with ``client`` (by default from the
         environment). The files are removed once published (unless ``keep_files``)."""
         chosen = client_for(None, client, "publish")
         ref = publish(
-            chosen, self, name, project=project, mode=mode, description=description, timeout=timeout
+            chosen,
+            self,
+            name,
+            project=project,
+            mode=mode,
+            description=description,
+            timeout=timeout,
+            state_dir=state_dir,
         )
         self.cleanup()
         return ref

@@ -47,9 +47,9 @@ from .identity import MAX_REQUEST_ID, created_before, next_attempt, open_record
 from .options import ApplyOptions, BindOptions, UpdateOptions, split_options
 from .results import PartUpdate, UpdateResult
 from .resume import earlier_job_stands, resume_submitted
+from .schema import check_schema, learn_schema
 from .state import PartState, StateStore, UpdateRecord
 from .targets import (
-    check_columns,
     derived_target,
     refuse_replace_from_nothing,
     resolve_target,
@@ -188,7 +188,7 @@ class BoundPayload:
         if not units:
             self._cleanup()
             return UpdateResult([], done=True)
-        self._check_columns([unit.batch for unit in units])
+        self._check_schema([unit.batch for unit in units], options.get("allow_narrowing", ()))
         # Read before the files go: what the update must leave, to be read back after it.
         expected = expected_changes(self.payload, sample) if sample is not None else None
         record = self._record(units, request_id)
@@ -277,11 +277,19 @@ class BoundPayload:
                 "applied or submitted before"
             )
 
-    def _check_columns(self, batches: Sequence[ActionBatch]) -> None:
-        """Refuse, before anything is sent, columns the target is known to lack."""
-        known = self._target.columns if self._target is not None else None
-        if known:
-            check_columns(known, self.payload.tables, batches)
+    def _check_schema(self, batches: Sequence[ActionBatch], allow_narrowing: Sequence[str]) -> None:
+        """Refuse, before any request that changes data, a payload whose columns the target
+        cannot take whole (see :mod:`.schema`)."""
+        if isinstance(allow_narrowing, str) or not all(isinstance(c, str) for c in allow_narrowing):
+            raise ArgumentTypeError(
+                f"allow_narrowing takes a list of column names, got {allow_narrowing!r}",
+                argument="allow_narrowing",
+            )
+        if not self.payload.parts:
+            return
+        schema = learn_schema(self.client, self.target, self.state)
+        if schema is not None:
+            check_schema(schema, self.payload, batches, allow_narrowing=allow_narrowing)
 
     def _record(self, units: Sequence[Unit], request_id: str | None) -> UpdateRecord:
         """This update's record: the one an interrupted run left, or a new one (saved)."""

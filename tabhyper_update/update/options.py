@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import cast
 
 from typing_extensions import TypedDict
@@ -25,6 +26,9 @@ class ApplyOptions(TypedDict, total=False):
     position of the caller's own. ``wait`` (default True): return once applied, else once
     the last part is submitted. ``timeout``: seconds to wait for each part's job (the poll
     policy's by default). ``verify``: read the update back (True, or a sample size).
+    ``allow_narrowing``: columns the data source may hold narrower than the payload (fewer
+    decimal places or digits, shorter text); any other narrowing is refused before the first
+    part is sent.
     """
 
     target_table: str | None
@@ -33,6 +37,7 @@ class ApplyOptions(TypedDict, total=False):
     wait: bool
     timeout: float | None
     verify: bool | int
+    allow_narrowing: Sequence[str]
 
 
 class BindOptions(TypedDict, total=False):

@@ -13,13 +13,15 @@ from __future__ import annotations
 import os
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from tableauhyperapi import HyperException, Nullability
 from typing_extensions import Unpack
 
+from ..local.hyper import connect
 from ..rest.jobs import Job
 from ..rest.projects import Project, find_project
 from ..rest.refs import DataSourceRef, ref_from_item
@@ -30,14 +32,17 @@ from ..values.errors import (
     NotFoundError,
     PayloadArgumentError,
     PayloadError,
+    TabHyperError,
     TargetMismatchError,
     TransportError,
 )
-from ..values.parts import PayloadLike
+from ..values.parts import ColumnInfo, PayloadLike, TableInfo, sql_type_text
 from ..values.redaction import get_logger
 from .chain import update_datasource
 from .options import UpdateOptions
 from .results import UpdateResult
+from .schema import record_schema
+from .state import StateStore
 
 __all__ = ["BootstrapResult", "PublishMode", "bootstrap", "publish"]
 
@@ -79,7 +84,7 @@ def _multipart(xml: bytes, file: tuple[str, bytes] | None) -> tuple[bytes, str]:
 
 def _file_of(
     payload: PayloadLike | str | os.PathLike[str],
-) -> tuple[Path, dict[str, tuple[str, ...]]]:
+) -> tuple[Path, Mapping[str, TableInfo]]:
     if isinstance(payload, PayloadLike):
         if payload.is_empty:
             raise PayloadError("the payload is empty: there is nothing to publish")
@@ -97,12 +102,37 @@ def _file_of(
         part = payload.parts[0]
         if not part.path.is_file():
             raise PayloadError("the payload's files were already removed (cleanup() ran)")
-        columns = {name: tuple(t.column_names) for name, t in part.tables.items()}
-        return part.path, columns
+        return part.path, part.tables
     path = Path(payload)
     if path.suffix != ".hyper" or not path.is_file():
         raise PayloadArgumentError(f"{str(path)!r} is not a .hyper file to publish")
-    return path, {}
+    return path, _tables_of(path)
+
+
+def _tables_of(path: Path) -> dict[str, TableInfo]:
+    """The tables of a ``.hyper`` file with their columns (types and nullability)."""
+    found: dict[str, TableInfo] = {}
+    try:
+        with connect(path) as conn:
+            for schema in conn.catalog.get_schema_names():
+                for name in conn.catalog.get_table_names(schema):
+                    table = conn.catalog.get_table_definition(name)
+                    columns = tuple(
+                        ColumnInfo(
+                            c.name.unescaped,
+                            sql_type_text(c.type),
+                            c.nullability == Nullability.NULLABLE,
+                        )
+                        for c in table.columns
+                    )
+                    found[name.name.unescaped] = TableInfo(
+                        schema.name.unescaped, name.name.unescaped, columns, 0
+                    )
+    except HyperException as err:
+        raise PayloadArgumentError(
+            f"{str(path)!r} cannot be read as a Hyper file: {str(err).splitlines()[0]}"
+        ) from None
+    return found
 
 
 def publish(
@@ -115,18 +145,26 @@ def publish(
     description: str | None = None,
     as_job: bool | None = None,
     timeout: float | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
 ) -> DataSourceRef:
     """:meth:`TableauClient.publish`."""
     if not isinstance(name, str) or not name.strip() or "\x00" in name:
         raise InvalidArgumentError(f"a data source name is required, got {name!r}")
     if mode not in MODES:
         raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    path, columns = _file_of(payload)
+    path, tables = _file_of(payload)
+    store = StateStore(state_dir)
     target = find_project(client, project)
     answer = _send(client, path, name, target, mode, description, as_job)
     found = _published(client, answer, name, target, timeout)
     log.info("published %r as data source %s", name, found.id)
-    known = columns if mode != "append" else {}
+    if mode == "append":
+        return replace(found, client=client, columns=None)
+    try:
+        record_schema(store, found.id, tables)
+    except TabHyperError as err:
+        log.warning("the columns of %r were not recorded for later updates: %s", name, err)
+    known = {t: tuple(info.column_names) for t, info in tables.items()}
     return replace(found, client=client, columns=known or None)
 
 
@@ -260,6 +298,7 @@ def bootstrap(
                 project=target,
                 mode="overwrite" if full_refresh else "create",
                 timeout=options.get("timeout"),
+                state_dir=options.get("state_dir"),
             )
         finally:
             payload.cleanup()

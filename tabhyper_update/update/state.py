@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -53,6 +55,10 @@ _FORMAT = 2
 
 PartStatus = Literal["pending", "sending", "submitted", "applied"]
 RecordKind = Literal["position", "run"]
+
+
+def _schema_name(datasource_id: str) -> str:
+    return f"schema-{hashlib.sha256(datasource_id.encode()).hexdigest()}.json"
 
 
 def default_state_dir() -> Path:
@@ -193,8 +199,36 @@ class StateStore:
 
     def save(self, record: UpdateRecord) -> None:
         record.updated_at = time.time()
+        self._write(self._path(record.key).name, record.to_json())
+
+    def save_schema(self, datasource_id: str, tables: Mapping[str, Any]) -> None:
+        """Keep the columns (name, Hyper type, nullability) of each table of a data source
+        the SDK published, for the updates after it (:mod:`.schema`)."""
+        self._write(
+            _schema_name(datasource_id),
+            {"format": _FORMAT, "datasource": datasource_id, "tables": dict(tables)},
+        )
+
+    def schema(self, datasource_id: str) -> dict[str, Any] | None:
+        """The tables recorded by :meth:`save_schema` for the data source, if any."""
+        path = self.records_dir / _schema_name(datasource_id)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            log.warning("ignoring %s: not a schema record of this SDK (%s)", path, err)
+            return None
+        if not isinstance(data, dict) or data.get("datasource") != datasource_id:
+            return None
+        tables = data.get("tables")
+        return tables if isinstance(tables, dict) else None
+
+    def _write(self, name: str, data: dict[str, Any]) -> None:
+        """Write ``data`` as the JSON file ``name`` of the records folder, atomically."""
         self._ensure_dirs()
-        name = self._path(record.key).name
         tmp = f".record-{uuid.uuid4().hex}.tmp"
         try:
             # Everything relative to the records folder opened without following a link, so
@@ -215,7 +249,7 @@ class StateStore:
             )
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(record.to_json(), f)
+                    json.dump(data, f)
                 os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):

@@ -5,19 +5,18 @@ anything is sent."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession
 from ..values.actions import DEFAULT_SCHEMA, DEFAULT_TABLE, ActionBatch, Replace
-from ..values.errors import ConfigurationError, InvalidArgumentError, PayloadError, SchemaDriftError
+from ..values.errors import ConfigurationError, InvalidArgumentError, PayloadError
 
 if TYPE_CHECKING:
-    from ..values.parts import PayloadLike, TableInfo
+    from ..values.parts import PayloadLike
 
 __all__ = [
-    "check_columns",
     "check_target",
     "derived_target",
     "refuse_replace_from_nothing",
@@ -103,28 +102,3 @@ def check_target(
         if not isinstance(value, str) or not value or "\x00" in value:
             raise InvalidArgumentError(f"{what}= must be a non-empty name, got {value!r}")
     return target
-
-
-def check_columns(
-    known: Mapping[str, tuple[str, ...]],
-    tables: Mapping[str, TableInfo],
-    batches: Sequence[ActionBatch],
-) -> None:
-    """Refuse, before anything is sent, payload columns the target tables (``known``: table
-    → columns) lack: :class:`SchemaDriftError` naming them."""
-    lacking: dict[str, list[str]] = {}
-    for batch in batches:
-        for action in batch.actions:
-            source = getattr(action, "source_table", None)
-            if action.action == "delete" or source not in tables:
-                continue
-            target_columns = known.get(action.target_table)
-            if target_columns is None:
-                continue
-            for column in tables[str(source)].column_names:
-                if column not in target_columns:
-                    names = lacking.setdefault(action.target_table, [])
-                    if column not in names:
-                        names.append(column)
-    if lacking:
-        raise SchemaDriftError(lacking)

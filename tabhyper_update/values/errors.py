@@ -247,20 +247,37 @@ class PayloadAppliedError(PayloadError):
 
 
 class SchemaDriftError(PayloadError):
-    """The payload has columns the published data source's tables lack (refused before
-    anything was sent). ``columns``: target table → the columns it lacks."""
+    """The payload does not fit the published data source's tables (refused before any
+    request that changes data). ``columns``: target table → the columns it lacks;
+    ``faults``: target table → each column it holds as another kind of value, narrower, or
+    NOT NULL against NULLs; ``origin``: where the target's columns were learned."""
 
-    def __init__(self, columns: dict[str, list[str]]) -> None:
+    def __init__(
+        self,
+        columns: dict[str, list[str]],
+        *,
+        faults: dict[str, list[str]] | None = None,
+        origin: str | None = None,
+    ) -> None:
         self.columns = columns
-        listed = "; ".join(
+        self.faults = faults or {}
+        self.origin = origin
+        listed = [
             f"table {table!r} lacks {', '.join(map(repr, names))}"
             for table, names in columns.items()
+        ] + [f"table {table!r}: {'; '.join(found)}" for table, found in self.faults.items()]
+        where = f" (its columns as {origin})" if origin else ""
+        advice = (
+            "Select only the target's columns before building the change set, or republish "
+            "the data source with the new columns (client.publish(..., mode='overwrite')); a "
+            "published source takes new rows incrementally, not new columns"
+            if columns
+            else "Cast the columns to the data source's types before building the payload, "
+            "or republish the data source with the new types"
         )
         super().__init__(
-            f"the payload does not fit the published data source: {listed}. Select only the "
-            "target's columns before building the change set, or republish the data source "
-            "with the new columns (client.publish(..., mode='overwrite')); a published "
-            "source takes new rows incrementally, not new columns"
+            f"the payload does not fit the published data source{where}: "
+            f"{'; '.join(listed)}. Nothing was sent. {advice}"
         )
 
 

@@ -1,0 +1,309 @@
+"""The target's columns, learned before the first part is sent, and every part's tables
+checked against them: all or nothing is decided before any request that changes data.
+
+Where the target's columns come from, in this order:
+
+1. what the SDK recorded when it published the data source (each table's columns with
+   their Hyper types and nullability, in the state folder);
+2. the columns given with the reference (``client.datasource(..., columns=...)``, or the
+   reference ``publish`` returned): names only;
+3. the VizQL Data Service's ``read-metadata``: names and coarse types (INTEGER, REAL,
+   STRING, ...), not tied to a table; one query, remembered for the session's data source.
+
+When none answers, the update goes on with a warning: a part may then still fail.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..local.hyper import connect, quote_name, table_ref
+from ..readback.dataservice import DataService
+from ..rest.caller import RestCaller
+from ..rest.refs import DataSourceRef
+from ..values.actions import ActionBatch
+from ..values.errors import ApiError, SchemaDriftError, TabHyperError
+from ..values.parts import ColumnInfo, PayloadLike, TableInfo
+from ..values.redaction import get_logger
+from .state import StateStore
+
+__all__ = ["Column", "TargetSchema", "check_schema", "learn_schema", "record_schema"]
+
+log = get_logger("tabhyper_update")
+
+#: How long a schema read from the VizQL Data Service is trusted (one query per period).
+SERVICE_SCHEMA_SECONDS = 900.0
+
+
+@dataclass(frozen=True)
+class Column:
+    """A target column as far as it is known: its name, its Hyper type (``NUMERIC(12,2)``)
+    and nullability when the SDK published it, else the service's coarse type."""
+
+    name: str
+    hyper_type: str | None = None
+    nullable: bool | None = None
+    service_type: str | None = None
+
+
+@dataclass(frozen=True)
+class TargetSchema:
+    """The target's tables (``None``: columns not tied to a table) and where that came from."""
+
+    origin: str
+    tables: Mapping[str | None, Mapping[str, Column]]
+
+    def columns_of(self, table: str) -> Mapping[str, Column] | None:
+        return self.tables.get(table, self.tables.get(None))
+
+
+_cache: dict[tuple[str, str, str], tuple[float, TargetSchema]] = {}
+_cache_lock = threading.Lock()
+
+
+def record_schema(store: StateStore, datasource_id: str, tables: Mapping[str, TableInfo]) -> None:
+    """Keep what a published data source's tables hold, for the updates after it."""
+    store.save_schema(
+        datasource_id,
+        {
+            name: [
+                {"name": c.name, "hyper_type": c.hyper_type, "nullable": c.nullable}
+                for c in table.columns
+            ]
+            for name, table in tables.items()
+        },
+    )
+
+
+def learn_schema(
+    client: RestCaller, target: DataSourceRef, store: StateStore
+) -> TargetSchema | None:
+    """The target's columns from the first source that has them (see the module docstring),
+    or None when none does."""
+    recorded = store.schema(target.id)
+    if recorded:
+        return TargetSchema(
+            "the columns the SDK recorded when it published the data source",
+            {
+                str(table): {
+                    str(c["name"]): Column(
+                        str(c["name"]), str(c.get("hyper_type") or ""), c.get("nullable")
+                    )
+                    for c in columns
+                    if isinstance(c, dict) and c.get("name")
+                }
+                for table, columns in recorded.items()
+                if isinstance(columns, list)
+            },
+        )
+    if target.columns:
+        return TargetSchema(
+            "the columns given with the data source",
+            {t: {c: Column(c) for c in cs} for t, cs in target.columns.items()},
+        )
+    return _from_service(client, target)
+
+
+def _from_service(client: RestCaller, target: DataSourceRef) -> TargetSchema | None:
+    key = (client.server, client.site, target.id.lower())
+    with _cache_lock:
+        cached = _cache.get(key)
+    if cached is not None and time.monotonic() - cached[0] < SERVICE_SCHEMA_SECONDS:
+        return cached[1]
+    try:
+        fields = DataService(client, target.id).fields()
+    except (ApiError, TabHyperError) as err:
+        log.warning(
+            "the columns of data source %s could not be learned before the update (%s): "
+            "its parts are sent unchecked, and a part whose columns do not fit fails on the "
+            "server. Publish the data source with this SDK, or pass columns= to "
+            "client.datasource(), to check them first",
+            target.label,
+            str(err).splitlines()[0],
+        )
+        return None
+    schema = TargetSchema(
+        "the VizQL Data Service's read-metadata",
+        {None: {f.name: Column(f.name, service_type=f.data_type) for f in fields.values()}},
+    )
+    with _cache_lock:
+        _cache[key] = (time.monotonic(), schema)
+    return schema
+
+
+# -- the check -------------------------------------------------------------------------------
+
+_TYPE = re.compile(r"^\s*([A-Z][A-Z ]*?)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$")
+_INTEGER_DIGITS = {"SMALLINT": 5, "INTEGER": 10, "INT": 10, "BIGINT": 19}
+_KINDS = {
+    "SMALLINT": "integer",
+    "INTEGER": "integer",
+    "INT": "integer",
+    "BIGINT": "integer",
+    "NUMERIC": "numeric",
+    "DOUBLE PRECISION": "float",
+    "REAL": "float",
+    "TEXT": "text",
+    "VARCHAR": "text",
+    "CHAR": "text",
+    "BOOLEAN": "boolean",
+    "BOOL": "boolean",
+    "DATE": "date",
+    "TIMESTAMP": "timestamp",
+    "TIMESTAMP WITH TIME ZONE": "timestamptz",
+    "TIMESTAMPTZ": "timestamptz",
+}
+#: What each of the service's coarse types takes from the payload without narrowing.
+_SERVICE_TAKES = {
+    "INTEGER": {"integer"},
+    "REAL": {"integer", "numeric", "float"},
+    "STRING": {"text"},
+    "BOOLEAN": {"boolean"},
+    "DATE": {"date"},
+    "DATETIME": {"timestamp", "timestamptz"},
+}
+
+
+@dataclass(frozen=True)
+class _Type:
+    kind: str
+    name: str
+    precision: int | None
+    scale: int | None
+
+
+def _parse(text: str) -> _Type | None:
+    found = _TYPE.match(text.upper())
+    if found is None:
+        return None
+    name = found.group(1)
+    kind = _KINDS.get(name)
+    if kind is None:
+        return None
+    precision = int(found.group(2)) if found.group(2) else None
+    scale = int(found.group(3)) if found.group(3) else None
+    return _Type(kind, name, precision, scale)
+
+
+def _whole_digits(t: _Type) -> int | None:
+    if t.kind == "integer":
+        return _INTEGER_DIGITS.get(t.name, 19)
+    if t.kind == "numeric":
+        return (t.precision or 18) - (t.scale or 0)
+    return None
+
+
+def compare_types(payload: str, target: str) -> tuple[str, str] | None:
+    """``("narrows", why)`` when the target column keeps less than the payload's type,
+    ``("differs", why)`` when it is another kind of value, None when it takes it whole."""
+    p, t = _parse(payload), _parse(target)
+    if p is None or t is None or payload.replace(" ", "") == target.replace(" ", ""):
+        return None
+    if p.kind == t.kind == "text":
+        if t.precision is not None and (p.precision is None or p.precision > t.precision):
+            return "narrows", f"{payload} into {target} cuts text longer than {t.precision}"
+        return None
+    if p.kind == t.kind == "integer" or (p.kind in ("integer", "numeric") and t.kind == "numeric"):
+        pw, tw = _whole_digits(p), _whole_digits(t)
+        if (p.scale or 0) > (t.scale or 0):
+            return "narrows", f"{payload} into {target} rounds to {t.scale or 0} decimal places"
+        if pw is not None and tw is not None and pw > tw:
+            return "narrows", f"{payload} into {target} holds {tw} whole digits, not {pw}"
+        return None
+    if t.kind == "float" and p.kind in ("integer", "numeric"):
+        if p.kind == "integer" and p.name == "BIGINT":
+            return "narrows", f"{payload} into {target} is exact only up to 2^53"
+        if p.kind == "numeric" and (p.precision or 18) > 15:
+            return "narrows", f"{payload} into {target} keeps about 15 significant digits"
+        return None
+    if p.kind == t.kind:
+        return None
+    return "differs", f"{payload} in the payload, {target} in the data source"
+
+
+def check_schema(
+    schema: TargetSchema,
+    payload: PayloadLike,
+    batches: Sequence[ActionBatch],
+    *,
+    allow_narrowing: Sequence[str] = (),
+) -> None:
+    """Refuse, before anything is sent, every payload column the target lacks, holds as
+    another kind of value, holds narrower (unless named in ``allow_narrowing``), or holds
+    NOT NULL while the payload has NULLs in it: one :class:`SchemaDriftError` naming them."""
+    lacking: dict[str, list[str]] = {}
+    faults: dict[str, list[str]] = {}
+    seen: set[tuple[str, str, str]] = set()
+    for batch in batches:
+        for action in batch.actions:
+            source = getattr(action, "source_table", None)
+            if action.action == "delete" or source not in payload.tables:
+                continue
+            columns = schema.columns_of(action.target_table)
+            if columns is None:
+                continue
+            table = payload.tables[str(source)]
+            for column in table.columns:
+                mark = (action.target_table, str(source), column.name)
+                if mark in seen:
+                    continue
+                seen.add(mark)
+                found = columns.get(column.name)
+                if found is None:
+                    lacking.setdefault(action.target_table, []).append(column.name)
+                    continue
+                fault = _fault(column, found, allow_narrowing, payload, table)
+                if fault is not None:
+                    faults.setdefault(action.target_table, []).append(fault)
+    if lacking or faults:
+        raise SchemaDriftError(lacking, faults=faults, origin=schema.origin)
+
+
+def _fault(
+    column: ColumnInfo,
+    target: Column,
+    allow_narrowing: Sequence[str],
+    payload: PayloadLike,
+    table: TableInfo,
+) -> str | None:
+    name = column.name
+    if target.hyper_type:
+        compared = compare_types(column.hyper_type, target.hyper_type)
+        if compared is not None:
+            how, why = compared
+            if how == "differs":
+                return f"{name!r}: {why}"
+            if name not in allow_narrowing:
+                return f"{name!r}: {why} (allow_narrowing=[{name!r}] lets it through)"
+        if target.nullable is False and column.nullable and _holds_nulls(payload, table, name):
+            return f"{name!r}: NULL in the payload, NOT NULL in the data source"
+        return None
+    if target.service_type:
+        kind = (_parse(column.hyper_type) or _Type("", "", None, None)).kind
+        takes = _SERVICE_TAKES.get(target.service_type.upper())
+        if takes is not None and kind and kind not in takes:
+            return (
+                f"{name!r}: {column.hyper_type} in the payload, {target.service_type} in the "
+                "data source"
+            )
+    return None
+
+
+def _holds_nulls(payload: PayloadLike, table: TableInfo, column: str) -> bool:
+    """Whether any part's ``table`` holds a NULL in ``column`` (read from the part files)."""
+    for part in payload.parts:
+        if table.name not in part.tables:
+            continue
+        with connect(part.path) as conn:
+            count: Any = conn.execute_scalar_query(
+                f"SELECT COUNT(*) FROM {table_ref(table.schema, table.name)} "
+                f"WHERE {quote_name(column)} IS NULL"
+            )
+        if int(count or 0):
+            return True
+    return False

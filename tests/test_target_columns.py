@@ -1,0 +1,188 @@
+"""All or nothing is decided before the first part: the target's columns are learned from
+the server (the SDK's record of what it published, the columns given, or the VizQL Data
+Service) and every part's tables are checked against them before any request that changes
+data."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tabhyper_update import ChangeSet, Insert, Upsert, build_payload, keys_match
+from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper
+from tabhyper_update.update.schema import compare_types
+from tabhyper_update.values.errors import SchemaDriftError
+
+from ._util import PAT, client_for, read_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+TARGET = "id BIGINT NOT NULL, amount NUMERIC(12, 2), name TEXT"
+DDL = "id long, amount decimal(12,2), name string"
+
+
+def many_changes(spark: SparkSession, rows: int, *, extra: bool) -> DataFrame:
+    tier = ["CAST(id % 3 AS STRING) AS tier"] if extra else []
+    return spark.range(rows).selectExpr(
+        "id",
+        "CAST(id AS DECIMAL(12, 2)) AS amount",
+        "sha2(CAST(id AS STRING), 256) AS name",
+        "'U' AS op",
+        "CAST(1 AS BIGINT) AS seq",
+        *tier,
+    )
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> FakeTableauServer:
+    start = make_hyper(tmp_path / "start.hyper", {"Extract": (TARGET, ["(1, 1.00, 'a')"])})
+    server = FakeTableauServer(pats={PAT[0]: PAT[1]})
+    server.start()
+    server.add_datasource("Orders", start)
+    yield server  # type: ignore[misc]
+    server.stop()
+
+
+def rows_of(server: FakeTableauServer) -> list[tuple[object, ...]]:
+    (luid,) = server.backend.sources
+    return read_rows(server.datasource_path(luid), "Extract")
+
+
+@pytest.mark.parametrize("published_by_the_sdk", [True, False])
+def test_a_column_the_data_source_lacks_fails_before_the_first_part(
+    spark: SparkSession,
+    tmp_path: Path,
+    fake: FakeTableauServer,
+    published_by_the_sdk: bool,
+) -> None:
+    state = tmp_path / "state"
+    with client_for(fake) as client:
+        if published_by_the_sdk:
+            snapshot = spark.createDataFrame([(1, None, "a")], DDL)
+            client.publish(
+                build_payload(snapshot, max_payload_mb=None),
+                "Fresh",
+                state_dir=state,
+            )
+            target = "Fresh"
+        else:
+            target = "Orders"  # added behind the SDK's back: learned from read-metadata
+        payload = build_payload(
+            many_changes(spark, 20_000, extra=True),
+            ChangeSet("id", op_column="op", order_by="seq"),
+            max_payload_mb=0.4,
+        )
+        assert len(payload.parts) > 2
+        before = {k: fake.counts[k] for k in ("initiate", "update")}
+        with pytest.raises(SchemaDriftError) as caught:
+            client.update_datasource(target, payload, state_dir=state, progress=False)
+    assert caught.value.columns == {"Extract": ["tier"]}
+    assert "Nothing was sent" in str(caught.value)
+    origin = "recorded when it published" if published_by_the_sdk else "read-metadata"
+    assert origin in str(caught.value)
+    assert {k: fake.counts[k] for k in before} == before  # no upload, no update
+
+
+def test_a_narrower_decimal_is_refused_unless_named_and_then_applied_when_it_fits(
+    spark: SparkSession, tmp_path: Path, fake: FakeTableauServer
+) -> None:
+    state = tmp_path / "state"
+    with client_for(fake) as client:
+        client.publish(
+            build_payload(
+                spark.createDataFrame(
+                    [(1, None, "a")], "id long, amount decimal(12,2), name string"
+                ),
+                max_payload_mb=None,
+            ),
+            "Money",
+            state_dir=state,
+        )
+        wide = spark.createDataFrame([(7, "1.2300", "b")], "id long, amount string, name string")
+        wide = wide.selectExpr("id", "CAST(amount AS DECIMAL(12, 4)) AS amount", "name")
+        insert = [Insert(source_table="Extract", target_table="Extract")]
+        with pytest.raises(SchemaDriftError, match=r"'amount': NUMERIC\(12,4\) into NUMERIC"):
+            client.update_datasource(
+                "Money", build_payload(wide), actions=insert, state_dir=state, progress=False
+            )
+        assert fake.counts["update"] == 0
+        result = client.update_datasource(
+            "Money",
+            build_payload(wide),
+            actions=insert,
+            state_dir=state,
+            progress=False,
+            allow_narrowing=["amount"],
+        )
+    assert result.done
+    assert fake.counts["update"] == 1
+
+
+def test_nulls_into_a_not_null_column_fail_before_the_first_part(
+    spark: SparkSession, tmp_path: Path, fake: FakeTableauServer
+) -> None:
+    state = tmp_path / "state"
+    ddl = "id long NOT NULL, amount decimal(12,2), name string"
+    source = make_hyper(
+        tmp_path / "strict.hyper", {"Extract": ("id BIGINT NOT NULL, name TEXT NOT NULL", [])}
+    )
+    with client_for(fake) as client:
+        client.publish(source, "Strict", state_dir=state)
+        payload = build_payload(spark.createDataFrame([(5, None, None)], ddl).drop("amount"))
+        upsert = [
+            Upsert(source_table="Extract", target_table="Extract", condition=keys_match("id"))
+        ]
+        with pytest.raises(SchemaDriftError, match="'name': NULL in the payload, NOT NULL"):
+            client.update_datasource(
+                "Strict", payload, actions=upsert, state_dir=state, progress=False
+            )
+    assert fake.counts["update"] == 0
+
+
+def test_without_the_service_the_update_goes_on_and_says_it_could_not_check(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    start = make_hyper(tmp_path / "start.hyper", {"Extract": (TARGET, ["(1, 1.00, 'a')"])})
+    with FakeTableauServer(pats={PAT[0]: PAT[1]}, data_service="absent") as server:
+        server.add_datasource("Old", start)
+        payload = build_payload(
+            spark.createDataFrame([(2, "b")], "id long, name string"),
+        )
+        with client_for(server) as client, caplog.at_level(logging.WARNING, "tabhyper_update"):
+            client.update_datasource(
+                "Old",
+                payload,
+                actions=[Insert(source_table="Extract", target_table="Extract")],
+                state_dir=tmp_path / "state",
+                progress=False,
+            )
+        assert [r[0] for r in rows_of(server)] == [1, 2]
+    assert "could not be learned before the update" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("payload", "target", "expected"),
+    [
+        ("NUMERIC(12,4)", "NUMERIC(12,2)", "narrows"),
+        ("NUMERIC(18,2)", "NUMERIC(12,2)", "narrows"),
+        ("NUMERIC(10,2)", "NUMERIC(12,2)", None),
+        ("BIGINT", "INTEGER", "narrows"),
+        ("INTEGER", "BIGINT", None),
+        ("BIGINT", "NUMERIC(12,2)", "narrows"),
+        ("INTEGER", "NUMERIC(18,2)", None),
+        ("TEXT", "VARCHAR(5)", "narrows"),
+        ("VARCHAR(5)", "TEXT", None),
+        ("BIGINT", "DOUBLE PRECISION", "narrows"),
+        ("TEXT", "BIGINT", "differs"),
+        ("DATE", "TIMESTAMP", "differs"),
+        ("TIMESTAMP", "TIMESTAMP", None),
+    ],
+)
+def test_what_narrows_and_what_differs(payload: str, target: str, expected: str | None) -> None:
+    found = compare_types(payload, target)
+    assert (found[0] if found else None) == expected
