@@ -6,6 +6,7 @@ data."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,12 +40,12 @@ def many_changes(spark: SparkSession, rows: int, *, extra: bool) -> DataFrame:
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> FakeTableauServer:
+def fake(tmp_path: Path) -> Iterator[FakeTableauServer]:
     start = make_hyper(tmp_path / "start.hyper", {"Extract": (TARGET, ["(1, 1.00, 'a')"])})
     server = FakeTableauServer(pats={PAT[0]: PAT[1]})
     server.start()
     server.add_datasource("Orders", start)
-    yield server  # type: ignore[misc]
+    yield server
     server.stop()
 
 
