@@ -187,16 +187,54 @@ def test_a_checkpoint_reset_under_a_fixed_sink_id_applies_the_new_batches(
     # A new checkpoint: batch ids start at 0 again, with other content.
     other = env.root / "other"
     write(other, 0, B2)
-    sink = env.sink(sink_id="orders")
+    # The new query declares that it replaces the first (the sink id's claim says whose it
+    # is while the state folder lasts).
+    sink = env.sink(sink_id="orders", reset=state_kept)
     run_query(spark, other, env.root / "checkpoint-2", sink)
     assert sink.counts == {"applied": 1, "replayed": 0, "empty": 0}
     assert env.table() == expected_state([B1, B2])
     assert env.jobs_run == 2
     # ...while a true replay of that new batch is still recognised.
     uncommit_last(env.root / "checkpoint-2")
-    again = env.sink(sink_id="orders")
+    again = env.sink(sink_id="orders", reset=state_kept)
     run_query(spark, other, env.root / "checkpoint-2", again)
     assert again.counts == {"applied": 0, "replayed": 1, "empty": 0}
+    assert env.jobs_run == 2
+
+
+def test_a_second_query_with_the_same_sink_id_is_refused_before_its_first_batch(
+    spark: SparkSession, env: Env
+) -> None:
+    write(env.source, 0, B1)
+    run_query(spark, env.source, env.checkpoint, env.sink(sink_id="orders"))
+    assert env.jobs_run == 1
+    # Another query (its own checkpoint) whose first batch holds the very same rows.
+    other = env.root / "other"
+    write(other, 0, B1)
+    updates = env.server.counts["update"]
+    with pytest.raises(Exception, match="sink id 'orders' belongs to streaming query"):
+        run_query(spark, other, env.root / "checkpoint-2", env.sink(sink_id="orders"))
+    assert env.server.counts["update"] == updates  # nothing sent
+    # Declared as the replacement, its batch is its own: applied, not taken for a replay.
+    sink = env.sink(sink_id="orders", reset=True)
+    run_query(spark, other, env.root / "checkpoint-2", sink)
+    assert sink.counts == {"applied": 1, "replayed": 0, "empty": 0}
+    assert env.jobs_run == 2
+    assert env.table() == expected_state([B1, B1])
+
+
+def test_without_its_state_folder_a_reused_sink_id_still_loses_no_batch(
+    spark: SparkSession, env: Env
+) -> None:
+    write(env.source, 0, B1)
+    run_query(spark, env.source, env.checkpoint, env.sink(sink_id="orders"))
+    shutil.rmtree(env.state)  # no claim, no record: only the RequestID can tell
+    env.server.age_jobs(60)
+    other = env.root / "other"
+    write(other, 0, B1)  # equal rows at the same batch id, from another query
+    sink = env.sink(sink_id="orders")
+    run_query(spark, other, env.root / "checkpoint-2", sink)
+    assert sink.counts == {"applied": 1, "replayed": 0, "empty": 0}
     assert env.jobs_run == 2
 
 

@@ -50,7 +50,7 @@ import tabhyper_update.values.errors as errors
 
 from ..builder.build import build_payload
 from ..builder.staging import StagingMode, check_staging
-from ..local.folders import check_folder, refuse_symlink
+from ..local.folders import check_folder, make_private, refuse_symlink
 from ..payload.model import DEFAULT_MAX_PAYLOAD_MB, Payload
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
@@ -67,6 +67,7 @@ from ..values.errors import (
     TabHyperError,
 )
 from ..values.redaction import get_logger
+from .claims import Claim, claim_sink
 from .debezium import Debezium
 
 if TYPE_CHECKING:
@@ -89,10 +90,16 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 _SINK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
 
-def batch_request_id(sink_id: str, batch_id: int, digest: str) -> str:
-    """The request id of batch ``batch_id`` whose content has ``digest`` (the SDK scopes it to
-    the data source; parts add ``-part-N``)."""
-    return f"tabhyper-sink-{sink_id}-batch-{batch_id}-{digest[:12]}"
+def batch_request_id(
+    sink_id: str, batch_id: int, digest: str, epoch: int = 0, query_id: str | None = None
+) -> str:
+    """The request id of batch ``batch_id`` whose content has ``digest``: of query
+    ``query_id`` when Spark tells it and the sink id is not that query's own, in the sink
+    id's ``epoch`` (see :mod:`.claims`). The SDK scopes it to the data source; parts add
+    ``-part-N``."""
+    query = f"-q{query_id.replace('-', '')[:8]}" if query_id and query_id != sink_id else ""
+    era = f"-e{epoch}" if epoch else ""
+    return f"tabhyper-sink-{sink_id}{query}{era}-batch-{batch_id}-{digest[:12]}"
 
 
 class TableauSink:
@@ -112,8 +119,10 @@ class TableauSink:
     by their ``source.table`` (the mapping key unless the ``Debezium`` names ``table=``),
     anything else through ``prepare`` returning a mapping; a sink that cannot route is
     refused when it is made. ``sink_id``: the identity of this sink across restarts (by
-    default the query's id, which lives in the checkpoint); give a new one whenever the
-    checkpoint is replaced. ``client`` defaults to :meth:`TableauClient.from_env`.
+    default the query's id, which lives in the checkpoint). A sink id belongs to the query
+    that first runs it: another query running it is refused before its first batch, unless
+    it replaces the first (its checkpoint was replaced): ``reset=True`` (see
+    :mod:`.claims`). ``client`` defaults to :meth:`TableauClient.from_env`.
     """
 
     def __init__(
@@ -132,6 +141,7 @@ class TableauSink:
         state_dir: str | os.PathLike[str] | None = None,
         timeout: float | None = None,
         staging: StagingMode = "auto",
+        reset: bool = False,
     ) -> None:
         if not isinstance(target, (DataSourceRef, str)) or not target:
             raise ArgumentTypeError(
@@ -169,6 +179,8 @@ class TableauSink:
         self.prepare = prepare
         self.target_table = target_table
         self.target_schema = target_schema
+        self.reset = reset
+        self._claim: Claim | None = None
         self.sink_id = sink_id
         self.max_payload_mb = max_payload_mb
         self.staging_dir = staging_dir
@@ -233,7 +245,15 @@ class TableauSink:
             raise ConfigurationError(_CONNECT_NEEDS_SINK_ID)
         self.check()
         self._started_at = time.time()
-        return writer.foreachBatch(self).start()
+        query = writer.foreachBatch(self).start()
+        if self.sink_id is not None:
+            try:
+                # Over Spark Connect the batches cannot tell their query: it is claimed here.
+                claim_sink(self._sinks_folder(), self.sink_id, str(query.id), reset=self.reset)
+            except ConfigurationError:
+                query.stop()
+                raise
+        return query
 
     def await_termination(self, query: StreamingQuery, timeout: float | None = None) -> bool:
         """``query.awaitTermination(timeout)``, raising the SDK's own error (the one that
@@ -287,8 +307,11 @@ class TableauSink:
             self._save_progress(int(batch_id), kind, result)
 
     # -- progress, readable where the batches do not run (Spark Connect) --------------------------
+    def _sinks_folder(self) -> Path:
+        return StateStore(self.state_dir).directory / "sinks"
+
     def _progress_path(self, sink_id: str) -> Path:
-        return StateStore(self.state_dir).directory / "sinks" / f"{sink_id}.json"
+        return self._sinks_folder() / f"{sink_id}.json"
 
     def _save_progress(
         self,
@@ -302,7 +325,7 @@ class TableauSink:
             return
         path = self._progress_path(sink_id)
         try:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_private(path.parent)
             refuse_symlink(path.parent, "state_dir")
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -343,8 +366,12 @@ class TableauSink:
         return found if isinstance(found, dict) else None
 
     def _apply(self, batch: DataFrame, batch_id: int) -> UpdateResult | None:
-        sink_id = self.sink_id or _query_id(batch)
+        query_id = _known_query_id(batch)
+        sink_id = self.sink_id or query_id or _query_id(batch)
         self._resolved_id = sink_id
+        if self._claim is None or (query_id is not None and self._claim.query_id != query_id):
+            # Before anything is built or sent: one query per sink id.
+            self._claim = claim_sink(self._sinks_folder(), sink_id, query_id, reset=self.reset)
         frames = self.prepare(batch) if self.prepare is not None else batch
         source, change_sets = self._source(frames)
         payload = build_payload(
@@ -365,7 +392,9 @@ class TableauSink:
             if payload.is_empty and actions is None:
                 log.info("batch %d: no changes; nothing sent", batch_id)
                 return None
-            request_id = batch_request_id(sink_id, batch_id, payload.digest)
+            request_id = batch_request_id(
+                sink_id, batch_id, payload.digest, self._claim.epoch, query_id
+            )
             uploaded = upload_payload(
                 payload,
                 self._target,
@@ -489,6 +518,14 @@ _CONNECT_NEEDS_SINK_ID = (
 def _is_connect(thing: Any) -> bool:
     """Whether ``thing`` (a DataFrame, writer or session) belongs to Spark Connect."""
     return type(thing).__module__.startswith("pyspark.sql.connect")
+
+
+def _known_query_id(batch: DataFrame) -> str | None:
+    """The id of the query running this batch, when Spark tells it (not over Connect)."""
+    if _is_connect(batch):
+        return None
+    found = batch.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+    return str(found) if found else None
 
 
 def _query_id(batch: DataFrame) -> str:

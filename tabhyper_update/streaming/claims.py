@@ -1,0 +1,105 @@
+"""One writer per sink id: the streaming query that first runs a sink id owns it.
+
+A claim is a small file in the state folder (``sinks/<sink id>.claim.json``): the owning
+query's id (which Spark keeps in the checkpoint, so a restarted query is the same owner) and
+an *epoch*. A second query that runs the same sink id is refused before its first batch is
+sent, unless it declares that it replaces the first (``TableauSink(..., reset=True)``, for a
+checkpoint that was replaced): it then owns the sink id in a new epoch, and its batches'
+RequestIDs carry the epoch, so that its batch 0 is never taken for the old query's batch 0
+however equal their rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..local.folders import make_private, refuse_symlink
+from ..values.errors import ConfigurationError
+
+__all__ = ["Claim", "claim_sink"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Who owns a sink id: the query's id (None when Spark does not tell it) and the epoch."""
+
+    sink_id: str
+    query_id: str | None
+    epoch: int
+    claimed_at: float
+
+
+def _read(path: Path) -> Claim | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, encoding="utf-8") as f:
+            data = json.load(f)
+        return Claim(
+            str(data["sink_id"]),
+            None if data.get("query_id") is None else str(data["query_id"]),
+            int(data["epoch"]),
+            float(data.get("claimed_at") or 0.0),
+        )
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigurationError(
+            f"the sink's claim {str(path)!r} cannot be read ({err}): remove it if no query "
+            "runs this sink id"
+        ) from None
+
+
+def _write(path: Path, claim: Claim, *, fresh: bool) -> bool:
+    """Write the claim (atomically); with ``fresh``, only when none exists (False then)."""
+    data = json.dumps(asdict(claim))
+    if fresh:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(data)
+        return True
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return True
+
+
+def claim_sink(folder: Path, sink_id: str, query_id: str | None, *, reset: bool) -> Claim:
+    """The claim of ``sink_id`` for the query ``query_id``: the existing one when it is that
+    query's (or either side's query is unknown), a new epoch when ``reset``, else an error
+    naming both queries."""
+    make_private(folder)
+    refuse_symlink(folder, "state_dir")
+    path = folder / f"{sink_id}.claim.json"
+    for _ in range(3):
+        existing = _read(path)
+        if existing is None:
+            claim = Claim(sink_id, query_id, 0, time.time())
+            if _write(path, claim, fresh=True):
+                return claim
+            continue  # another query claimed it meanwhile: read that claim
+        if query_id is None or existing.query_id in (None, query_id):
+            if query_id is not None and existing.query_id is None:
+                existing = Claim(sink_id, query_id, existing.epoch, existing.claimed_at)
+                _write(path, existing, fresh=False)
+            return existing
+        if reset:
+            claim = Claim(sink_id, query_id, existing.epoch + 1, time.time())
+            _write(path, claim, fresh=False)
+            return claim
+        raise ConfigurationError(
+            f"sink id {sink_id!r} belongs to streaming query {existing.query_id} (claimed "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(existing.claimed_at))} UTC); "
+            f"this query is {query_id}, so its first batch was not sent. Give each query its "
+            "own sink_id, or, when this query replaces that one (its checkpoint was "
+            "replaced), pass TableauSink(..., reset=True) once"
+        )
+    raise ConfigurationError(f"sink id {sink_id!r} could not be claimed: its claim keeps changing")
