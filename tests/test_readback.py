@@ -447,3 +447,35 @@ def test_cli_verify_exit_codes(
     assert out["ok"]
     assert out["repaired"]["counts"]["missing"] == 1
     assert main(["verify", "Orders", "--key", "id"]) == 2  # no source given
+
+
+def test_one_decimal_changed_by_a_cent_unit_among_large_amounts_is_found_exactly(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """DECIMAL(18,2) amounts up to 2e8 over 20,000 rows, one changed by +1.00: a sum of
+    reals would hide it in its rounding allowance; exact sums find it."""
+    from tabhyper_update.testing.files import make_hyper
+
+    rows = 20_000
+    path = make_hyper(
+        tmp_path / "money.hyper", {"Extract": ("id BIGINT NOT NULL, amount NUMERIC(18,2)", [])}
+    )
+    with connect(path) as conn:
+        conn.execute_command(
+            f"INSERT INTO {ORDERS} SELECT i, CAST((i * 9973) % 200000000 AS NUMERIC(18,2)) "
+            f"+ CAST(i % 100 AS NUMERIC(18,2)) / 100 FROM generate_series(0, {rows - 1}) AS s(i)"
+        )
+        conn.execute_command(f"UPDATE {ORDERS} SET amount = amount + 1 WHERE id = 12345")
+    source = spark.range(rows).selectExpr(
+        "id",
+        "CAST(CAST((id * 9973) % 200000000 AS DECIMAL(18,2)) + "
+        "CAST(id % 100 AS DECIMAL(18,2)) / 100 AS DECIMAL(18,2)) AS amount",
+    )
+    with FakeTableauServer(pats=dict([PAT])) as fake:
+        fake.add_datasource("Money", path)
+        with client_for(fake) as money:
+            report = reconcile(source, "Money", key="id", client=money)
+    assert {(d.kind, d.key, d.columns) for d in report.drift} == {
+        ("changed", (12345,), ("amount",))
+    }
+    assert report.cost["requests"] <= 10

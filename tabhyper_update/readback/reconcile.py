@@ -73,7 +73,7 @@ def _aggregates(
     sum (text by length, booleans as 0/1, dates and timestamps from 1970), minimum and
     maximum (timestamps as microseconds, as :mod:`.compare` has them)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import TimestampType
+    from pyspark.sql.types import DecimalType, TimestampType
 
     def ref(c: str) -> str:
         return "[" + fields[c].caption.replace("]", "]]") + "]"
@@ -85,7 +85,10 @@ def _aggregates(
         col = F.col(f"`{c}`")
         moment = isinstance(spark_types[c], TimestampType)
         found.append(_Aggregate(f"n{i}", "INTEGER", f"COUNT({ref(c)})", F.count(col)))
-        if kind in ("INTEGER", "REAL"):
+        spark_type = spark_types[c]
+        if isinstance(spark_type, DecimalType):
+            found += _exact_decimal_sums(i, ref(c), col, spark_type.scale)
+        elif kind in ("INTEGER", "REAL"):
             found.append(
                 _Aggregate(
                     f"s{i}",
@@ -112,6 +115,30 @@ def _aggregates(
             found.append(_Aggregate(f"lo{i}", kind, f"MIN({ref(c)})", F.min(value)))
             found.append(_Aggregate(f"hi{i}", kind, f"MAX({ref(c)})", F.max(value)))
     return found
+
+
+#: Moduli of a decimal column's exact sums: a change of its value goes unseen only when it
+#: is a multiple of both (in units of its last decimal place).
+DECIMAL_MODULI = (1_000_003, 998_244_353)
+
+
+def _exact_decimal_sums(index: int, field: str, col: Column, scale: int) -> list[_Aggregate]:
+    """A decimal column summed exactly: each value as a whole number of its last decimal
+    place, its remainder by each modulus summed (integers both engines add exactly), never
+    a sum of reals with a rounding allowance."""
+    from pyspark.sql import functions as F
+
+    units = 10**scale
+    scaled = F.round(col * F.lit(units), 0).cast("long")
+    return [
+        _Aggregate(
+            f"m{index}_{j}",
+            "INTEGER",
+            f"SUM(INT(ROUND({field} * {units}, 0)) % {modulus})",
+            F.sum(scaled % F.lit(modulus)),
+        )
+        for j, modulus in enumerate(DECIMAL_MODULI)
+    ]
 
 
 class _Buckets:

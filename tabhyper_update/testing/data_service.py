@@ -46,7 +46,7 @@ _AGGREGATES = {"SUM": "SUM", "AVG": "AVG", "MIN": "MIN", "MAX": "MAX", "COUNT": 
 _TOKEN = re.compile(
     r"\s*(?:(?P<field>\[(?:[^\]]|\]\])+\])|(?P<string>'(?:[^']|'')*')"
     r"|(?P<number>\d+(?:\.\d+)?)|(?P<date>#[0-9: -]+#)|(?P<name>[A-Za-z_]+)"
-    r"|(?P<op>[-+*/(),]))"
+    r"|(?P<op>[-+*/%(),]))"
 )
 
 
@@ -159,11 +159,13 @@ class _Formula:
 
     def _product(self) -> tuple[str, str]:
         left, kind = self._atom()
-        while self._peek() in ("*", "/"):
+        while self._peek() in ("*", "/", "%"):
             op = self._take()[1]
             right, _ = self._atom()
             if op == "/":  # Tableau divides as real numbers
                 left = f"(CAST({left} AS DOUBLE PRECISION) / {right})"
+            elif op == "%":  # integers: the remainder has the dividend's sign
+                left = f"({left} % {right})"
             else:
                 left = f"({left} * {right})"
             kind = "number"
@@ -214,6 +216,8 @@ class _Formula:
                 " AS BIGINT)",
                 "INTEGER",
             )
+        if name == "ROUND" and len(sql) == 2:
+            return f"ROUND({sql[0]}, CAST({sql[1]} AS INTEGER))", "number"
         if name == "FLOOR" and len(sql) == 1:
             return f"CAST(FLOOR({sql[0]}) AS BIGINT)", "INTEGER"
         if name == "LEFT" and len(sql) == 2:
