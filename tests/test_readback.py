@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -479,3 +479,61 @@ def test_one_decimal_changed_by_a_cent_unit_among_large_amounts_is_found_exactly
         ("changed", (12345,), ("amount",))
     }
     assert report.cost["requests"] <= 10
+
+
+KEYS_ROWS = 20_000
+
+
+@pytest.fixture(scope="module")
+def keyed_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """20,000 rows keyed four ways (integer, text with one shared prefix, date, a composite
+    key whose first column has two values), one of them changed behind the SDK's back."""
+    from tabhyper_update.testing.files import make_hyper
+
+    path = make_hyper(
+        tmp_path_factory.mktemp("keys") / "keyed.hyper",
+        {
+            "Extract": (
+                "region TEXT NOT NULL, id BIGINT NOT NULL, code TEXT NOT NULL, "
+                "day DATE NOT NULL, v BIGINT",
+                [],
+            )
+        },
+    )
+    with connect(path) as conn:
+        conn.execute_command(
+            f"INSERT INTO {ORDERS} SELECT CASE WHEN i % 2 = 0 THEN 'eu' ELSE 'us' END, i, "
+            "'key-' || i, DATE '2000-01-01' + i, i * 3 "
+            f"FROM generate_series(0, {KEYS_ROWS - 1}) AS s(i)"
+        )
+        conn.execute_command(f"UPDATE {ORDERS} SET v = v + 1 WHERE id = 13579")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("key", "drifted"),
+    [
+        ("id", (13579,)),
+        ("code", ("key-13579",)),
+        ("day", (date(2000, 1, 1) + timedelta(days=13579),)),
+        (["region", "id"], ("us", 13579)),
+    ],
+    ids=["integer", "text", "date", "text-first-composite"],
+)
+def test_one_drifted_row_in_20000_is_found_in_few_queries_whatever_the_key(
+    spark: SparkSession, keyed_file: Path, key: Any, drifted: tuple[Any, ...]
+) -> None:
+    source = spark.range(KEYS_ROWS).selectExpr(
+        "CASE WHEN id % 2 = 0 THEN 'eu' ELSE 'us' END AS region",
+        "id",
+        "concat('key-', id) AS code",
+        "date_add(DATE '2000-01-01', CAST(id AS INT)) AS day",
+        "id * 3 AS v",
+    )
+    with FakeTableauServer(pats=dict([PAT])) as fake:
+        fake.add_datasource("Keyed", keyed_file)
+        with client_for(fake) as keyed:
+            report = reconcile(source, "Keyed", key=key, client=keyed)
+    assert {(d.kind, d.key, d.columns) for d in report.drift} == {("changed", drifted, ("v",))}
+    assert not report.unresolved
+    assert report.cost["requests"] <= 10, report.cost

@@ -2,9 +2,10 @@
 
 :func:`reconcile` compares the row count and per-column aggregates of both sides (Spark
 computes the source's, the VizQL Data Service the data source's), then narrows down: the
-key's range is cut into ``fan_out`` buckets (numbers by ``FLOOR((key - low) / width)``,
-text by its first characters), only the buckets that differ are cut again, and buckets of
-at most ``leaf_rows`` rows are compared row by row. The driver holds aggregates and the
+key's range is cut into ``fan_out`` buckets (one integer column by ``FLOOR((key - low) /
+width)``, any other key into ranges of about equal rows: :mod:`.buckets`), only the buckets
+that differ are cut again, and buckets of at most ``leaf_rows`` rows are compared row by
+row. The driver holds aggregates and the
 rows of differing leaf buckets only. :func:`tabhyper_update.repairs.repair` turns the report
 into an update.
 
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
 from ..values.errors import InvalidArgumentError
+from .buckets import IntegerBuckets, RangeBuckets
 from .check import judge_key, rows_by_key
 from .compare import Tolerance, canonical, same
 from .dataservice import DataService, FieldInfo, calculation, set_filter
@@ -141,43 +143,6 @@ def _exact_decimal_sums(index: int, field: str, col: Column, scale: int) -> list
     ]
 
 
-class _Buckets:
-    """How the first key column is cut at each level: a Tableau formula, the same in Spark."""
-
-    def __init__(self, key: str, caption: str, kind: str, low: Any, high: Any, fan_out: int):
-        self.key, self.kind, self.fan_out = key, kind, fan_out
-        self.ref = "[" + caption.replace("]", "]]") + "]"
-        self.low = int(low) if kind == "INTEGER" else 0
-        span = int(high) - self.low + 1 if kind == "INTEGER" else 0
-        #: Integer keys: widths are powers of fan_out, so each level nests in the one above.
-        self.levels = max(1, math.ceil(math.log(max(span, 2), fan_out))) if span else 64
-
-    def width(self, level: int) -> int:
-        return int(self.fan_out ** max(self.levels - level, 0))
-
-    def last(self, level: int) -> bool:
-        return level >= self.levels
-
-    def formula(self, level: int) -> str:
-        if self.kind == "INTEGER":
-            return f"FLOOR(({self.ref} - {self.low}) / {self.width(level)})"
-        return f"LEFT({self.ref}, {level})"
-
-    def of(self, value: Any, level: int) -> Any:
-        """The bucket of a (canonical) key value at ``level``, as the formula computes it."""
-        if self.kind == "INTEGER":
-            return math.floor((value - self.low) / self.width(level))
-        return str(value)[:level]
-
-    def spark(self, level: int) -> Column:
-        from pyspark.sql import functions as F
-
-        col = F.col(f"`{self.key}`")
-        if self.kind == "INTEGER":
-            return F.floor((col - F.lit(self.low)) / F.lit(self.width(level))).cast("long")
-        return F.substring(col, 1, level)
-
-
 class _Reconciler:
     def __init__(
         self,
@@ -194,18 +159,35 @@ class _Reconciler:
         self.fields = {c: service.field(c) for c in self.columns}
         self.fan_out, self.leaf_rows, self.tolerance = fan_out, leaf_rows, tolerance
         self.aggs = _aggregates(self.columns, self.fields, source, self.key[0])
-        self.buckets: _Buckets | None = None
+        self.buckets: IntegerBuckets | RangeBuckets | None = None
+        #: The buckets that differed at each level above the one being read.
+        self.path: list[tuple[int, list[Any]]] = []
 
     # -- both sides' aggregates ----------------------------------------------------------------
-    def _server(self, level: int, parents: list[Any] | None) -> dict[Any, dict[str, Any]]:
+    def _filters(self) -> list[dict[str, Any]]:
+        """The service's filters to the buckets that differed at each level above."""
+        assert self.buckets is not None or not self.path
+        return [
+            set_filter(calculation(f"p{level}", self.buckets.formula(level)), chosen)
+            for level, chosen in self.path
+            if self.buckets is not None
+        ]
+
+    def _region(self) -> DataFrame:
+        """The source's rows in the buckets that differed at each level above."""
+        frame = self.source
+        for level, chosen in self.path:
+            assert self.buckets is not None
+            frame = frame.where(self.buckets.spark(level).isin(chosen))
+        return frame
+
+    def _server(self, level: int) -> dict[Any, dict[str, Any]]:
         fields = [calculation(a.name, a.formula) for a in self.aggs]
         filters = []
         if level:
             assert self.buckets is not None
             fields.insert(0, calculation("bucket", self.buckets.formula(level)))
-            if parents is not None:
-                parent = calculation("parent", self.buckets.formula(level - 1))
-                filters.append(set_filter(parent, parents))
+            filters = self._filters()
         out: dict[Any, dict[str, Any]] = {}
         for row in self.service.query(fields, filters):
             out[row.get("bucket")] = {
@@ -213,13 +195,11 @@ class _Reconciler:
             }
         return out
 
-    def _source(self, level: int, parents: list[Any] | None) -> dict[Any, dict[str, Any]]:
-        frame = self.source
+    def _source(self, level: int) -> dict[Any, dict[str, Any]]:
+        frame = self._region()
         exprs = [a.spark.alias(a.name) for a in self.aggs]
         if level:
             assert self.buckets is not None
-            if parents is not None:
-                frame = frame.where(self.buckets.spark(level - 1).isin(parents))
             rows = frame.groupBy(self.buckets.spark(level).alias("bucket")).agg(*exprs).collect()
         else:
             rows = frame.agg(*exprs).collect()
@@ -254,7 +234,7 @@ class _Reconciler:
 
     # -- the walk ------------------------------------------------------------------------------
     def run(self, report: DriftReport) -> None:
-        mine, theirs = self._source(0, None), self._server(0, None)
+        mine, theirs = self._source(0), self._server(0)
         top_mine, top_theirs = mine.get(None), theirs.get(None)
         report.rows = {
             "source": int((top_mine or {}).get("rows") or 0),
@@ -266,23 +246,15 @@ class _Reconciler:
         lows: list[Any] = [v["lo0"] for v in (top_mine, top_theirs) if v and v["lo0"] is not None]
         highs: list[Any] = [v["hi0"] for v in (top_mine, top_theirs) if v and v["hi0"] is not None]
         key_type = self.fields[self.key[0]].data_type
-        if key_type not in ("INTEGER", "STRING"):
-            raise InvalidArgumentError(
-                f"reconcile cuts the key's range by its first column, which must be an "
-                f"integer or text; {self.key[0]!r} is {key_type}",
-                argument="key",
-            )
+        if len(self.key) > 1 or key_type != "INTEGER":
+            self.buckets = RangeBuckets(self.key, self.fields, self.fan_out)
         if not lows:  # both sides empty of keys: the difference is in NULL keys
             report.unresolved.append("the sides differ only in rows whose key is NULL")
             return
-        self.buckets = _Buckets(
-            self.key[0],
-            self.fields[self.key[0]].caption,
-            key_type,
-            min(lows),
-            max(highs),
-            self.fan_out,
-        )
+        if self.buckets is None:
+            self.buckets = IntegerBuckets(
+                self.key[0], self.fields[self.key[0]].caption, min(lows), max(highs), self.fan_out
+            )
         # Every level reads the source again: keep it rather than recompute it.
         cached = not self.source.is_cached
         if cached:
@@ -296,11 +268,11 @@ class _Reconciler:
     def _narrow(self, report: DriftReport) -> None:
         """Cut the differing ranges level by level; compare small ones row by row."""
         assert self.buckets is not None
-        parents: list[Any] | None = None
         level = 0
         while True:
             level += 1
-            mine, theirs = self._source(level, parents), self._server(level, parents)
+            self.buckets.plan(level, self._region())
+            mine, theirs = self._source(level), self._server(level)
             differing = sorted(
                 (b for b in set(mine) | set(theirs) if self._differs(mine.get(b), theirs.get(b))),
                 key=repr,
@@ -327,7 +299,7 @@ class _Reconciler:
             self._compare_rows(report, level, leaves)
             if not deeper:
                 return
-            parents = [b for b, _ in deeper]
+            self.path.append((level, [b for b, _ in deeper]))
 
     # -- row by row -------------------------------------------------------------------------
     def _compare_rows(self, report: DriftReport, level: int, leaves: list[tuple[Any, int]]) -> None:
@@ -349,7 +321,11 @@ class _Reconciler:
         assert self.buckets is not None
         bucket = calculation("bucket", self.buckets.formula(level))
         theirs = rows_by_key(
-            self.service, self.fields, self.key, self.columns, [set_filter(bucket, buckets)]
+            self.service,
+            self.fields,
+            self.key,
+            self.columns,
+            [*self._filters(), set_filter(bucket, buckets)],
         )
         spark_types = {f.name: f.dataType for f in self.source.schema.fields}
         picked = [
@@ -362,7 +338,7 @@ class _Reconciler:
         ]
         mine: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         for r in (
-            self.source.where(self.buckets.spark(level).isin(buckets)).select(*picked).collect()
+            self._region().where(self.buckets.spark(level).isin(buckets)).select(*picked).collect()
         ):
             values = {
                 c: canonical(r[f"c{i}"], self.fields[c].data_type)
@@ -376,7 +352,7 @@ class _Reconciler:
                 report.drift.append(drift)
             if drift is not None or self._judge(key, mine.get(key, []), theirs.get(key, []), EXACT):
                 # A difference within the tolerance explains its range without being drift.
-                explained.add(self.buckets.of(key[0], level))
+                explained.add(self.buckets.of(key, level))
         # A range whose aggregates differed must show a differing key; else say so.
         unexplained = [b for b in buckets if b not in explained]
         if unexplained:

@@ -46,7 +46,7 @@ _AGGREGATES = {"SUM": "SUM", "AVG": "AVG", "MIN": "MIN", "MAX": "MAX", "COUNT": 
 _TOKEN = re.compile(
     r"\s*(?:(?P<field>\[(?:[^\]]|\]\])+\])|(?P<string>'(?:[^']|'')*')"
     r"|(?P<number>\d+(?:\.\d+)?)|(?P<date>#[0-9: -]+#)|(?P<name>[A-Za-z_]+)"
-    r"|(?P<op>[-+*/%(),]))"
+    r"|(?P<op>>=|<=|<>|!=|==|[-+*/%(),=<>]))"
 )
 
 
@@ -132,7 +132,7 @@ class _Formula:
         self.aggregate = False
 
     def sql(self) -> str:
-        out, _ = self._sum()
+        out, _ = self._or()
         if self.at != len(self.tokens):
             raise refused(f"unexpected {self.tokens[self.at][1]!r} in a calculation")
         return out
@@ -148,6 +148,31 @@ class _Formula:
             raise refused(f"expected {expected!r} in a calculation, found {token[1]!r}")
         self.at += 1
         return token
+
+    def _or(self) -> tuple[str, str]:
+        left, kind = self._and()
+        while (self._peek() or "").upper() == "OR":
+            self._take()
+            right, _ = self._and()
+            left, kind = f"({left} OR {right})", "BOOLEAN"
+        return left, kind
+
+    def _and(self) -> tuple[str, str]:
+        left, kind = self._compare()
+        while (self._peek() or "").upper() == "AND":
+            self._take()
+            right, _ = self._compare()
+            left, kind = f"({left} AND {right})", "BOOLEAN"
+        return left, kind
+
+    def _compare(self) -> tuple[str, str]:
+        left, kind = self._sum()
+        if self._peek() in ("=", "==", "<", ">", "<=", ">=", "<>", "!="):
+            taken = self._take()[1]
+            op = {"==": "=", "!=": "<>"}.get(taken, taken)
+            right, _ = self._sum()
+            return f"({left} {op} {right})", "BOOLEAN"
+        return left, kind
 
     def _sum(self) -> tuple[str, str]:
         left, kind = self._product()
@@ -186,7 +211,7 @@ class _Formula:
             inner, _ = self._atom()
             return f"(-{inner})", "number"
         if text == "(":
-            inner, inner_kind = self._sum()
+            inner, inner_kind = self._or()
             self._take(")")
             return f"({inner})", inner_kind
         if kind == "name":
@@ -195,10 +220,10 @@ class _Formula:
 
     def _call(self, name: str) -> tuple[str, str]:
         self._take("(")
-        args = [self._sum()]
+        args = [self._or()]
         while self._peek() == ",":
             self._take(",")
-            args.append(self._sum())
+            args.append(self._or())
         self._take(")")
         sql = [a for a, _ in args]
         if name in _AGGREGATES or name == "COUNTD":
