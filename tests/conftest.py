@@ -25,6 +25,17 @@ if TYPE_CHECKING:
 
     from tabhyper_update import TableauClient
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The SDK's default state folder (records, published schemas, sink claims) is a
+    # temporary one for the whole run: the suite never writes the user's own.
+    if "TABHYPER_TEST_STATE" not in os.environ:
+        import tempfile
+
+        os.environ["TABHYPER_TEST_STATE"] = tempfile.mkdtemp(prefix="tabhyper-test-state-")
+        os.environ["XDG_STATE_HOME"] = os.environ["TABHYPER_TEST_STATE"]
+
+
 #: The columns and rows data source ``Orders`` starts with, unless a module says otherwise.
 ORDERS_DDL = "id BIGINT NOT NULL, name TEXT, qty INTEGER"
 ORDERS_ROWS = ["(1, 'a', 10)", "(2, 'b', 20)", "(3, 'c', 30)"]

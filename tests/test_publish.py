@@ -27,7 +27,7 @@ from tabhyper_update.testing.files import make_hyper, read_table
 from tabhyper_update.update.publish import BootstrapResult
 from tabhyper_update.values.errors import InvalidArgumentError, SchemaDriftError
 
-from ._util import use_environment
+from ._util import PAT, client_for, use_environment
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -243,15 +243,33 @@ def test_columns_the_target_lacks_are_refused_before_anything_is_sent(
     with pytest.raises(SchemaDriftError):
         build_payload(wider, CHANGE_SET).upload(described, state_dir=tmp_path).apply()
     assert server.counts["update"] == 0
-    # Where the SDK does not know the columns, the server's failure names them.
+    # A reference found by name alone: the SDK learns the columns from the server first.
     plain = client.datasource("Orders")
-    with pytest.raises(JobFailedError) as failed:
+    with pytest.raises(SchemaDriftError):
         client.update_datasource(
             plain, build_payload(wider, CHANGE_SET), progress=False, state_dir=tmp_path
         )
+    assert server.counts["update"] == 0
+
+
+def test_where_no_one_can_say_the_columns_the_servers_failure_names_them(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A server without the VizQL Data Service, a data source the SDK did not publish: the
+    part goes unchecked, and the job's failure names the columns."""
+    start = make_hyper(tmp_path / "start.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')"])})
+    wider = spark.createDataFrame(
+        [(1, "A", "gold", "U", 2)], "id long, v string, tier string, op string, seq long"
+    )
+    with FakeTableauServer(pats=dict([PAT]), data_service="absent") as old:
+        ref = old.add_datasource("Orders", start)
+        with client_for(old) as client, pytest.raises(JobFailedError) as failed:
+            client.update_datasource(
+                "Orders", build_payload(wider, CHANGE_SET), progress=False, state_dir=tmp_path
+            )
+        assert read_table(old.datasource_path(ref), "Extract") == [(1, "a")]
     assert failed.value.missing_columns == ["tier"]
     assert "republish the data source" in str(failed.value)
-    assert read_table(server.datasource_path(ref.id), "Extract") == [(1, "a")]
 
 
 def test_the_cli_publishes_a_file_and_a_payload(

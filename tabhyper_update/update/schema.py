@@ -127,6 +127,14 @@ def _from_service(client: RestCaller, target: DataSourceRef) -> TargetSchema | N
             str(err).splitlines()[0],
         )
         return None
+    if len({f.table for f in fields.values()}) > 1:
+        # Several tables: the service names fields apart from their tables (a column two
+        # tables share is two fields of other names), so it cannot say which table has what.
+        log.info(
+            "data source %s has several tables: its parts are checked on the server",
+            target.label,
+        )
+        return None
     schema = TargetSchema(
         "the VizQL Data Service's read-metadata",
         {None: {f.name: Column(f.name, service_type=f.data_type) for f in fields.values()}},
