@@ -10,7 +10,9 @@ rows (id, name, qty, amount, at). Measured in one run:
 - reconciling the whole data source with its source DataFrame when 0, 1 and 100 rows have
   drifted (missing, extra, changed, NULLed, duplicated, planted by SQL on the fake's file),
   beside one Spark pass computing the same aggregates over the source as the baseline, and
-  the bytes read against the data source file's size; drift found against drift planted.
+  the bytes read against the data source file's size; drift found against drift planted;
+- one drifted row reconciled by each kind of key: integer, text with a shared prefix, date,
+  and a composite key whose first column has two values.
 """
 
 from __future__ import annotations
@@ -143,6 +145,56 @@ def _reconciles(
     source.unpersist()
 
 
+def _by_key_type(spark: Any, client: TableauClient, server: FakeTableauServer, rows: int) -> None:
+    """One drifted row, reconciled by an integer key, a text key whose values share one
+    prefix, a date key and a composite key whose first column has two values."""
+    import tempfile
+    from pathlib import Path
+
+    path = make_hyper(
+        Path(tempfile.mkdtemp(prefix="readback-keys-")) / "keyed.hyper",
+        {
+            "Extract": (
+                "region TEXT NOT NULL, id BIGINT NOT NULL, code TEXT NOT NULL, "
+                "day DATE NOT NULL, v BIGINT",
+                [],
+            )
+        },
+    )
+    drifted = rows // 3
+    with connect(path) as conn:
+        conn.execute_command(
+            f"INSERT INTO {TABLE} SELECT CASE WHEN i % 2 = 0 THEN 'eu' ELSE 'us' END, i, "
+            f"'key-' || i, DATE '1900-01-01' + i, i * 3 FROM generate_series(0, {rows - 1}) s(i)"
+        )
+        conn.execute_command(f"UPDATE {TABLE} SET v = v + 1 WHERE id = {drifted}")
+    server.add_datasource("Keyed", path)
+    source = (
+        spark.range(rows)
+        .selectExpr(
+            "CASE WHEN id % 2 = 0 THEN 'eu' ELSE 'us' END AS region",
+            "id",
+            "concat('key-', id) AS code",
+            "date_add(DATE '1900-01-01', CAST(id AS INT)) AS day",
+            "id * 3 AS v",
+        )
+        .cache()
+    )
+    source.count()
+    for key in ("id", "code", "day", ["region", "id"]):
+        started = time.perf_counter()
+        report = reconcile(source, "Keyed", key=key, client=client)
+        took = time.perf_counter() - started
+        cost = report.cost
+        kinds = ", ".join(d.kind for d in report.drift) or "none"
+        print(
+            f"one drifted row in {rows:,}, key {key}: {cost['requests']} requests, "
+            f"{(cost['bytes_sent'] + cost['bytes_received']) / 1e3:.1f} kB both ways, "
+            f"{took:.2f} s; found: {kinds}"
+        )
+    source.unpersist()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -159,6 +211,7 @@ def main() -> None:
             # The updates changed rows: the data source starts again from the source's rows.
             _target(server.datasource_path(luid), args.rows)
             _reconciles(spark, client, server, luid, args.rows)
+            _by_key_type(spark, client, server, args.rows)
 
 
 if __name__ == "__main__":
