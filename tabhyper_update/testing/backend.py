@@ -28,13 +28,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from typing_extensions import TypedDict, Unpack
+from typing_extensions import Unpack
 
 from ..local.engine import apply as apply_locally
 from ..local.hyper import connect
 from ..values.actions import ActionBatch, Insert
 from ..values.errors import ApplyError
 from ..values.redaction import get_logger
+from .settings import BackendSettings
 from .wire import ApiFailure, bad_request, not_found
 
 __all__ = ["MB", "DataSource", "FakeBackend", "Job", "Project", "Session"]
@@ -122,34 +123,6 @@ def now_iso() -> str:
 
 def _b64url_decode(part: str) -> bytes:
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
-
-
-class BackendSettings(TypedDict, total=False):
-    """How the fake behaves (each key optional, its default in brackets).
-
-    The accepted credentials: ``pats`` (name → secret), ``users`` (name → password),
-    ``connected_app`` (``client_id``, ``secret_id``, ``secret_value``); the ``site`` [""];
-    the REST ``api_version`` ["3.24"] and ``product_version`` ["2024.2.0"]; the session
-    ``token_lifetime`` in seconds [4 h]; ``job_delay``, seconds each job waits in the queue
-    [0]; the RequestID de-duplication ``dedup_window`` in seconds [24 h]; ``max_upload_mb``
-    [100]; the ``directory`` of its files [a temporary one]; ``store_uploads`` [True]; and
-    the VizQL Data Service, ``"on"``, ``"absent"`` (a server before 2025.1) or ``"denied"``
-    to the signed-in user (``data_service``) ["on"].
-    """
-
-    pats: Mapping[str, str] | None
-    users: Mapping[str, str] | None
-    connected_app: Mapping[str, str] | None
-    site: str
-    api_version: str
-    product_version: str
-    token_lifetime: float
-    job_delay: float
-    dedup_window: float
-    max_upload_mb: float
-    directory: str | os.PathLike[str] | None
-    store_uploads: bool
-    data_service: str
 
 
 class FakeBackend:

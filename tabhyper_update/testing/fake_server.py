@@ -32,9 +32,10 @@ from urllib.parse import parse_qs, urlsplit
 from typing_extensions import Unpack
 
 from ..values.redaction import get_logger
-from .backend import BackendSettings, FakeBackend
+from .backend import FakeBackend
 from .handlers import Handlers, job_body
 from .routes import route_of
+from .settings import BackendSettings
 from .wire import ApiFailure, Request, Response, encode
 
 __all__ = ["FakeTableauServer", "Fault", "Request", "Response"]
