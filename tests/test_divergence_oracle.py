@@ -3,8 +3,9 @@ NULLs, key moves one by one and ``SET id = id + 1`` over ranges, deletes, re-ins
 changes per key per step), recorded by the source the way real sources record them (a Delta
 change data feed written by delta-rs; Debezium events in each connector's position format),
 delivered every way the SDK takes changes (batch slices, payloads split into parts, a
-streaming query with restarts, replays and a checkpoint reset), and compared with a model of
-the source after every step, against the fake server over HTTP.
+streaming query with restarts, replays and a checkpoint reset, a source whose shape changes
+mid-stream, two queries sharing a sink id), and compared with a model of the source after
+every step, against the fake server over HTTP.
 
 ``TABHYPER_ORACLE_SEED`` picks the seed (default 20); the ``slow`` runs take more histories.
 Each run prints how many histories and steps it ran and how many divergences it found, and
@@ -27,6 +28,7 @@ from tabhyper_update import ChangeSet, Payload, PersonalAccessToken, TableauClie
 from tabhyper_update.streaming import Debezium, TableauSink
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
+from tabhyper_update.values.errors import SchemaDriftError
 
 from ._histories import (
     COLUMNS,
@@ -205,6 +207,85 @@ def run_stream(
     tally.histories += 1
 
 
+def run_schema_changes(
+    spark: SparkSession, target: Target, root: Path, rng: random.Random, tally: Tally, *, steps: int
+) -> None:
+    """A Delta feed whose source changes shape mid-stream: one step gains a column, another
+    widens ``b`` to a decimal. Each such slice is refused before its first part (the data
+    source is left as the step before), then sent again in the data source's shape."""
+    source = DeltaSource(root / "delta")
+    before: Model = {}
+    shown: Model = {}
+    added, widened = 1, 2
+    for i, (step, model) in enumerate(models(history(rng, steps=steps))):
+        for commit in step:
+            source.commit(commit, before)
+            commit.apply(before)
+        changes = source.changes(spark)
+        odd = None
+        if i == added:
+            odd = changes.withColumn("tier", changes["a"])
+        elif i == widened:
+            odd = changes.withColumn("b", changes["b"].cast("decimal(18,2)"))
+        if odd is not None:
+            try:
+                send(target, build_payload(odd, ChangeSet("id")))
+                tally.divergences.append(f"schema step {i}: a payload of another shape was sent")
+            except SchemaDriftError:
+                pass
+            compare(tally, f"schema step {i} refused", target.table(), shown)
+        send(target, build_payload(changes, ChangeSet("id")))
+        compare(tally, f"schema step {i}", target.table(), model)
+        shown = dict(model)
+    tally.histories += 1
+
+
+def run_shared_sink(
+    spark: SparkSession, target: Target, root: Path, rng: random.Random, tally: Tally, *, steps: int
+) -> None:
+    """Two streaming queries with one sink id: the second is refused before its first batch
+    (the data source stays as the first left it); declared as the first's replacement
+    (``reset=True``), its batches apply, the first of them equal to the first query's last."""
+    events = Debezium(ROW_SCHEMA, key="id", connector="postgresql")
+    position = Connector("postgresql", rng)
+    applied: Model = {}
+    shown: Model = {}
+    switch = steps // 2
+    for i, (step, model) in enumerate(models(history(rng, steps=steps))):
+        lines = debezium_lines(step, applied, position, rng)
+        applied = dict(model)
+        second = i >= switch
+        source = root / ("events-2" if second else "events")
+        source.mkdir(parents=True, exist_ok=True)
+        (source / f"{i:04d}.json").write_text("".join(f"{line or 'null'}\n" for line in lines))
+        checkpoint = root / ("checkpoint-2" if second else "checkpoint")
+
+        def sink(reset: bool) -> TableauSink:
+            return TableauSink(
+                target.luid,
+                events,
+                client=target.client,
+                target_table="Extract",
+                sink_id="shared",
+                state_dir=target.state,
+                reset=reset,
+            )
+
+        if i == switch:
+            try:
+                _run(spark, source, checkpoint, sink(reset=False))
+                tally.divergences.append(f"shared sink step {i}: a second query ran the sink id")
+            except Exception as err:  # Spark's wrapper of the sink's error
+                if "belongs to streaming query" not in str(err):
+                    raise
+            compare(tally, f"shared sink step {i} refused", target.table(), shown)
+            shutil.rmtree(checkpoint, ignore_errors=True)
+        _run(spark, source, checkpoint, sink(reset=second))
+        compare(tally, f"shared sink step {i}", target.table(), model)
+        shown = dict(model)
+    tally.histories += 1
+
+
 def _run(spark: SparkSession, source: Path, checkpoint: Path, sink: TableauSink) -> None:
     query = (
         spark.readStream.option("maxFilesPerTrigger", 1)
@@ -230,6 +311,8 @@ def oracle(
     debezium: int,
     streams: int,
     steps: int,
+    reshaped: int = 0,
+    shared: int = 0,
 ) -> Tally:
     rng = random.Random(SEED)
     tally = Tally()
@@ -246,16 +329,32 @@ def oracle(
     for h in range(streams):
         reset(target, start)
         run_stream(spark, target, root / f"stream-{h}", rng, tally, steps=steps)
+    for h in range(reshaped):
+        reset(target, start)
+        run_schema_changes(spark, target, root / f"schema-{h}", rng, tally, steps=steps)
+    for h in range(shared):
+        reset(target, start)
+        run_shared_sink(spark, target, root / f"shared-{h}", rng, tally, steps=steps)
     return tally
 
 
 def test_the_published_table_equals_the_source_after_every_step(
     spark: SparkSession, target: Target, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    tally = oracle(spark, target, tmp_path, delta=2, debezium=len(CONNECTORS), streams=1, steps=4)
+    tally = oracle(
+        spark,
+        target,
+        tmp_path,
+        delta=2,
+        debezium=len(CONNECTORS),
+        streams=1,
+        steps=4,
+        reshaped=1,
+        shared=1,
+    )
     with capsys.disabled():
         print("\n" + tally.report("default"))
-    assert tally.histories == 2 + len(CONNECTORS) + 1
+    assert tally.histories == 2 + len(CONNECTORS) + 1 + 2
     assert tally.divergences == []
 
 
@@ -264,7 +363,15 @@ def test_the_published_table_equals_the_source_after_every_step_at_length(
     spark: SparkSession, target: Target, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tally = oracle(
-        spark, target, tmp_path, delta=8, debezium=3 * len(CONNECTORS), streams=3, steps=8
+        spark,
+        target,
+        tmp_path,
+        delta=8,
+        debezium=3 * len(CONNECTORS),
+        streams=3,
+        steps=8,
+        reshaped=2,
+        shared=2,
     )
     with capsys.disabled():
         print("\n" + tally.report("slow"))
