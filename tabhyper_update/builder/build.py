@@ -77,6 +77,7 @@ from .hyper_parts import (
     STAGED_BUCKET,
     Staged,
     change_identity_sql,
+    guard_staged,
     identity_sql,
     kind_counts,
     kind_is,
@@ -472,7 +473,9 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
     key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
     # Deletes share their upserts' rows: bucketed by key, estimated as whole rows.
     size = size_sql(plans, staged_names)
+    guard = guard_staged(spec, plans, staged_names, files, counts, stats, key_idx)
     return [
+        *guard,
         Staged(
             frame.name,
             plans,

@@ -189,6 +189,29 @@ def resolve_change_sets(
     return resolved
 
 
+_GUARD_TYPES = ("tinyint", "smallint", "int", "bigint", "decimal", "date", "timestamp")
+
+
+def _check_guard(
+    orders: Sequence[str],
+    change_set: ChangeSet,
+    types: Mapping[str, str],
+    fail: Callable[[str], PayloadError],
+) -> None:
+    """A guard compares one position column as the data source holds it."""
+    if len(orders) != 1:
+        raise fail(
+            f"ChangeSet(guard=True) compares one position column; order_by names "
+            f"{len(orders)} ({', '.join(map(repr, orders))})"
+        )
+    kind = (types.get(orders[0]) or "").lower()
+    if change_set.order_as or (kind and not kind.startswith(_GUARD_TYPES)):
+        raise fail(
+            f"ChangeSet(guard=True) needs order_by {orders[0]!r} to be a number, a date or a "
+            f"timestamp (the data source compares it as one), not {kind or 'text'}"
+        )
+
+
 @dataclass(frozen=True)
 class CdcSpec:
     """A validated description of a change set: key, op column, ordering, op meanings."""
@@ -206,6 +229,8 @@ class CdcSpec:
     order_sql: tuple[str, ...] = ()
     #: Per ``order_by`` column, Spark's type of its position (``None``: not known).
     position_types: tuple[str | None, ...] = ()
+    #: The table of the positions that guard the update (``ChangeSet(guard=True)``).
+    guard_table: str | None = None
 
     @classmethod
     def create(
@@ -262,13 +287,19 @@ class CdcSpec:
             raise fail("the op and order_by columns cannot be key columns")
         for c in keep_columns:
             need(c, "keep_columns")
+        if change_set.guard:
+            _check_guard(orders, change_set, types or {}, fail)
+            keep_columns = (*keep_columns, orders[0])  # the data source holds it too
         metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in present)}
         dropped = tuple(c for c in columns if c in metadata and c not in keep_columns)
         op_map = change_set.op_map if change_set.op_map is not None else DEFAULT_OP_MAP
         order_as = change_set.order_as or {}
         positions = tuple(order_sql(o, (types or {}).get(o), order_as.get(o), fail) for o in orders)
         typed = tuple(position_type((types or {}).get(o), order_as.get(o)) for o in orders)
-        return cls(keys, op_column, orders, dict(op_map), dropped, table, positions, typed)
+        guard_table = change_set.guard_table if change_set.guard else None
+        return cls(
+            keys, op_column, orders, dict(op_map), dropped, table, positions, typed, guard_table
+        )
 
     def data_columns(self, columns: Sequence[str]) -> list[str]:
         """The payload's columns (everything but the change-feed metadata)."""

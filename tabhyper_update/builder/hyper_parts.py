@@ -40,6 +40,7 @@ __all__ = [
     "STAGED_BUCKET",
     "Staged",
     "change_identity_sql",
+    "guard_staged",
     "identity_sql",
     "kind_is",
     "plan_parts",
@@ -173,6 +174,9 @@ class Staged:
     #: Hyper SQL: a staged row's size estimate (:func:`size_sql`); empty: of this table's
     #: own columns. A change set's deletes share their upserts' rows and estimate.
     size_of: str = ""
+    #: How many times each row is written (a guard's positions are written twice, so that
+    #: a key holding a later position is matched twice and fails the update).
+    copies: int = 1
 
     def __post_init__(self) -> None:
         if not self.size_of:
@@ -296,7 +300,7 @@ def plan_parts(staged: Sequence[Staged], cap_bytes: int) -> list[tuple[int, int]
     for t in staged:
         assert t.buckets is not None
         for bucket, (_, nbytes, _) in t.buckets.items():
-            per_bucket[bucket] += nbytes
+            per_bucket[bucket] += nbytes * t.copies
     budget = max(1, int(cap_bytes * _SPLIT_HEADROOM) - _FILE_OVERHEAD)
     ranges: list[tuple[int, int]] = []
     lo, used = 0, 0
@@ -312,7 +316,9 @@ def plan_parts(staged: Sequence[Staged], cap_bytes: int) -> list[tuple[int, int]
 def _range_stats(t: Staged, lo: int, hi: int) -> tuple[int, RowDigest]:
     assert t.buckets is not None
     found = [f for bucket, f in t.buckets.items() if lo <= bucket <= hi]
-    return sum(rows for rows, _, _ in found), RowDigest.total(d for _, _, d in found)
+    rows = sum(rows for rows, _, _ in found)
+    digest = RowDigest.total(d for _, _, d in found)
+    return rows * t.copies, RowDigest.total([digest] * t.copies)
 
 
 def _write_part(
@@ -345,11 +351,14 @@ def _write_part(
                 where = t.rows_where(
                     "" if (lo, hi) == (0, BUCKETS - 1) else f"{t.bucket_of} BETWEEN {lo} AND {hi}"
                 )
-                rows = int(
-                    conn.execute_command(
-                        f"INSERT INTO {ref} SELECT {select} FROM {external(t.files)}{where}"
+                rows = sum(
+                    int(
+                        conn.execute_command(
+                            f"INSERT INTO {ref} SELECT {select} FROM {external(t.files)}{where}"
+                        )
+                        or 0
                     )
-                    or 0
+                    for _ in range(t.copies)
                 )
             if rows != expected:
                 raise PayloadError(
@@ -523,3 +532,44 @@ def raise_on_change_set_errors(
         "on a cluster, staging_dir must be a shared path that the executors write and the "
         "driver reads at the same place, or pass staging='driver'"
     )
+
+
+def guard_staged(
+    spec: CdcSpec,
+    plans: list[ColumnPlan],
+    staged_names: list[str],
+    files: list[Path],
+    counts: dict[str, int],
+    stats: Mapping[str, BucketStats] | None,
+    key_idx: list[int],
+) -> list[Staged]:
+    """The positions that guard a change set's update (``ChangeSet(guard=True)``): each
+    upserted or deleted key with its position, twice, written before its changes."""
+    if spec.guard_table is None:
+        return []
+    at = next(i for i, p in enumerate(plans) if p.name == spec.order_by[0])
+    picked = [*key_idx, at]
+    merged: BucketStats | None = None
+    if stats is not None:
+        merged = {}
+        for kind in (KIND_UPSERT, KIND_DELETE):
+            for bucket, (rows, nbytes, digest) in stats.get(kind, {}).items():
+                had = merged.get(bucket)
+                merged[bucket] = (
+                    (rows, nbytes, digest)
+                    if had is None
+                    else (had[0] + rows, had[1] + nbytes, had[2] + digest)
+                )
+    return [
+        Staged(
+            spec.guard_table,
+            [plans[i] for i in picked],
+            [staged_names[i] for i in picked],
+            files,
+            counts[KIND_UPSERT] + counts[KIND_DELETE],
+            buckets=merged,
+            where=f"({kind_is(KIND_UPSERT)}) OR ({kind_is(KIND_DELETE)})",
+            bucket_of=STAGED_BUCKET,
+            copies=2,
+        )
+    ]

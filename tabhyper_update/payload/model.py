@@ -41,11 +41,12 @@ from ..values.actions import (
     Delete,
     Insert,
     Replace,
+    Update,
     Upsert,
     _Action,
 )
 from ..values.changeset import ChangeSet
-from ..values.conditions import condition_columns, keys_match
+from ..values.conditions import all_of, condition_columns, keys_match, source, target
 from ..values.errors import (
     InvalidActionBatchError,
     InvalidArgumentError,
@@ -189,8 +190,19 @@ class Payload:
         else:
             assert self.change_set is not None
             targets = [(target_table, self.change_set)]
-        actions = []
+        actions: list[_Action] = []
         for table, cs in targets:
+            if cs.guard and cs.guard_table in part.tables:
+                actions.append(
+                    position_guard(
+                        cs.key,
+                        part.tables[cs.guard_table].column_names[-1],
+                        target_schema=target_schema,
+                        target_table=table,
+                        source_schema=self.schema,
+                        guard_table=cs.guard_table,
+                    )
+                )
             actions += _change_set_actions(
                 cs.key,
                 target_schema=target_schema,
@@ -398,6 +410,28 @@ class Payload:
         tb: TracebackType | None,
     ) -> None:
         self.cleanup()
+
+
+def position_guard(
+    key: Sequence[str],
+    position: str,
+    *,
+    target_schema: str,
+    target_table: str,
+    source_schema: str,
+    guard_table: str,
+) -> Update:
+    """The guard of a change set's update: an update whose source holds each touched key
+    with its position twice, matching the target rows that hold a later position. None
+    match: it changes nothing. One does: it is matched twice, which fails the whole batch
+    before the changes (a target row matched by more than one source row is an error)."""
+    return Update(
+        target_schema=target_schema,
+        target_table=target_table,
+        source_schema=source_schema,
+        source_table=guard_table,
+        condition=all_of(keys_match(*key), target(position) > source(position)),
+    )
 
 
 def _change_set_actions(

@@ -37,6 +37,7 @@ from ..values.errors import (
     JobCancelledError,
     JobFailedError,
     NotFoundError,
+    OutOfOrderError,
     PayloadError,
     TabHyperError,
     UpdateProgress,
@@ -465,6 +466,13 @@ class BoundPayload:
                     f"job of part {update.part + 1}",
                     "nothing of this part was applied; running the job again submits it anew",
                 )
+                guard = _guard_table(update.actions)
+                if isinstance(err, JobFailedError) and guard and guard in (err.notes or ""):
+                    refused = OutOfOrderError(err.job_id, err.notes, guard_table=guard)
+                    refused.at_step(
+                        f"job of part {update.part + 1}", "nothing of this part was applied"
+                    )
+                    raise refused from err
                 raise
         update.seconds["wait"] = time.perf_counter() - started
         state.status = "applied"
@@ -488,6 +496,15 @@ class BoundPayload:
     def _cleanup(self) -> None:
         if not self.payload.keep_files:
             self.payload.cleanup()
+
+
+def _guard_table(batch: ActionBatch) -> str | None:
+    """The positions table of a guarded change set's update (its first action), if any."""
+    first = batch.actions[0] if batch.actions else None
+    table = getattr(first, "source_table", None)
+    if first is not None and first.action == "update" and str(table).endswith("_positions"):
+        return str(table)
+    return None
 
 
 def progress_of(record: UpdateRecord, failed: int) -> UpdateProgress | None:

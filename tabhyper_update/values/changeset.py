@@ -117,6 +117,12 @@ class ChangeSet:
 
     The target table of the derived actions is a choice of the update:
     ``.apply(target_table=...)``.
+
+    ``guard=True``: updates that reach the server out of source order never leave an older
+    value. The one ``order_by`` column is kept in the payload (the data source must hold it
+    too), and every update first checks, in the same atomic batch, that no key it touches
+    holds a later position in the data source; if one does, the whole update fails and
+    applies nothing (:class:`~tabhyper_update.values.errors.OutOfOrderError`).
     """
 
     key: tuple[str, ...]
@@ -127,6 +133,7 @@ class ChangeSet:
     upsert_table: str = "upserts"
     delete_table: str = "deletes"
     order_as: Mapping[str, OrderAs] | None = field(default=None, hash=False)
+    guard: bool = False
 
     def __init__(
         self,
@@ -139,6 +146,7 @@ class ChangeSet:
         upsert_table: str = "upserts",
         delete_table: str = "deletes",
         order_as: Mapping[str, str] | None = None,
+        guard: bool = False,
     ) -> None:
         keys = _names(key, "key")
         assert keys is not None
@@ -172,6 +180,14 @@ class ChangeSet:
         object.__setattr__(self, "upsert_table", upsert_table)
         object.__setattr__(self, "delete_table", delete_table)
         object.__setattr__(self, "order_as", ordering)
+        if not isinstance(guard, bool):
+            raise ArgumentTypeError(f"ChangeSet guard= takes True or False, got {guard!r}")
+        object.__setattr__(self, "guard", guard)
+
+    @property
+    def guard_table(self) -> str:
+        """The payload table of the positions the guard checks (each key's twice)."""
+        return f"{self.upsert_table}_positions"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description (what a payload manifest records)."""
@@ -184,6 +200,7 @@ class ChangeSet:
             "upsert_table": self.upsert_table,
             "delete_table": self.delete_table,
             "order_as": dict(self.order_as) if self.order_as is not None else None,
+            "guard": self.guard,
         }
 
     @classmethod
@@ -197,4 +214,5 @@ class ChangeSet:
             upsert_table=doc.get("upsert_table") or "upserts",
             delete_table=doc.get("delete_table") or "deletes",
             order_as=doc.get("order_as"),
+            guard=bool(doc.get("guard", False)),
         )

@@ -38,6 +38,7 @@ __all__ = [
     "JobOutcomeUnknownError",
     "JobTimeoutError",
     "NotFoundError",
+    "OutOfOrderError",
     "PayloadAppliedError",
     "PayloadArgumentError",
     "PayloadError",
@@ -413,6 +414,24 @@ class JobFailedError(TabHyperError):
                 "(client.publish(..., mode='overwrite'))]"
             )
         super().__init__(f"job {job_id} failed: {reason}{remedy}")
+
+
+class OutOfOrderError(JobFailedError):
+    """A guarded update (``ChangeSet(guard=True)``) met keys whose position in the data
+    source is later than this update's: the whole update was refused and applied nothing
+    (an older change never replaces a newer one). ``guard_table`` is the payload table of
+    the positions it checked."""
+
+    def __init__(self, job_id: str, notes: str | None, *, guard_table: str) -> None:
+        super().__init__(job_id, notes)
+        self.guard_table = guard_table
+        self.args = (
+            f"job {job_id} refused the update: the data source holds a later position than "
+            f"this update's for at least one key it changes (guard table {guard_table!r}), "
+            "so it applied nothing rather than leave an older value. Another producer applied "
+            "later changes first: rebuild this change set from the data source's position on, "
+            "or give each key range one producer",
+        )
 
 
 _MISSING_COLUMN_NOTES = (

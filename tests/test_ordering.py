@@ -1,0 +1,138 @@
+"""Two producers, one data source: an update that reaches the server after a later one never
+leaves its older values (``ChangeSet(guard=True)``), and without the guard that is what
+happens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tabhyper_update import ChangeSet, PayloadError, build_payload
+from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing.files import make_hyper
+from tabhyper_update.values.errors import OutOfOrderError, SchemaDriftError
+
+from ._util import PAT, client_for, read_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tabhyper_update import TableauClient
+
+CHANGES = "id long, v string, op string, seq long"
+START = ["(1, 'start', 1)", "(2, 'two', 1)"]
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeTableauServer]:
+    start = make_hyper(
+        tmp_path / "start.hyper", {"Extract": ("id BIGINT NOT NULL, v TEXT, seq BIGINT", START)}
+    )
+    # A busy server: each job waits in the queue, so a second producer's update arrives
+    # while the first's is still queued.
+    with FakeTableauServer(pats=dict([PAT]), job_delay=0.6) as server:
+        server.add_datasource("Orders", start)
+        yield server
+
+
+def rows(server: FakeTableauServer) -> list[tuple[Any, ...]]:
+    server.wait_idle()
+    (luid,) = server.backend.sources
+    return sorted(read_rows(server.datasource_path(luid), "Extract"))
+
+
+def change(spark: SparkSession, *changes: tuple[int, str | None, str, int], guard: bool) -> Any:
+    return build_payload(
+        spark.createDataFrame(list(changes), CHANGES),
+        ChangeSet("id", op_column="op", order_by="seq", guard=guard),
+    )
+
+
+def later_then_earlier(
+    spark: SparkSession,
+    client: TableauClient,
+    tmp_path: Path,
+    later: tuple[int, str | None, str, int],
+    earlier: tuple[int, str | None, str, int],
+    *,
+    guard: bool,
+) -> None:
+    """The later position submitted first; the earlier one while it is queued."""
+    first = client.update_datasource(
+        "Orders",
+        change(spark, later, guard=guard),
+        wait=False,
+        state_dir=tmp_path / "a",
+        progress=False,
+    )
+    client.update_datasource(
+        "Orders", change(spark, earlier, guard=guard), state_dir=tmp_path / "b", progress=False
+    )
+    first.wait()
+
+
+def test_without_the_guard_the_older_update_wins_silently(
+    spark: SparkSession, fake: FakeTableauServer, tmp_path: Path
+) -> None:
+    with client_for(fake) as client:
+        later_then_earlier(
+            spark, client, tmp_path, (1, "new", "U", 10), (1, "old", "U", 5), guard=False
+        )
+    assert rows(fake)[0][:2] == (1, "old")  # what the guard is for
+
+
+def test_with_the_guard_the_older_update_is_refused_and_applies_nothing(
+    spark: SparkSession, fake: FakeTableauServer, tmp_path: Path
+) -> None:
+    with client_for(fake) as client, pytest.raises(OutOfOrderError) as caught:
+        later_then_earlier(
+            spark, client, tmp_path, (1, "new", "U", 10), (1, "old", "U", 5), guard=True
+        )
+    assert rows(fake) == [(1, "new", 10), (2, "two", 1)]
+    assert caught.value.guard_table == "upserts_positions"
+    assert "applied nothing rather than leave an older value" in str(caught.value)
+
+
+def test_an_older_delete_is_refused_too(
+    spark: SparkSession, fake: FakeTableauServer, tmp_path: Path
+) -> None:
+    with client_for(fake) as client, pytest.raises(OutOfOrderError):
+        later_then_earlier(
+            spark, client, tmp_path, (1, "new", "U", 10), (1, None, "D", 5), guard=True
+        )
+    assert rows(fake)[0] == (1, "new", 10)
+
+
+def test_updates_in_order_apply_with_the_guard(
+    spark: SparkSession, fake: FakeTableauServer, tmp_path: Path
+) -> None:
+    with client_for(fake) as client:
+        later_then_earlier(
+            spark, client, tmp_path, (1, "mid", "U", 5), (2, None, "D", 7), guard=True
+        )
+        client.update_datasource(
+            "Orders",
+            change(spark, (1, "new", "U", 10), (3, "three", "U", 10), guard=True),
+            state_dir=tmp_path / "c",
+            progress=False,
+        )
+    assert rows(fake) == [(1, "new", 10), (3, "three", 10)]
+
+
+def test_the_guard_needs_one_numeric_position_the_data_source_holds(
+    spark: SparkSession, fake: FakeTableauServer, tmp_path: Path
+) -> None:
+    df = spark.createDataFrame([(1, "x", "U", 1, "a")], f"{CHANGES}, tag string")
+    with pytest.raises(PayloadError, match="compares one position column"):
+        build_payload(df, ChangeSet("id", op_column="op", order_by=["seq", "tag"], guard=True))
+    with pytest.raises(PayloadError, match="to be a number, a date or a timestamp"):
+        build_payload(df, ChangeSet("id", op_column="op", order_by="tag", guard=True))
+    lacking = make_hyper(tmp_path / "lacking.hyper", {"Extract": ("id BIGINT, v TEXT", [])})
+    fake.add_datasource("Lacking", lacking)
+    with client_for(fake) as client, pytest.raises(SchemaDriftError, match="lacks 'seq'"):
+        client.update_datasource(
+            "Lacking", change(spark, (1, "x", "U", 1), guard=True), progress=False
+        )
