@@ -206,12 +206,16 @@ class DeltaSource:
 
     def changes(self, spark: SparkSession) -> DataFrame:
         """The feed since the last call, as Spark reads a Delta change feed."""
+        return self.changes_from(spark, self.read_up_to + 1)
+
+    def changes_from(self, spark: SparkSession, start: int) -> DataFrame:
+        """The feed from version ``start`` to the latest (read so far from then on)."""
         import arro3.core as ac
         from deltalake import DeltaTable
 
         dt = DeltaTable(str(self.path))
         latest = dt.version()
-        reader = dt.load_cdf(starting_version=self.read_up_to + 1, ending_version=latest)
+        reader = dt.load_cdf(starting_version=start, ending_version=latest)
         feed = ac.Table.from_arrow(reader)
         self.read_up_to = latest
         names = ["id", "a", "b", "_change_type", "_commit_version"]
