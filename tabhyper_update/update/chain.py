@@ -253,7 +253,7 @@ class BoundPayload:
                 update.size_bytes = part.size_bytes
             updates.append(update)
             if state.status == "applied":
-                update.deduplicated = update.skipped = True
+                update.deduplicated = update.skipped = update.applied = True
                 log.warning(
                     "part %d/%d of %s was applied before (job %s, RequestID %s): skipped, "
                     "not submitted again",
@@ -475,6 +475,7 @@ class BoundPayload:
                     raise refused from err
                 raise
         update.seconds["wait"] = time.perf_counter() - started
+        update.applied = True
         state.status = "applied"
         self.state.save(record)
 

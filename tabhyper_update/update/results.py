@@ -43,6 +43,8 @@ class PartUpdate:
 
     #: The job an earlier run applied this part with, as its record says (``skipped``).
     recorded_job_id: str | None = field(default=None, repr=False)
+    #: Whether this part is applied (by this run, or before it).
+    applied: bool = False
 
     @property
     def job_id(self) -> str | None:
@@ -66,6 +68,12 @@ class UpdateResult:
     @property
     def jobs(self) -> list[Job]:
         return [p.job for p in self.parts if p.job is not None]
+
+    @property
+    def applied_parts(self) -> list[int]:
+        """The parts applied so far (numbered from 1): all of them once :meth:`wait`
+        returned; after an error, the ones before the part that failed."""
+        return [p.part + 1 for p in self.parts if p.applied]
 
     @property
     def empty(self) -> bool:
