@@ -5,6 +5,7 @@ change data feed written by delta-rs; Debezium events in each connector's positi
 delivered every way the SDK takes changes (batch slices, payloads split into parts, a
 streaming query with restarts, replays and a checkpoint reset, a source whose shape changes
 mid-stream, two queries sharing a sink id, two producers whose slices arrive out of order),
+decimal amounts drifted behind the SDK's back (found by ``reconcile``, undone by ``repair``),
 and compared with a model of the source after
 every step, against the fake server over HTTP.
 
@@ -20,12 +21,22 @@ import random
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from tabhyper_update import ChangeSet, Payload, PersonalAccessToken, TableauClient, build_payload
+from tabhyper_update import (
+    ChangeSet,
+    Payload,
+    PersonalAccessToken,
+    TableauClient,
+    build_payload,
+    reconcile,
+    repair,
+)
+from tabhyper_update.local.hyper import connect
 from tabhyper_update.streaming import Debezium, TableauSink
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
@@ -344,6 +355,58 @@ def run_two_producers(
     tally.histories += 1
 
 
+def run_planted_decimals(
+    spark: SparkSession, target: Target, root: Path, rng: random.Random, tally: Tally, *, steps: int
+) -> None:
+    """A feed of amounts (``DECIMAL(18,2)``, up to 2e8) applied through the chain; after each
+    step one amount is moved by a unit of its last place behind the SDK's back (SQL on the
+    fake's file). ``reconcile`` must name exactly that key, and ``repair`` undo it."""
+    root.mkdir(parents=True, exist_ok=True)
+    start = make_hyper(
+        root / "amounts.hyper", {"Extract": ("id BIGINT NOT NULL, amount NUMERIC(18,2)", [])}
+    )
+    luid = target.server.add_datasource(f"Amounts {root.name}", start)
+    amounts: dict[int, Decimal] = {}
+    schema = "id long, amount decimal(18,2), op string, seq long"
+    for i in range(steps):
+        changes: list[tuple[int, Decimal | None, str, int]] = []
+        for _ in range(rng.randint(50, 200)):
+            k = rng.randrange(2_000)
+            if k in amounts and rng.random() < 0.2:
+                changes.append((k, None, "D", i))
+                amounts.pop(k)
+            else:
+                value = Decimal(rng.randrange(20_000_000_000)) / 100
+                changes.append((k, value, "U", i))
+                amounts[k] = value
+        last = {c[0]: c for c in changes}  # one change per key and step
+        payload = build_payload(
+            spark.createDataFrame(list(last.values()), schema),
+            ChangeSet("id", op_column="op", order_by="seq"),
+        )
+        payload.upload(luid, client=target.client, progress=False, state_dir=target.state).apply(
+            target_table="Extract"
+        )
+        source = spark.createDataFrame(sorted(amounts.items()), "id long, amount decimal(18,2)")
+        planted = rng.choice(sorted(amounts))
+        target.server.wait_idle()
+        with connect(target.server.datasource_path(luid)) as conn:
+            conn.execute_command(
+                f'UPDATE "Extract"."Extract" SET amount = amount + 0.01 WHERE id = {planted}'
+            )
+        report = reconcile(source, luid, key="id", client=target.client)
+        found = {(d.kind, d.key) for d in report.drift}
+        tally.steps += 1
+        if found != {("changed", (planted,))} or report.unresolved:
+            tally.divergences.append(f"decimals step {i}: planted {planted}, found {found}")
+        repair(report, source, client=target.client, state_dir=target.state)
+        again = reconcile(source, luid, key="id", client=target.client)
+        tally.steps += 1
+        if not again.ok:
+            tally.divergences.append(f"decimals step {i}: after the repair {again}")
+    tally.histories += 1
+
+
 def _run(spark: SparkSession, source: Path, checkpoint: Path, sink: TableauSink) -> None:
     query = (
         spark.readStream.option("maxFilesPerTrigger", 1)
@@ -372,6 +435,7 @@ def oracle(
     reshaped: int = 0,
     shared: int = 0,
     producers: int = 0,
+    decimals: int = 0,
 ) -> Tally:
     rng = random.Random(SEED)
     tally = Tally()
@@ -396,6 +460,8 @@ def oracle(
         run_shared_sink(spark, target, root / f"shared-{h}", rng, tally, steps=steps)
     for h in range(producers):
         run_two_producers(spark, target, root / f"producers-{h}", rng, tally, steps=steps)
+    for h in range(decimals):
+        run_planted_decimals(spark, target, root / f"decimals-{h}", rng, tally, steps=steps)
     return tally
 
 
@@ -413,10 +479,11 @@ def test_the_published_table_equals_the_source_after_every_step(
         reshaped=1,
         shared=1,
         producers=2,
+        decimals=1,
     )
     with capsys.disabled():
         print("\n" + tally.report("default"))
-    assert tally.histories == 2 + len(CONNECTORS) + 1 + 4
+    assert tally.histories == 2 + len(CONNECTORS) + 1 + 5
     assert tally.refused > 0, "no late slice met the guard: the history did not test it"
     assert tally.divergences == []
 
@@ -436,6 +503,7 @@ def test_the_published_table_equals_the_source_after_every_step_at_length(
         reshaped=2,
         shared=2,
         producers=4,
+        decimals=2,
     )
     with capsys.disabled():
         print("\n" + tally.report("slow"))

@@ -201,6 +201,12 @@ def test_values_are_compared_as_their_type_means_them() -> None:
     )
     assert same(canonical(Decimal("1.10"), "REAL"), canonical(1.1, "REAL"), "REAL")
     assert not same(canonical(Decimal("1.10"), "REAL"), canonical(1.1001, "REAL"), "REAL")
+    # A decimal is exact: a cent off among hundreds of millions is a difference whatever the
+    # tolerance (which governs reals and timestamps only).
+    loose = Tolerance(relative=1e-6)
+    big = canonical(Decimal("123456789.01"), "REAL")
+    assert not same(big, canonical(123456789.02, "REAL"), "REAL", loose)
+    assert same(big, canonical(123456789.01, "REAL"), "REAL", loose)
     assert same(canonical("NaN", "REAL"), canonical(float("nan"), "REAL"), "REAL")
     assert same(None, None, "STRING")
     assert not same(None, "", "STRING")

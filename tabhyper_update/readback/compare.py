@@ -87,6 +87,8 @@ def canonical(value: Any, data_type: str) -> Any:
             return value
         return _parse_moment(str(value)[:10]).date()
     if kind == "REAL":
+        if isinstance(value, Decimal):
+            return value  # an exact type: compared exactly (see :func:`same`)
         return float(value) if not isinstance(value, str) else float(value.strip())
     if kind == "INTEGER":
         if isinstance(value, (float, Decimal)) and value == int(value):
@@ -107,6 +109,8 @@ def same(a: Any, b: Any, data_type: str, tolerance: Tolerance | None = None) -> 
         return a is None and b is None
     tol = tolerance or Tolerance()
     kind = data_type.upper()
+    if isinstance(a, Decimal) or isinstance(b, Decimal):
+        return _same_decimal(a, b)
     if kind in ("REAL", "INTEGER") and (isinstance(a, float) or isinstance(b, float)):
         x, y = float(a), float(b)
         if math.isnan(x) or math.isnan(y):
@@ -117,3 +121,26 @@ def same(a: Any, b: Any, data_type: str, tolerance: Tolerance | None = None) -> 
     if kind == "DATETIME" and isinstance(a, int) and isinstance(b, int):
         return abs(a - b) <= tol.seconds * 1_000_000
     return bool(a == b)
+
+
+def _same_decimal(a: Any, b: Any) -> bool:
+    """A decimal is an exact type: equal only to the same number. A value the service sent
+    as a JSON number is read as the shortest decimal that number is (``123456789.01``), and
+    compared exactly, never within a tolerance."""
+
+    def exact(value: Any) -> Decimal | None:
+        if isinstance(value, Decimal):
+            return value
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, int):
+            return Decimal(value)
+        if isinstance(value, float):
+            return Decimal(repr(value)) if math.isfinite(value) else None
+        try:
+            return Decimal(str(value).strip())
+        except ArithmeticError:
+            return None
+
+    x, y = exact(a), exact(b)
+    return x is not None and y is not None and x == y
