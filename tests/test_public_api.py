@@ -192,7 +192,7 @@ def test_renamed_public_names_keep_working() -> None:
         (
             ChangeSet,
             "key, *, op_column, order_by, op_map, keep_columns, upsert_table, delete_table, "
-            "order_as",
+            "order_as, guard",
         ),
         (Payload.upload, "self, target, *, client, progress, state_dir"),
         (
