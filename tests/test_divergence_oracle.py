@@ -211,7 +211,7 @@ def run_stream(
             events,
             client=target.client,
             target_table="Extract",
-            sink_id="oracle",
+            sink_id=f"oracle-{root.name}",  # one pipeline per history
             state_dir=target.state,
         )
         _run(spark, source, checkpoint, sink)
