@@ -282,7 +282,7 @@ def run_shared_sink(
                 events,
                 client=target.client,
                 target_table="Extract",
-                sink_id="shared",
+                sink_id=f"shared-{root.name}",  # one pipeline per history
                 state_dir=target.state,
                 reset=reset,
             )
