@@ -29,7 +29,12 @@ START = ["(1, 'start', 1)", "(2, 'two', 1)"]
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeTableauServer]:
     start = make_hyper(
-        tmp_path / "start.hyper", {"Extract": ("id BIGINT NOT NULL, v TEXT, seq BIGINT", START)}
+        tmp_path / "start.hyper",
+        {
+            "Extract": ("id BIGINT NOT NULL, v TEXT, seq BIGINT", START),
+            # Where each update records its keys' positions, deleted keys included.
+            "Extract_positions": ("id BIGINT NOT NULL, seq BIGINT", ["(1, 1)", "(2, 1)"]),
+        },
     )
     # A busy server: each job waits in the queue, so a second producer's update arrives
     # while the first's is still queued.
@@ -38,10 +43,10 @@ def fake(tmp_path: Path) -> Iterator[FakeTableauServer]:
         yield server
 
 
-def rows(server: FakeTableauServer) -> list[tuple[Any, ...]]:
+def rows(server: FakeTableauServer, table: str = "Extract") -> list[tuple[Any, ...]]:
     server.wait_idle()
-    (luid,) = server.backend.sources
-    return sorted(read_rows(server.datasource_path(luid), "Extract"))
+    luid = next(d.id for d in server.backend.sources.values() if d.name == "Orders")
+    return sorted(read_rows(server.datasource_path(luid), table))
 
 
 def change(spark: SparkSession, *changes: tuple[int, str | None, str, int], guard: bool) -> Any:
@@ -92,8 +97,19 @@ def test_with_the_guard_the_older_update_is_refused_and_applies_nothing(
             spark, client, tmp_path, (1, "new", "U", 10), (1, "old", "U", 5), guard=True
         )
     assert rows(fake) == [(1, "new", 10), (2, "two", 1)]
-    assert caught.value.guard_table == "upserts_positions"
+    assert caught.value.guard_table == "upserts_guard"
     assert "applied nothing rather than leave an older value" in str(caught.value)
+
+
+def test_a_key_a_later_update_deleted_is_not_inserted_again_by_an_older_one(
+    spark: SparkSession, fake: FakeTableauServer, tmp_path: Path
+) -> None:
+    with client_for(fake) as client, pytest.raises(OutOfOrderError):
+        later_then_earlier(
+            spark, client, tmp_path, (1, None, "D", 10), (1, "old", "U", 5), guard=True
+        )
+    assert rows(fake) == [(2, "two", 1)]  # no row holds key 1; its position still does
+    assert rows(fake, "Extract_positions") == [(1, 10), (2, 1)]
 
 
 def test_an_older_delete_is_refused_too(
@@ -120,6 +136,7 @@ def test_updates_in_order_apply_with_the_guard(
             progress=False,
         )
     assert rows(fake) == [(1, "new", 10), (3, "three", 10)]
+    assert rows(fake, "Extract_positions") == [(1, 10), (2, 7), (3, 10)]
 
 
 def test_the_guard_needs_one_numeric_position_the_data_source_holds(
@@ -132,7 +149,7 @@ def test_the_guard_needs_one_numeric_position_the_data_source_holds(
         build_payload(df, ChangeSet("id", op_column="op", order_by="tag", guard=True))
     lacking = make_hyper(tmp_path / "lacking.hyper", {"Extract": ("id BIGINT, v TEXT", [])})
     fake.add_datasource("Lacking", lacking)
-    with client_for(fake) as client, pytest.raises(SchemaDriftError, match="lacks 'seq'"):
+    with client_for(fake) as client, pytest.raises(SchemaDriftError, match="lacks"):
         client.update_datasource(
             "Lacking", change(spark, (1, "x", "U", 1), guard=True), progress=False
         )

@@ -229,8 +229,10 @@ class CdcSpec:
     order_sql: tuple[str, ...] = ()
     #: Per ``order_by`` column, Spark's type of its position (``None``: not known).
     position_types: tuple[str | None, ...] = ()
-    #: The table of the positions that guard the update (``ChangeSet(guard=True)``).
+    #: The tables of the positions that guard the update (each key's twice) and that it
+    #: records (once) (``ChangeSet(guard=True)``).
     guard_table: str | None = None
+    positions_table: str | None = None
 
     @classmethod
     def create(
@@ -296,9 +298,13 @@ class CdcSpec:
         order_as = change_set.order_as or {}
         positions = tuple(order_sql(o, (types or {}).get(o), order_as.get(o), fail) for o in orders)
         typed = tuple(position_type((types or {}).get(o), order_as.get(o)) for o in orders)
-        guard_table = change_set.guard_table if change_set.guard else None
+        guarded = (
+            (change_set.guard_table, change_set.positions_table)
+            if change_set.guard
+            else (None, None)
+        )
         return cls(
-            keys, op_column, orders, dict(op_map), dropped, table, positions, typed, guard_table
+            keys, op_column, orders, dict(op_map), dropped, table, positions, typed, *guarded
         )
 
     def data_columns(self, columns: Sequence[str]) -> list[str]:

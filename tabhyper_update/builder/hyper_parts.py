@@ -543,9 +543,10 @@ def guard_staged(
     stats: Mapping[str, BucketStats] | None,
     key_idx: list[int],
 ) -> list[Staged]:
-    """The positions that guard a change set's update (``ChangeSet(guard=True)``): each
-    upserted or deleted key with its position, twice, written before its changes."""
-    if spec.guard_table is None:
+    """The positions of a guarded change set (``ChangeSet(guard=True)``): each upserted or
+    deleted key with its position, twice (the guard's table) and once (what the update
+    records in the data source's positions table)."""
+    if spec.guard_table is None or spec.positions_table is None:
         return []
     at = next(i for i, p in enumerate(plans) if p.name == spec.order_by[0])
     picked = [*key_idx, at]
@@ -562,14 +563,15 @@ def guard_staged(
                 )
     return [
         Staged(
-            spec.guard_table,
+            name,
             [plans[i] for i in picked],
             [staged_names[i] for i in picked],
             files,
             counts[KIND_UPSERT] + counts[KIND_DELETE],
-            buckets=merged,
+            buckets=None if merged is None else dict(merged),
             where=f"({kind_is(KIND_UPSERT)}) OR ({kind_is(KIND_DELETE)})",
             bucket_of=STAGED_BUCKET,
-            copies=2,
+            copies=copies,
         )
+        for name, copies in ((spec.guard_table, 2), (spec.positions_table, 1))
     ]

@@ -192,13 +192,14 @@ class Payload:
             targets = [(target_table, self.change_set)]
         actions: list[_Action] = []
         for table, cs in targets:
-            if cs.guard and cs.guard_table in part.tables:
+            guarded = cs.guard and cs.guard_table in part.tables
+            if guarded:
                 actions.append(
                     position_guard(
                         cs.key,
                         part.tables[cs.guard_table].column_names[-1],
                         target_schema=target_schema,
-                        target_table=table,
+                        target_table=f"{table}_positions",
                         source_schema=self.schema,
                         guard_table=cs.guard_table,
                     )
@@ -211,6 +212,17 @@ class Payload:
                 delete_table=cs.delete_table if cs.delete_table in part.tables else None,
                 upsert_table=cs.upsert_table if cs.upsert_table in part.tables else None,
             )
+            if cs.guard and cs.positions_table in part.tables:
+                # Every touched key's position, deleted keys included: what the guard reads.
+                actions.append(
+                    Upsert(
+                        target_schema=target_schema,
+                        target_table=f"{table}_positions",
+                        source_schema=self.schema,
+                        source_table=cs.positions_table,
+                        condition=keys_match(*cs.key),
+                    )
+                )
         return ActionBatch(actions=actions)
 
     # -- checks ----------------------------------------------------------------------------
@@ -421,10 +433,11 @@ def position_guard(
     source_schema: str,
     guard_table: str,
 ) -> Update:
-    """The guard of a change set's update: an update whose source holds each touched key
-    with its position twice, matching the target rows that hold a later position. None
-    match: it changes nothing. One does: it is matched twice, which fails the whole batch
-    before the changes (a target row matched by more than one source row is an error)."""
+    """The guard of a change set's update: an update of the data source's positions table
+    (``target_table``) whose source holds each touched key with its position twice,
+    matching the rows that hold a later position. None match: it changes nothing. One does:
+    it is matched twice, which fails the whole batch before the changes (a target row
+    matched by more than one source row is an error)."""
     return Update(
         target_schema=target_schema,
         target_table=target_table,

@@ -503,7 +503,7 @@ def _guard_table(batch: ActionBatch) -> str | None:
     """The positions table of a guarded change set's update (its first action), if any."""
     first = batch.actions[0] if batch.actions else None
     table = getattr(first, "source_table", None)
-    if first is not None and first.action == "update" and str(table).endswith("_positions"):
+    if first is not None and first.action == "update" and str(table).endswith("_guard"):
         return str(table)
     return None
 

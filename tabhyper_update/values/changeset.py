@@ -119,10 +119,12 @@ class ChangeSet:
     ``.apply(target_table=...)``.
 
     ``guard=True``: updates that reach the server out of source order never leave an older
-    value. The one ``order_by`` column is kept in the payload (the data source must hold it
-    too), and every update first checks, in the same atomic batch, that no key it touches
-    holds a later position in the data source; if one does, the whole update fails and
-    applies nothing (:class:`~tabhyper_update.values.errors.OutOfOrderError`).
+    value. The one ``order_by`` column is kept in the payload; the data source holds it too,
+    and a table ``<target table>_positions`` (the key and that column) where each update
+    records the position of every key it touched, deleted keys included. Every update first
+    checks there, in the same atomic batch, that no key it touches holds a later position;
+    if one does, the whole update fails and applies nothing
+    (:class:`~tabhyper_update.values.errors.OutOfOrderError`).
     """
 
     key: tuple[str, ...]
@@ -187,6 +189,11 @@ class ChangeSet:
     @property
     def guard_table(self) -> str:
         """The payload table of the positions the guard checks (each key's twice)."""
+        return f"{self.upsert_table}_guard"
+
+    @property
+    def positions_table(self) -> str:
+        """The payload table of the positions the update records (each key's once)."""
         return f"{self.upsert_table}_positions"
 
     def to_dict(self) -> dict[str, Any]:

@@ -426,8 +426,8 @@ class OutOfOrderError(JobFailedError):
         super().__init__(job_id, notes)
         self.guard_table = guard_table
         self.args = (
-            f"job {job_id} refused the update: the data source holds a later position than "
-            f"this update's for at least one key it changes (guard table {guard_table!r}), "
+            f"job {job_id} refused the update: the data source's positions hold a later one "
+            f"than this update's for at least one key it changes (guard table {guard_table!r}), "
             "so it applied nothing rather than leave an older value. Another producer applied "
             "later changes first: rebuild this change set from the data source's position on, "
             "or give each key range one producer",
