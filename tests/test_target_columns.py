@@ -83,7 +83,7 @@ def test_a_column_the_data_source_lacks_fails_before_the_first_part(
         with pytest.raises(SchemaDriftError) as caught:
             client.update_datasource(target, payload, state_dir=state, progress=False)
     assert caught.value.columns == {"Extract": ["tier"]}
-    assert "Nothing was sent" in str(caught.value)
+    assert "No update was sent" in str(caught.value)
     origin = "recorded when it published" if published_by_the_sdk else "read-metadata"
     assert origin in str(caught.value)
     assert {k: fake.counts[k] for k in before} == before  # no upload, no update

@@ -45,7 +45,7 @@ class IntegerBuckets:
         span = int(high) - self.low + 1
         self.levels = max(1, math.ceil(math.log(max(span, 2), fan_out)))
 
-    def plan(self, level: int, region: DataFrame) -> None:
+    def plan(self, level: int, region: DataFrame, rows: int) -> None:
         """Nothing to plan: integer buckets follow from the key's range."""
 
     def width(self, level: int) -> int:
@@ -87,9 +87,10 @@ class RangeBuckets:
         #: Each level's bounds (canonical key tuples, ascending).
         self.bounds: dict[int, list[tuple[Any, ...]]] = {}
 
-    def plan(self, level: int, region: DataFrame) -> None:
+    def plan(self, level: int, region: DataFrame, rows: int) -> None:
         """Choose the level's bounds from the source's keys in ``region`` (the rows of the
-        buckets that differed at the level above): the keys at evenly spaced ranks."""
+        buckets that differed at the level above, about ``rows`` of them as the aggregates
+        counted): the keys at evenly spaced ranks."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -98,8 +99,7 @@ class RangeBuckets:
         for c in cols[1:]:
             whole = whole & c.isNotNull()
         keyed = region.select(*cols).where(whole)
-        total = keyed.count()
-        step = max(1, math.ceil(total / self.fan_out))
+        step = max(1, math.ceil(rows / self.fan_out))
         ranked = keyed.withColumn("__rank", F.row_number().over(Window.orderBy(*cols)))
         picked = ranked.where((F.col("__rank") % step == 1) & (F.col("__rank") > 1))
         found = [

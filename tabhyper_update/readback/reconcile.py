@@ -269,9 +269,11 @@ class _Reconciler:
         """Cut the differing ranges level by level; compare small ones row by row."""
         assert self.buckets is not None
         level = 0
+        #: The source's rows in the region being cut (its aggregates counted them).
+        rows = report.rows["source"]
         while True:
             level += 1
-            self.buckets.plan(level, self._region())
+            self.buckets.plan(level, self._region(), rows)
             mine, theirs = self._source(level), self._server(level)
             differing = sorted(
                 (b for b in set(mine) | set(theirs) if self._differs(mine.get(b), theirs.get(b))),
@@ -297,6 +299,7 @@ class _Reconciler:
                 small = size <= self.leaf_rows or self.buckets.last(level)
                 (leaves if small else deeper).append((b, size))
             self._compare_rows(report, level, leaves)
+            rows = sum(int((mine.get(b) or {}).get("rows") or 0) for b, _ in deeper)
             if not deeper:
                 return
             self.path.append((level, [b for b, _ in deeper]))

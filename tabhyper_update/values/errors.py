@@ -278,7 +278,7 @@ class SchemaDriftError(PayloadError):
         )
         super().__init__(
             f"the payload does not fit the published data source{where}: "
-            f"{'; '.join(listed)}. Nothing was sent. {advice}"
+            f"{'; '.join(listed)}. No update was sent. {advice}"
         )
 
 
