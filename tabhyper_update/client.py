@@ -24,8 +24,8 @@ from .rest.refs import DataSourceRef
 from .rest.session import RestSession, client_for
 from .rest.versions import MIN_API_VERSION
 from .update.chain import update_datasource
-from .update.options import UpdateOptions
-from .update.publish import BootstrapResult, PublishMode, bootstrap, publish
+from .update.options import PublishOptions, UpdateOptions
+from .update.publish import BootstrapResult, bootstrap, publish
 from .update.results import UpdateResult
 from .values.actions import BatchLike
 from .values.parts import PayloadLike
@@ -67,35 +67,17 @@ class TableauClient(RestSession):
         self,
         payload: PayloadLike | str | os.PathLike[str],
         name: str,
-        *,
-        project: str | Project | None = None,
-        mode: PublishMode = "create",
-        description: str | None = None,
-        as_job: bool | None = None,
-        timeout: float | None = None,
-        state_dir: str | os.PathLike[str] | None = None,
+        **options: Unpack[PublishOptions],
     ) -> DataSourceRef:
         """Publish a one-file payload (or a ``.hyper`` file) as the live-to-Hyper data source
-        ``name``, ready for updates.
-
-        ``project``: a name, a path from the top (``"Sales/EMEA"``), a LUID, or the default
-        project. ``mode``: ``"create"`` (refused when the name exists in the project),
-        ``"overwrite"`` (replace its data) or ``"append"`` (add the file's rows). Files from
-        64 MB on (or ``chunk_size_mb``) go as a chunked upload and a job, followed to its
-        end within ``timeout``. Returns a reference that knows its columns; the columns'
-        types are recorded in the state folder (``state_dir``) for the updates after it.
+        ``name``, ready for updates (``options``:
+        :class:`~tabhyper_update.update.options.PublishOptions`: the project, the mode
+        ``"create"``, ``"overwrite"`` or ``"append"``, ...). Files from 64 MB on (or
+        ``chunk_size_mb``) go as a chunked upload and a job, followed to its end. Returns a
+        reference that knows its columns; their types are recorded in the state folder for
+        the updates after it.
         """
-        return publish(
-            self,
-            payload,
-            name,
-            project=project,
-            mode=mode,
-            description=description,
-            as_job=as_job,
-            timeout=timeout,
-            state_dir=state_dir,
-        )
+        return publish(self, payload, name, **options)
 
     def bootstrap(
         self,

@@ -27,12 +27,11 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from ..rest.projects import Project
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
 from ..update.chain import BoundPayload, upload_payload
-from ..update.options import BindOptions
-from ..update.publish import PublishMode, publish
+from ..update.options import BindOptions, PublishOptions
+from ..update.publish import publish
 from ..values.actions import (
     DEFAULT_SCHEMA,
     DEFAULT_TABLE,
@@ -377,27 +376,14 @@ class Payload:
         self,
         name: str,
         *,
-        project: str | Project | None = None,
-        mode: PublishMode = "create",
         client: RestSession | None = None,
-        description: str | None = None,
-        timeout: float | None = None,
-        state_dir: str | os.PathLike[str] | None = None,
+        **options: Unpack[PublishOptions],
     ) -> DataSourceRef:
         """Publish this payload (a snapshot in one file) as the live-to-Hyper data source
         ``name``: :meth:`TableauClient.publish` with ``client`` (by default from the
-        environment). The files are removed once published (unless ``keep_files``)."""
-        chosen = client_for(None, client, "publish")
-        ref = publish(
-            chosen,
-            self,
-            name,
-            project=project,
-            mode=mode,
-            description=description,
-            timeout=timeout,
-            state_dir=state_dir,
-        )
+        environment) and its ``options``. The files are removed once published (unless
+        ``keep_files``)."""
+        ref = publish(client_for(None, client, "publish"), self, name, **options)
         self.cleanup()
         return ref
 

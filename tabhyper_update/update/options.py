@@ -2,7 +2,8 @@
 
 ``payload.upload(...)`` takes the :class:`BindOptions`, ``.apply(...)`` the
 :class:`ApplyOptions`, and the one-call verbs (``client.update_datasource``,
-``client.bootstrap``) both, as :class:`UpdateOptions`; each passes them on whole::
+``client.bootstrap``) both, as :class:`UpdateOptions`; ``client.publish`` and
+``payload.publish`` take the :class:`PublishOptions`. Each passes them on whole::
 
     client.update_datasource("Orders", payload, target_table="Extract", verify=True)
 """
@@ -11,11 +12,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import cast
+from typing import Literal, cast
 
 from typing_extensions import TypedDict
 
-__all__ = ["ApplyOptions", "BindOptions", "UpdateOptions", "split_options"]
+from ..rest.projects import Project
+
+__all__ = [
+    "ApplyOptions",
+    "BindOptions",
+    "PublishMode",
+    "PublishOptions",
+    "UpdateOptions",
+    "split_options",
+]
+
+PublishMode = Literal["create", "overwrite", "append"]
 
 
 class ApplyOptions(TypedDict, total=False):
@@ -50,6 +62,25 @@ class BindOptions(TypedDict, total=False):
 
 class UpdateOptions(ApplyOptions, BindOptions, total=False):
     """Both: the options of the one-call verbs."""
+
+
+class PublishOptions(TypedDict, total=False):
+    """How a payload or ``.hyper`` file is published.
+
+    ``project``: a name, a path from the top (``"Sales/EMEA"``), a LUID, or the default
+    project. ``mode``: ``"create"`` (the default; refused when the name exists in the
+    project), ``"overwrite"`` (replace its data) or ``"append"`` (add the file's rows).
+    ``description``; ``as_job``: publish as a job (by default for a chunked upload);
+    ``timeout``: seconds to follow that job; ``state_dir``: where the columns published are
+    recorded for the updates after it.
+    """
+
+    project: str | Project | None
+    mode: PublishMode
+    description: str | None
+    as_job: bool | None
+    timeout: float | None
+    state_dir: str | os.PathLike[str] | None
 
 
 def split_options(options: UpdateOptions) -> tuple[BindOptions, ApplyOptions]:

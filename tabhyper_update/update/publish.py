@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from tableauhyperapi import HyperException, Nullability
 from typing_extensions import Unpack
@@ -39,7 +39,7 @@ from ..values.errors import (
 from ..values.parts import ColumnInfo, PayloadLike, TableInfo, sql_type_text
 from ..values.redaction import get_logger
 from .chain import update_datasource
-from .options import UpdateOptions
+from .options import PublishMode, PublishOptions, UpdateOptions
 from .results import UpdateResult
 from .schema import record_schema
 from .state import StateStore
@@ -48,7 +48,6 @@ __all__ = ["BootstrapResult", "PublishMode", "bootstrap", "publish"]
 
 log = get_logger("tabhyper_update")
 
-PublishMode = Literal["create", "overwrite", "append"]
 MODES: tuple[str, ...] = ("create", "overwrite", "append")
 #: Files from this size on are published from a chunked upload, answered as a job.
 SINGLE_REQUEST_LIMIT = 64 * 1024 * 1024
@@ -139,24 +138,21 @@ def publish(
     client: RestSession,
     payload: PayloadLike | str | os.PathLike[str],
     name: str,
-    *,
-    project: str | Project | None = None,
-    mode: PublishMode = "create",
-    description: str | None = None,
-    as_job: bool | None = None,
-    timeout: float | None = None,
-    state_dir: str | os.PathLike[str] | None = None,
+    **options: Unpack[PublishOptions],
 ) -> DataSourceRef:
     """:meth:`TableauClient.publish`."""
+    mode: PublishMode = options.get("mode", "create")
     if not isinstance(name, str) or not name.strip() or "\x00" in name:
         raise InvalidArgumentError(f"a data source name is required, got {name!r}")
     if mode not in MODES:
         raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     path, tables = _file_of(payload)
-    store = StateStore(state_dir)
-    target = find_project(client, project)
-    answer = _send(client, path, name, target, mode, description, as_job)
-    found = _published(client, answer, name, target, timeout)
+    store = StateStore(options.get("state_dir"))
+    target = find_project(client, options.get("project"))
+    answer = _send(
+        client, path, name, target, mode, options.get("description"), options.get("as_job")
+    )
+    found = _published(client, answer, name, target, options.get("timeout"))
     log.info("published %r as data source %s", name, found.id)
     if mode == "append":
         return replace(found, client=client, columns=None)
