@@ -151,19 +151,18 @@ def test_without_the_service_the_update_goes_on_and_says_it_could_not_check(
     start = make_hyper(tmp_path / "start.hyper", {"Extract": (TARGET, ["(1, 1.00, 'a')"])})
     with FakeTableauServer(pats={PAT[0]: PAT[1]}, data_service="absent") as server:
         server.add_datasource("Old", start)
-        payload = build_payload(
-            spark.createDataFrame([(2, "b")], "id long, name string"),
-        )
         with client_for(server) as client, caplog.at_level(logging.WARNING, "tabhyper_update"):
-            client.update_datasource(
-                "Old",
-                payload,
-                actions=[Insert(source_table="Extract", target_table="Extract")],
-                state_dir=tmp_path / "state",
-                progress=False,
-            )
-        assert [r[0] for r in rows_of(server)] == [1, 2]
-    assert "could not be learned before the update" in caplog.text
+            for key in (2, 3):  # a sink's batches: the service is asked once
+                client.update_datasource(
+                    "Old",
+                    build_payload(spark.createDataFrame([(key, "b")], "id long, name string")),
+                    actions=[Insert(source_table="Extract", target_table="Extract")],
+                    state_dir=tmp_path / "state",
+                    progress=False,
+                )
+        assert [r[0] for r in rows_of(server)] == [1, 2, 3]
+        assert server.counts["read_metadata"] == 1
+    assert caplog.text.count("could not be learned before the update") == 1
 
 
 @pytest.mark.parametrize(

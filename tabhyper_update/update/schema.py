@@ -62,7 +62,7 @@ class TargetSchema:
         return self.tables.get(table, self.tables.get(None))
 
 
-_cache: dict[tuple[str, str, str], tuple[float, TargetSchema]] = {}
+_cache: dict[tuple[str, str, str], tuple[float, TargetSchema | None]] = {}
 _cache_lock = threading.Lock()
 
 
@@ -110,11 +110,20 @@ def learn_schema(
 
 
 def _from_service(client: RestCaller, target: DataSourceRef) -> TargetSchema | None:
+    """What the service says, asked once per period: an answer that it cannot say is kept
+    too, so that a sink's batches do not ask (and warn) every time."""
     key = (client.server, client.site, target.id.lower())
     with _cache_lock:
         cached = _cache.get(key)
     if cached is not None and time.monotonic() - cached[0] < SERVICE_SCHEMA_SECONDS:
         return cached[1]
+    schema = _ask_service(client, target)
+    with _cache_lock:
+        _cache[key] = (time.monotonic(), schema)
+    return schema
+
+
+def _ask_service(client: RestCaller, target: DataSourceRef) -> TargetSchema | None:
     try:
         fields = DataService(client, target.id).fields()
     except (ApiError, TabHyperError) as err:
@@ -135,13 +144,10 @@ def _from_service(client: RestCaller, target: DataSourceRef) -> TargetSchema | N
             target.label,
         )
         return None
-    schema = TargetSchema(
+    return TargetSchema(
         "the VizQL Data Service's read-metadata",
         {None: {f.name: Column(f.name, service_type=f.data_type) for f in fields.values()}},
     )
-    with _cache_lock:
-        _cache[key] = (time.monotonic(), schema)
-    return schema
 
 
 # -- the check -------------------------------------------------------------------------------
