@@ -198,12 +198,12 @@ def test_renamed_public_names_keep_working() -> None:
         (
             UploadedPayload.apply,
             "self, actions, *, target_table, target_schema, request_id, wait, timeout, verify, "
-            "allow_narrowing",
+            "verify_budget, allow_narrowing",
         ),
         (
             TableauClient.update_datasource,
             "self, target, payload, *, actions, target_table, target_schema, request_id, "
-            "wait, timeout, progress, state_dir, verify, allow_narrowing",
+            "wait, timeout, progress, state_dir, verify, verify_budget, allow_narrowing",
         ),
         (Payload.derived_actions, "self, part, *, target_table, target_schema"),
         (

@@ -60,7 +60,7 @@ def test_verify_reads_back_every_touched_key(
     assert report is not None
     assert report.ok, report
     assert (report.checked, report.total) == (3, 3)
-    assert report.cost["requests"] == 3  # fields, the upserted keys, the deleted keys
+    assert report.cost["requests"] == 2  # fields, then every touched key in one query
     assert report.cost["bytes_received"] > 0
 
     # Someone else edits the data source: the same result, read again, says how.
@@ -448,6 +448,11 @@ def test_cli_verify_exit_codes(
     out = json.loads(capsys.readouterr().out)
     assert out["counts"]["missing"] == 1
     assert out["drift"][0]["key"] == [10]
+    # A budget too small to pin the drift down: it says what it left, and exits 7.
+    assert main([*args, "--budget", "1"]) == 7
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False
+    assert "budget of 1 queries" in out["stopped"]
     assert main([*args, "--repair"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"]

@@ -29,6 +29,7 @@ from .exit_codes import (
     EXIT_FAILED,
     EXIT_JOB,
     EXIT_OK,
+    EXIT_UNCHECKED,
 )
 from .failures import Refused, UsageError
 
@@ -411,6 +412,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         )
     if args.sample < 0:
         raise UsageError("--sample must be 0 or more")
+    if args.budget is not None and args.budget < 1:
+        raise UsageError("--budget must be 1 or more queries")
     _require_pyspark("verify reads the source with Spark")
     from ..local.spark import own_spark
     from ..readback.reconcile import reconcile
@@ -422,10 +425,15 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     ):
         source = _read_input(spark, args)
         target = client.datasource(args.datasource, project=args.project)
-        options: dict[str, Any] = {"key": args.key, "client": client, "columns": args.columns}
+        options: dict[str, Any] = {
+            "key": args.key,
+            "client": client,
+            "columns": args.columns,
+            "budget": args.budget,
+        }
         report = reconcile(source, target, **options)
         repaired = None
-        if args.repair and not report.ok:
+        if args.repair and (report.drift or report.unresolved):
             repaired = repair(report, source, client=client)
             first, report = report, reconcile(source, target, **options)
     data = report.as_dict(per_kind=args.sample)
@@ -438,7 +446,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         }
         text = f"repaired {sum(first.counts().values())} key(s) ({repaired.brief()}); then {text}"
     _emit(args, data, text)
-    return EXIT_OK if report.ok else EXIT_DRIFT
+    if report.drift or report.unresolved:
+        return EXIT_DRIFT
+    return EXIT_UNCHECKED if report.stopped else EXIT_OK
 
 
 def _cmd_job(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ EXIT_SERVER = 3
 EXIT_NOT_FOUND = 4
 EXIT_JOB = 5
 EXIT_DRIFT = 6
+EXIT_UNCHECKED = 7
 
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}  success
@@ -19,6 +20,8 @@ EXIT_CODES = f"""exit codes:
   {EXIT_JOB}  the job failed, was cancelled, ended with an unknown outcome or did not
       finish in time
   {EXIT_DRIFT}  verify found drift: the data source differs from its source
+  {EXIT_UNCHECKED}  verify stopped before it was done (its --budget of queries, or the
+      site's VizQL Data Service quota, was spent) and found no drift in what it read
 
 With --json, a failure prints one JSON object on stdout:
   {{"error": {{"class": ..., "message": ..., "exit_code": ...}}}}"""

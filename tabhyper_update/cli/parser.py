@@ -259,6 +259,12 @@ def _add_verify(sub: Any) -> None:
         "reconcile again",
     )
     p.add_argument("--sample", type=int, default=20, help="differing keys shown per kind of drift")
+    p.add_argument(
+        "--budget",
+        type=int,
+        help="spend at most this many VizQL Data Service queries (Tableau Cloud allows 100 "
+        "per hour per Creator license, site-wide); exit 7 when it stops short",
+    )
     _add_connection_options(p)
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_Command("verify"))

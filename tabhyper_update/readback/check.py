@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..local.hyper import connect, quote_name, table_ref
 from ..rest.refs import DataSourceRef
-from ..values.errors import InvalidArgumentError, TabHyperError
+from ..values.errors import (
+    DataServiceError,
+    InvalidArgumentError,
+    QueryBudgetError,
+    TabHyperError,
+)
 from ..values.parts import PayloadLike
 from .compare import Tolerance, canonical, same
 from .dataservice import DataService, FieldInfo, dimension, measure, set_filter
@@ -39,8 +44,9 @@ __all__ = [
     "verify_option",
 ]
 
-#: Keys per read-back request by default (a SET filter of this many values).
-KEYS_PER_REQUEST = 1000
+#: Keys per read-back request by default (a SET filter of this many values): a micro-batch's
+#: keys in one query, 100,000 keys in two.
+KEYS_PER_REQUEST = 50_000
 
 
 @dataclass
@@ -200,17 +206,34 @@ class _KeyReader:
             canonical(v, self.fields[k].data_type) for k, v in zip(self.key, values, strict=True)
         )
 
-    def rows(self, keys: Sequence[tuple[Any, ...]], columns: Sequence[str]) -> FoundRows:
-        """The rows of ``keys`` (a SET filter per key column; the answer is matched on the
-        whole key)."""
-        filters = [
+    def filters(self, keys: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
+        """A SET filter per key column (the answer is matched on the whole key)."""
+        return [
             set_filter(
                 dimension(self.fields[k].caption),
                 sorted({_filter_value(key[i]) for key in keys}, key=repr),
             )
             for i, k in enumerate(self.key)
         ]
-        return rows_by_key(self.service, self.fields, self.key, columns, filters)
+
+    def rows(self, keys: Sequence[tuple[Any, ...]], columns: Sequence[str]) -> FoundRows:
+        """The rows of ``keys``, every column of ``columns``."""
+        return rows_by_key(self.service, self.fields, self.key, columns, self.filters(keys))
+
+    def check_whole(self, keys: Sequence[tuple[Any, ...]], found: FoundRows) -> None:
+        """Refuse an answer that was cut short: the rows counted for ``keys`` against the
+        rows received (the service may truncate a large answer without saying so)."""
+        received = sum(n for rows in found.values() for _, n in rows)
+        counted = self.service.count(self.fields[self.key[0]].caption, self.filters(keys))
+        if counted > received:
+            raise DataServiceError(
+                status=None,
+                summary=(
+                    f"the VizQL Data Service's answer was cut short: it holds {counted} rows "
+                    f"for these keys but sent {received}"
+                ),
+                hint="read back fewer keys per query (keys_per_request=)",
+            )
 
 
 def check_update(
@@ -220,36 +243,67 @@ def check_update(
     *,
     keys_per_request: int = KEYS_PER_REQUEST,
     tolerance: Tolerance | None = None,
+    budget: int | None = None,
 ) -> DriftReport:
-    """Read back the keys of ``expected`` from ``target`` and report what differs."""
+    """Read back the keys of ``expected`` from ``target`` and report what differs: upserted
+    and deleted keys together, ``keys_per_request`` per query, at most ``budget`` queries
+    (the keys left when it, or the site's quota, is spent are reported as not checked)."""
     if keys_per_request < 1:
         raise InvalidArgumentError("keys_per_request must be >= 1", argument="keys_per_request")
-    service = DataService(client, target.id)
+    service = DataService(client, target.id, budget=budget)
     reader = _KeyReader(service, expected.key, expected.columns)
     report = DriftReport(
         "update", target.name or "", target.id, expected.key, expected.checked, expected.touched
     )
     index = {c: i for i, c in enumerate(expected.columns)}
-    for batch in _batches(expected.upserts, keys_per_request):
-        keys = [tuple(row[index[k]] for k in expected.key) for row in batch]
-        found = reader.rows(keys, expected.columns)
-        for row in batch:
-            want = {c: canonical(row[i], reader.fields[c].data_type) for c, i in index.items()}
-            key = tuple(want[k] for k in expected.key)
-            drift = judge_key(key, want, found.get(key, []), reader.fields, tolerance)
-            if drift is not None:
-                report.drift.append(drift)
-    for batch in _batches(expected.deletes, keys_per_request):
-        found = reader.rows(batch, expected.key)
-        for raw in batch:
-            key = reader.canonical_key(raw)
-            rows = found.get(key)
-            if rows:
-                report.drift.append(KeyDrift("extra", key, found=tuple(r for r, _ in rows)))
+    upserted = [(tuple(row[index[k]] for k in expected.key), row) for row in expected.upserts]
+    work: list[tuple[tuple[Any, ...], tuple[Any, ...] | None]] = [
+        *upserted,
+        *((key, None) for key in expected.deletes),
+    ]
+    done = 0
+    try:
+        for batch in _batches(work, keys_per_request):
+            found = reader.rows([key for key, _ in batch], expected.columns)
+            drift = _judge_batch(batch, found, reader, index, expected.key, tolerance)
+            if any(d.kind == "missing" for d in drift):
+                reader.check_whole([key for key, _ in batch], found)
+            report.drift += drift
+            done += len(batch)
+    except QueryBudgetError as err:
+        report.unchecked = len(work) - done
+        report.stopped = str(err)
     if expected.checked < expected.touched:
         report.confidence = _sample_confidence(expected.checked, expected.touched)
     report.cost = service.stats.as_dict()
     return report
+
+
+def _judge_batch(
+    batch: Sequence[tuple[tuple[Any, ...], tuple[Any, ...] | None]],
+    found: FoundRows,
+    reader: _KeyReader,
+    index: Mapping[str, int],
+    key_columns: Sequence[str],
+    tolerance: Tolerance | None,
+) -> list[KeyDrift]:
+    """The drift among one batch's keys: an upserted key (with its row) must hold the row,
+    a deleted one (without) must be gone."""
+    drift: list[KeyDrift] = []
+    for raw, row in batch:
+        if row is None:
+            rows = found.get(reader.canonical_key(raw))
+            if rows:
+                drift.append(
+                    KeyDrift("extra", reader.canonical_key(raw), found=tuple(r for r, _ in rows))
+                )
+            continue
+        want = {c: canonical(row[i], reader.fields[c].data_type) for c, i in index.items()}
+        key = tuple(want[k] for k in key_columns)
+        judged = judge_key(key, want, found.get(key, []), reader.fields, tolerance)
+        if judged is not None:
+            drift.append(judged)
+    return drift
 
 
 def read_back(

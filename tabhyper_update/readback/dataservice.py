@@ -15,12 +15,13 @@ Reading back is separate from updating: any failure here is a :class:`DataServic
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..values.errors import ApiError, DataServiceError, InvalidArgumentError
+from ..values.errors import ApiError, DataServiceError, InvalidArgumentError, QueryBudgetError
 from ..values.redaction import get_logger
 
 if TYPE_CHECKING:
@@ -42,6 +43,13 @@ log = get_logger("tabhyper_update")
 SERVICE_PATH = "api/v1/vizql-data-service"
 #: Aggregations the SDK asks for (the service knows more; the SDK needs no others).
 FUNCTIONS = frozenset({"SUM", "AVG", "MIN", "MAX", "COUNT", "COUNTD"})
+#: Options of later service releases the SDK sends where they are taken (20253: metadata
+#: read past the service's cache, so that columns published a moment ago are seen). A
+#: release that refuses one is remembered (per server) and not sent it again.
+LATER_OPTIONS: dict[str, dict[str, Any]] = {"read-metadata": {"bypassMetadataCache": True}}
+#: Per server origin, the options its service refused.
+_REFUSED: dict[str, set[str]] = {}
+_UNKNOWN_OPTION = re.compile(r"(?i)unrecogni[sz]ed|unknown|not (?:allowed|permitted|supported)")
 
 
 @dataclass(frozen=True)
@@ -127,11 +135,20 @@ def _filter_field(field: Mapping[str, Any]) -> dict[str, Any]:
 class DataService:
     """Queries against one published data source (by LUID) over ``client``'s session."""
 
-    def __init__(self, client: RestCaller, datasource_id: str) -> None:
+    def __init__(
+        self, client: RestCaller, datasource_id: str, *, budget: int | None = None
+    ) -> None:
         if not datasource_id:
             raise InvalidArgumentError("a data source LUID is required", argument="datasource")
+        if budget is not None and (isinstance(budget, bool) or budget < 1):
+            raise InvalidArgumentError(
+                f"budget must be a number of queries >= 1, got {budget!r}", argument="budget"
+            )
         self.client = client
         self.datasource_id = datasource_id
+        #: The most queries (``query-datasource`` requests) this reader may send.
+        self.budget = budget
+        self.queries = 0
         self.stats = ServiceStats()
         self._fields: dict[str, FieldInfo] | None = None
 
@@ -181,22 +198,62 @@ class DataService:
         query: dict[str, Any] = {"fields": [dict(f) for f in fields]}
         if filters:
             query["filters"] = [dict(f) for f in filters]
+        if self.budget is not None and self.queries >= self.budget:
+            raise QueryBudgetError(
+                status=None,
+                summary=f"the read-back's budget of {self.budget} queries is spent",
+                hint="raise budget= to check more in one go",
+            )
+        self.queries += 1
+        # Rows as arrays (the service's compact shape), in the order of the fields asked.
         body = self._post(
             "query-datasource",
-            {
-                "query": query,
-                "options": {"returnFormat": "OBJECTS", "disaggregate": False},
-            },
+            {"query": query, "options": {"returnFormat": "ARRAYS", "disaggregate": False}},
         )
+        names = [str(f.get("fieldAlias") or f.get("fieldCaption")) for f in fields]
         rows = body.get("data")
-        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        if not isinstance(rows, list) or not all(
+            isinstance(r, list) and len(r) == len(names) for r in rows
+        ):
             raise DataServiceError(
                 status=None,
-                summary="the VizQL Data Service answered without a list of rows in 'data'",
+                summary=(
+                    "the VizQL Data Service answered without a list of rows in 'data', "
+                    f"each of {len(names)} values"
+                ),
             )
-        return rows
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def count(self, caption: str, filters: Sequence[Mapping[str, Any]]) -> int:
+        """How many rows pass ``filters`` (one query): what an answer that may have been cut
+        short is checked against."""
+        (row,) = self.query([measure(caption, "COUNT", "n")], filters) or [{"n": 0}]
+        return int(row.get("n") or 0)
 
     def _post(self, endpoint: str, extra: Mapping[str, Any]) -> dict[str, Any]:
+        """One request, with the later release's options the service has not refused (one
+        it refuses is remembered and the request sent again without it)."""
+        refused = _REFUSED.setdefault(self.client.server, set())
+        later = {k: v for k, v in LATER_OPTIONS.get(endpoint, {}).items() if k not in refused}
+        if not later:
+            return self._send(endpoint, extra)
+        options = {**(extra.get("options") or {}), **later}
+        try:
+            return self._send(endpoint, {**extra, "options": options})
+        except DataServiceError as err:
+            text = f"{err.summary or ''} {err.detail or ''}"
+            named = [k for k in later if k in text]
+            if err.status != 400 or not named or not _UNKNOWN_OPTION.search(text):
+                raise
+            refused.update(named)
+            log.info(
+                "this server's VizQL Data Service does not take %s (an older release): "
+                "not sending it again",
+                ", ".join(named),
+            )
+            return self._post(endpoint, extra)
+
+    def _send(self, endpoint: str, extra: Mapping[str, Any]) -> dict[str, Any]:
         request = {"datasource": {"datasourceLuid": self.datasource_id}, **extra}
         sent = len(json.dumps(request))
         started = time.perf_counter()
@@ -233,6 +290,22 @@ class DataService:
                 "the signed-in user may not query this data source through the VizQL Data "
                 "Service (it needs the data source's API Access permission)"
             )
+        elif err.status == 429:
+            wait = f" (it says to retry after {err.retry_after:g} s)" if err.retry_after else ""
+            explained_quota = QueryBudgetError(
+                status=err.status,
+                code=err.code,
+                summary=err.summary,
+                detail=err.detail,
+                method=err.method,
+                url=err.url,
+                hint=(
+                    "the site's VizQL Data Service quota is spent (Tableau Cloud allows 100 "
+                    f"queries per hour per Creator license, shared by the whole site){wait}"
+                ),
+            )
+            explained_quota.retry_after, explained_quota.attempts = err.retry_after, err.attempts
+            return explained_quota
         elif err.status is not None and err.status < 500:
             hint = "the VizQL Data Service refused the query"
         else:

@@ -68,12 +68,16 @@ class DriftReport:
     cost: dict[str, Any] = field(default_factory=dict)
     #: Rows each side (reconcile), when known.
     rows: dict[str, int] = field(default_factory=dict)
+    #: Keys (or key ranges) left unread when the read-back stopped, and why it stopped (the
+    #: query budget or the site's quota spent).
+    unchecked: int = 0
+    stopped: str | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
     def ok(self) -> bool:
-        """True when nothing differs."""
-        return not self.drift and not self.unresolved
+        """True when everything was read back and nothing differs."""
+        return not self.drift and not self.unresolved and self.stopped is None
 
     def counts(self) -> dict[str, int]:
         """Keys per kind of drift (every kind listed)."""
@@ -111,6 +115,8 @@ class DriftReport:
             "rows": dict(self.rows),
             "counts": self.counts(),
             "unresolved": list(self.unresolved),
+            "unchecked": self.unchecked,
+            "stopped": self.stopped,
             "confidence": self.confidence,
             "cost": dict(self.cost),
             "drift": [d.as_dict() for d in listed],
@@ -126,8 +132,8 @@ class DriftReport:
             else f"{self.checked} source rows"
         )
         head = f"{self.datasource or self.datasource_id}: {what} read back"
-        if self.ok:
-            text = f"{head}, no drift"
+        if not self.drift and not self.unresolved:
+            text = f"{head}, no drift" + (" in what was read" if self.stopped else "")
         else:
             counts = ", ".join(f"{n} {kind}" for kind, n in self.counts().items() if n)
             text = f"{head}: DRIFT, {counts or 'not pinned to keys'}"
@@ -137,6 +143,11 @@ class DriftReport:
                     text += f"; {kind} e.g. {keys}"
             if self.unresolved:
                 text += "; unresolved: " + "; ".join(self.unresolved[:3])
+        if self.stopped is not None:
+            text += (
+                f"; NOT CHECKED: {self.unchecked} left unread, the read-back stopped "
+                f"({self.stopped})"
+            )
         if self.confidence:
             text += f" ({self.confidence})"
         return text

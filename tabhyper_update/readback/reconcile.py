@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
-from ..values.errors import InvalidArgumentError
+from ..values.errors import InvalidArgumentError, QueryBudgetError
 from .buckets import IntegerBuckets, RangeBuckets
 from .check import judge_key, rows_by_key
 from .compare import Tolerance, canonical, same
@@ -402,11 +402,14 @@ def reconcile(
     fan_out: int = FAN_OUT,
     leaf_rows: int = LEAF_ROWS,
     tolerance: Tolerance | None = None,
+    budget: int | None = None,
 ) -> DriftReport:
     """Compare the published ``datasource`` with ``source`` (a DataFrame holding what it
     should hold, one row per ``key``) and report every key that differs (see the module
     docstring). ``columns`` limits the comparison (the source's columns by default); the
-    key's first column must be an integer or text."""
+    key's first column must be an integer or text. ``budget``: the most queries to spend;
+    when it (or the site's quota) is spent the report says so, with what it found so far
+    (``report.stopped``; ``report.ok`` is then false)."""
     keys = [key] if isinstance(key, str) else list(key)
     picked = list(columns) if columns is not None else list(source.columns)
     if not keys or any(not isinstance(k, str) or not k for k in keys):
@@ -422,10 +425,13 @@ def reconcile(
         raise InvalidArgumentError("fan_out must be >= 2 and leaf_rows >= 1", argument="fan_out")
     picked = keys + [c for c in picked if c not in keys]
     chosen, ref = target_of(client, datasource, project, "reconcile")
-    service = DataService(chosen, ref.id)
+    service = DataService(chosen, ref.id, budget=budget)
     report = DriftReport("reconcile", ref.name or "", ref.id, tuple(keys))
     try:
         _Reconciler(source, service, keys, picked, fan_out, leaf_rows, tolerance).run(report)
+    except QueryBudgetError as err:
+        report.stopped = str(err)
+        report.unchecked = max(0, report.rows.get("source", 0) - report.checked)
     finally:
         report.cost = service.stats.as_dict()
     return report

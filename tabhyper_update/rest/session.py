@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -32,7 +33,7 @@ from ..values.errors import (
 )
 from ..values.policies import JobTimes, PollPolicy
 from ..values.redaction import get_logger, remember
-from .auth import Credentials
+from .auth import Credentials, PersonalAccessToken
 from .datasources import find_datasource
 from .environment import check_verify, client_settings
 from .jobs import Job, get_job
@@ -48,6 +49,12 @@ __all__ = ["RestSession", "client_for"]
 log = get_logger("tabhyper_update")
 
 SESSION_EXPIRED = "401002"
+#: How many times one call signs in again when its session was ended (by expiry, or by
+#: another sign-in with the same PAT) before giving up.
+SESSION_RECOVERIES = 3
+#: Sessions ended this many times within this many seconds: warned as a shared PAT.
+PING_PONG_COUNT = 3
+PING_PONG_WINDOW = 600
 #: Listing pages: their size, and how many are read at most for one lookup.
 PAGE_SIZE = 100
 MAX_PAGES = 50
@@ -97,6 +104,9 @@ class RestSession:
         self.api_version = api_version
         self.chunk_size = int(chunk_size_mb * MB)
         self.poll = poll or PollPolicy()
+        #: The server's update cap as learned from a part it refused as too large (413):
+        #: larger parts are split before they are sent.
+        self.update_cap_bytes: int | None = None
         #: How long recent updates of each data source took (``PollPolicy.learn``).
         self.job_times = JobTimes()
         self.max_upload_restarts = max_upload_restarts
@@ -113,6 +123,8 @@ class RestSession:
         )
         self._token: str | None = None
         self._site_id: str | None = None
+        self._recoveries: deque[float] = deque()
+        self._warned_at = float("-inf")
         self._lock = threading.RLock()
         #: What a copy of this client is made from (see :meth:`__reduce__`).
         self._settings: dict[str, Any] = {
@@ -264,12 +276,22 @@ class RestSession:
         def path() -> str:
             return self._site_path(rest) if site_scoped else rest
 
-        try:
-            return self._http.call(method, path(), retry=retry, token=token, **kwargs)
-        except AuthenticationError as err:
-            if err.code != SESSION_EXPIRED:
-                raise
-            log.info("session expired (401002): signing in again")
+        for round_ in range(SESSION_RECOVERIES + 1):
+            try:
+                return self._http.call(method, path(), retry=retry, token=token, **kwargs)
+            except AuthenticationError as err:
+                if err.code != SESSION_EXPIRED:
+                    raise
+                if round_ == SESSION_RECOVERIES:
+                    raise err.with_hint(
+                        f"the session was ended {SESSION_RECOVERIES} times in a row right after "
+                        "signing in: another process is signing in with the same personal "
+                        "access token (one PAT holds one session); give each process its own "
+                        "PAT, or use a connected app"
+                    ) from None
+            self._recovered()
+            if round_:
+                self.sleep(0.2 * round_)  # let the other process's call finish first
             with self._lock:
                 if self._token == token:
                     self._token = None
@@ -277,16 +299,32 @@ class RestSession:
             body = kwargs.get("data")
             if body is not None and hasattr(body, "seek"):
                 body.seek(0)  # a streamed body is replayed from its start
-            try:
-                return self._http.call(method, path(), retry=retry, token=token, **kwargs)
-            except AuthenticationError as again:
-                if again.code != SESSION_EXPIRED:
-                    raise
-                raise again.with_hint(
-                    "the session expired again right after signing in: another job is "
-                    "probably signing in with the same personal access token (one PAT holds "
-                    "one session); give each concurrent job its own PAT"
-                ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _recovered(self) -> None:
+        """Count a session that ended under us; warn when it happens often (another process
+        signing in with the same PAT ends this one's session each time)."""
+        now = self.clock()
+        with self._lock:
+            seen = self._recoveries
+            seen.append(now)
+            while seen and seen[0] < now - PING_PONG_WINDOW:
+                seen.popleft()
+            often = len(seen) >= PING_PONG_COUNT and now - self._warned_at > PING_PONG_WINDOW
+            if often:
+                self._warned_at = now
+        if often and isinstance(self.auth, PersonalAccessToken):
+            log.warning(
+                "the session was ended %d times in the last %d minutes: another process is "
+                "probably signing in with the same personal access token (one PAT holds one "
+                "session, so each sign-in ends the other's). Nothing is lost or applied twice "
+                "(calls are sent again after signing in), but each costs a sign-in: give each "
+                "process its own PAT, or use a connected app (ConnectedAppJWT)",
+                len(seen),
+                PING_PONG_WINDOW // 60,
+            )
+        else:
+            log.info("session ended (401002): signing in again")
 
     def list_items(
         self,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 from ..values.actions import ActionBatch, BatchLike
-from ..values.errors import InvalidArgumentError, TargetMismatchError
+from ..values.errors import ApiError, InvalidArgumentError, TargetMismatchError
 from ..values.redaction import get_logger
 from .caller import RestCaller
 from .jobs import Job
@@ -15,6 +15,9 @@ from .refs import DataSourceRef, check_request_id
 __all__ = ["check_job_target", "update_data"]
 
 log = get_logger("tabhyper_update")
+
+#: Tableau's error code for an update sent while a refresh or job of the data source runs.
+BUSY = "409093"
 
 
 def update_data(
@@ -47,16 +50,38 @@ def update_data(
         len(checked.actions),
         rid,
     )
-    _, body = client.request(
-        "PATCH",
-        path,
-        retry=True,
-        json_body=checked.to_dict(),
-        params=params,
-        headers={"RequestID": rid},
-        expected=(200, 202),
-    )
-    return check_job_target(Job.from_response(body, client), ref, rid)
+    waits = client.poll.waits(start=1.0)
+    deadline = client.clock() + client.poll.busy_timeout
+    while True:
+        try:
+            _, body = client.request(
+                "PATCH",
+                path,
+                retry=True,
+                json_body=checked.to_dict(),
+                params=params,
+                headers={"RequestID": rid},
+                expected=(200, 202),
+            )
+            return check_job_target(Job.from_response(body, client), ref, rid)
+        except ApiError as err:
+            if err.code != BUSY:
+                raise
+            wait = waits()
+            if client.clock() + wait > deadline:
+                raise err.with_hint(
+                    f"data source {ref.label!r} stayed busy (a refresh or another job of it "
+                    f"running) for the {client.poll.busy_timeout:g} s this update waits "
+                    "(PollPolicy.busy_timeout); nothing was applied. Run it again once the "
+                    "refresh ends, or schedule updates apart from refreshes"
+                ) from None
+            log.warning(
+                "data source %s is busy (409093: a refresh or another job of it is running); "
+                "sending the update again in %.1f s",
+                ref.label,
+                wait,
+            )
+            client.sleep(wait)
 
 
 def check_job_target(job: Job, target: DataSourceRef, request_id: str | None) -> Job:

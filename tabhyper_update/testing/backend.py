@@ -35,6 +35,8 @@ from ..local.hyper import connect
 from ..values.actions import ActionBatch, Insert
 from ..values.errors import ApplyError
 from ..values.redaction import get_logger
+from .limits import Limits
+from .profiles import SERVICE_OPTIONS, profile_named
 from .settings import BackendSettings
 from .wire import ApiFailure, bad_request, not_found
 
@@ -56,6 +58,8 @@ class DataSource:
     connections: list[str]
     queue: queue.Queue[Job | None] = field(default_factory=queue.Queue, repr=False)
     worker: threading.Thread | None = field(default=None, repr=False)
+    #: When a refresh of the data source (run by someone else) ends, on ``time.time()``.
+    refresh_until: float = 0.0
 
 
 @dataclass
@@ -130,28 +134,45 @@ class FakeBackend:
     :class:`BackendSettings`."""
 
     def __init__(self, **settings: Unpack[BackendSettings]) -> None:
-        data_service = settings.get("data_service", "on")
+        profile = profile_named(settings.get("profile", "ideal"))
+        data_service = settings.get("data_service", "on" if profile.data_service else "absent")
         directory = settings.get("directory")
         if data_service not in ("on", "absent", "denied"):
             raise ValueError(
                 f"data_service must be 'on', 'absent' or 'denied', got {data_service!r}"
             )
+        self.profile = profile
         #: The VizQL Data Service: "on", "absent" (a server before 2025.1) or "denied" (the
         #: user lacks the permission to query data sources).
         self.data_service = data_service
+        #: Its release (which query options it takes).
+        self.service_release = settings.get("service_release", profile.data_service or "20261")
+        if self.service_release not in SERVICE_OPTIONS:
+            raise ValueError(
+                f"service_release must be one of {sorted(SERVICE_OPTIONS)}, "
+                f"got {self.service_release!r}"
+            )
         self.service_queries = 0
+        self.service_truncates_at = settings.get("service_truncates_at")
         self.pats = dict(settings.get("pats") or {})
         self.users = dict(settings.get("users") or {})
         self.connected_app = dict(settings.get("connected_app") or {})
         self.site = settings.get("site", "")
         self.site_id = str(uuid.uuid4())
-        self.api_version = settings.get("api_version", "3.24")
-        self.product_version = settings.get("product_version", "2024.2.0")
+        self.api_version = settings.get("api_version", profile.api_version)
+        self.product_version = settings.get("product_version", profile.product_version)
         self.token_lifetime = settings.get("token_lifetime", 240 * 60)
         self.dedup_window = settings.get("dedup_window", 24 * 3600)
         #: Seconds each job waits in the queue before it runs (a busy server).
         self.job_delay = settings.get("job_delay", 0.0)
-        self.max_upload_mb = settings.get("max_upload_mb", 100)
+        self.max_upload_mb = settings.get("max_upload_mb", profile.max_upload_mb)
+        self.busy_conflicts = settings.get("busy_conflicts", profile.busy_conflicts)
+        self.limits = Limits(
+            calls_per_window=settings.get("rest_calls_per_window", profile.rest_calls_per_window),
+            queries_per_window=settings.get("service_query_quota", profile.service_query_quota),
+            max_concurrent=settings.get("max_concurrent", profile.max_concurrent),
+            window=settings.get("rate_window", 3600.0),
+        )
         self.owns_directory = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="tabhyper-fake-"))
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -457,6 +478,29 @@ class FakeBackend:
             return len(gone)
 
     # -- updates and jobs ----------------------------------------------------------------------
+    def start_refresh(self, luid: str, seconds: float) -> None:
+        """A refresh of the data source runs for ``seconds`` from now (an update sent
+        meanwhile is refused with 409093)."""
+        with self.lock:
+            self.datasource(luid).refresh_until = time.time() + seconds
+
+    def check_not_busy(self, source: DataSource) -> None:
+        """409093 while a refresh of ``source`` runs, or (``busy_conflicts``) while another
+        of its jobs has not finished."""
+        with self.lock:
+            refreshing = source.refresh_until > time.time()
+            running = self.busy_conflicts and any(
+                j.datasource is source and j.finish_code is None for j in self.jobs.values()
+            )
+        if refreshing or running:
+            what = "a refresh" if refreshing else "another job"
+            raise ApiFailure(
+                409,
+                "409093",
+                "Conflict",
+                f"{what} of data source '{source.name}' is running; try again when it ends",
+            )
+
     def job_for_request(self, request_id: str) -> Job | None:
         """The job an earlier request with this RequestID created, within the window."""
         with self.lock:

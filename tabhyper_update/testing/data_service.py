@@ -348,14 +348,19 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def run_query(file: Path, body: dict[str, Any]) -> list[dict[str, Any]]:
-    """``query-datasource``'s ``data`` for ``body`` over ``file``."""
+def run_query(file: Path, body: dict[str, Any]) -> list[Any]:
+    """``query-datasource``'s ``data`` for ``body`` over ``file``: one object per row
+    (``returnFormat`` OBJECTS) or one array (ARRAYS), at most ``rowLimit`` rows."""
     query_spec = body.get("query")
     if not isinstance(query_spec, dict) or not query_spec.get("fields"):
         raise refused("the query needs 'fields'")
     options = body.get("options") or {}
-    if options.get("returnFormat", "OBJECTS") != "OBJECTS":
-        raise refused("only returnFormat OBJECTS is supported here")
+    shape = options.get("returnFormat", "OBJECTS")
+    if shape not in ("OBJECTS", "ARRAYS"):
+        raise refused(f"returnFormat must be OBJECTS or ARRAYS, got {shape!r}")
+    limit = options.get("rowLimit")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise refused(f"rowLimit must be a positive integer, got {limit!r}")
     query = _Query(_fields(file))
     selected: list[tuple[str, str, bool]] = []
     for spec in query_spec["fields"]:
@@ -378,7 +383,11 @@ def run_query(file: Path, body: dict[str, Any]) -> list[dict[str, Any]]:
         text += " GROUP BY " + ", ".join(dims)
     if dims:
         text += " ORDER BY " + ", ".join(str(i + 1) for i, s in enumerate(selected) if not s[2])
+    if limit is not None:
+        text += f" LIMIT {int(limit)}"
     names = [n for n, _, _ in selected]
     with connect(file) as conn:
         rows = conn.execute_list_query(text)
+    if shape == "ARRAYS":
+        return [[_json_value(v) for v in row] for row in rows]
     return [{n: _json_value(v) for n, v in zip(names, row, strict=True)} for row in rows]

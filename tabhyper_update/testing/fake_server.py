@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import threading
 import time
@@ -34,6 +35,7 @@ from typing_extensions import Unpack
 from ..values.redaction import get_logger
 from .backend import FakeBackend
 from .handlers import Handlers, job_body
+from .profiles import ServerProfile
 from .routes import route_of
 from .settings import BackendSettings
 from .wire import ApiFailure, Request, Response, encode
@@ -219,6 +221,16 @@ class FakeTableauServer:
         """Make every live session token expire now (next use answers 401002)."""
         self.backend.expire_tokens()
 
+    @property
+    def profile(self) -> ServerProfile:
+        """The deployment this fake answers like (see :mod:`.profiles`)."""
+        return self.backend.profile
+
+    def start_refresh(self, luid: str, seconds: float) -> None:
+        """Someone else's refresh of the data source runs for ``seconds`` from now: updates
+        sent meanwhile are refused with 409093."""
+        self.backend.start_refresh(luid, seconds)
+
     def age_jobs(self, seconds: float) -> None:
         """Move every job's times, and the RequestIDs it remembers, ``seconds`` into the past."""
         self.backend.age_jobs(seconds)
@@ -269,6 +281,25 @@ class FakeTableauServer:
                 404, "404000", "Resource Not Found", f"no endpoint {request.method} {request.path}"
             ).response()
         route, params = found
+        if not _version_known(request.path, self.backend.api_version):
+            return ApiFailure(
+                404,
+                "404000",
+                "Resource Not Found",
+                f"REST API version in {request.path} is newer than this server's "
+                f"{self.backend.api_version}",
+            ).response()
+        limits = self.backend.limits
+        try:
+            limits.enter()
+        except ApiFailure as failure:
+            return failure.response()
+        try:
+            return self._answer(route, params, request)
+        finally:
+            limits.leave()
+
+    def _answer(self, route: str, params: dict[str, str], request: Request) -> Response:
         fault = self._fault_for(route)
         if fault is not None:
             if fault.expire_token:
@@ -301,6 +332,15 @@ class FakeTableauServer:
 
         with mock(self) as rsps:
             yield rsps
+
+
+def _version_known(path: str, newest: str) -> bool:
+    """Whether a path's ``/api/X.Y/`` is a version the server speaks (any other path is)."""
+    match = re.match(r"^/api/(\d+)\.(\d+)/", path)
+    if match is None:
+        return True
+    major, _, minor = newest.partition(".")
+    return (int(match[1]), int(match[2])) <= (int(major), int(minor or 0))
 
 
 class _Handler(BaseHTTPRequestHandler):

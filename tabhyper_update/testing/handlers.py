@@ -12,6 +12,7 @@ from ..values.actions import ActionBatch
 from ..values.errors import InvalidActionBatchError
 from .backend import MB, DataSource, FakeBackend, Job
 from .data_service import ServiceFailure, metadata, run_query
+from .profiles import SERVICE_OPTIONS
 from .wire import (
     ApiFailure,
     MultipartError,
@@ -109,7 +110,8 @@ class Handlers:
         return response
 
     def _auth(self, request: Request, site: str | None = None) -> None:
-        self.backend.authorise(request.headers.get("x-tableau-auth"), site)
+        session = self.backend.authorise(request.headers.get("x-tableau-auth"), site)
+        self.backend.limits.call(session.user_id)
 
     # -- server and sessions -----------------------------------------------------------------
     def serverinfo(self, request: Request) -> Response:
@@ -288,6 +290,7 @@ class Handlers:
         upload_id = request.query.get("uploadSessionId")
         if batch.reads_source and not upload_id:
             raise bad_request("the actions read a source table but no uploadSessionId was given")
+        self.backend.check_not_busy(source)
         upload = self.backend.consume_upload(upload_id) if upload_id else None
         job = self.backend.submit_update(source, conn, request_id, batch, upload)
         return Response(202, {"job": job_body(job, brief=True)})
@@ -327,6 +330,19 @@ class Handlers:
             source = self.backend.sources.get(str(luid))
         if source is None:
             raise ServiceFailure(404, "404934", "Not Found", f"unknown data source {luid!r}")
+        options = body.get("options") or {}
+        known = SERVICE_OPTIONS[self.backend.service_release]
+        unknown = (
+            sorted(str(k) for k in options if k not in known) if isinstance(options, dict) else []
+        )
+        if unknown:
+            # As the service's request validation answers a field its release lacks.
+            raise ServiceFailure(
+                400,
+                "400800",
+                "Bad Request",
+                f"Unrecognized field(s) in options: {', '.join(unknown)}",
+            )
         request.parsed = body
         return source
 
@@ -341,5 +357,10 @@ class Handlers:
 
     def query_datasource(self, request: Request) -> Response:
         source = self._service(request)
+        self.backend.limits.query()
         self.backend.service_queries += 1
-        return Response(200, {"data": run_query(source.path, request.parsed)})
+        rows = run_query(source.path, request.parsed)
+        cut = self.backend.service_truncates_at
+        if cut is not None:
+            rows = rows[:cut]  # as a capped answer comes back: short, with no signal
+        return Response(200, {"data": rows})

@@ -22,6 +22,15 @@ class BackendSettings(TypedDict, total=False):
     [100]; the ``directory`` of its files [a temporary one]; ``store_uploads`` [True]; and
     the VizQL Data Service, ``"on"``, ``"absent"`` (a server before 2025.1) or ``"denied"``
     to the signed-in user (``data_service``) ["on"].
+
+    A ``profile`` (a name in :data:`~.profiles.PROFILES`: ``"ideal"``, ``"server-2021.4"``,
+    ``"server-2025.1"``, ``"cloud"``) ["ideal"] sets the versions, the cap and the limits
+    below; a setting given beside it wins. The limits: the service's ``service_release``
+    (which query options it takes), its ``service_query_quota``, ``rest_calls_per_window``
+    per user, ``max_concurrent`` requests on the site (each ``None``: no limit), all counted
+    over ``rate_window`` seconds [3600]; ``busy_conflicts``: refuse an update while another
+    job of the data source runs (409093); ``service_truncates_at``: answer at most this many
+    rows, silently (as an answer over the service's size cap may come back) [None].
     """
 
     pats: Mapping[str, str] | None
@@ -37,3 +46,11 @@ class BackendSettings(TypedDict, total=False):
     directory: str | os.PathLike[str] | None
     store_uploads: bool
     data_service: str
+    profile: str
+    service_release: str
+    service_query_quota: int | None
+    rest_calls_per_window: int | None
+    max_concurrent: int | None
+    rate_window: float
+    busy_conflicts: bool
+    service_truncates_at: int | None

@@ -37,7 +37,10 @@ class Request:
 
     @property
     def wants_json(self) -> bool:
-        return "json" in self.headers.get("accept", "")
+        # The VizQL Data Service answers JSON only, whatever the request accepts.
+        return "json" in self.headers.get("accept", "") or self.path.startswith(
+            "/api/v1/vizql-data-service/"
+        )
 
 
 @dataclass

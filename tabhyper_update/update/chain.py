@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import NamedTuple, TypeVar
 
@@ -31,6 +31,7 @@ from ..rest.refs import DataSourceRef, check_request_id
 from ..rest.session import RestSession
 from ..values.actions import ActionBatch, BatchLike
 from ..values.errors import (
+    ApiError,
     ArgumentTypeError,
     DriftError,
     InvalidArgumentError,
@@ -44,8 +45,24 @@ from ..values.errors import (
 )
 from ..values.parts import NoPayload, PayloadLike, PayloadPart
 from ..values.redaction import get_logger
-from .identity import MAX_REQUEST_ID, created_before, next_attempt, open_record
+from .identity import (
+    MAX_REQUEST_ID,
+    created_before,
+    next_attempt,
+    open_record,
+    planned,
+    split_in_record,
+)
 from .options import ApplyOptions, BindOptions, UpdateOptions, split_options
+from .resplit import (
+    expand,
+    key_columns,
+    parts_needed,
+    split_part,
+    splittable,
+    stated_cap,
+    too_large,
+)
 from .results import PartUpdate, UpdateResult
 from .resume import earlier_job_stands, resume_submitted
 from .schema import check_schema, learn_schema
@@ -83,6 +100,7 @@ def _step(step: str, consequence: str, fn: Callable[[], _T]) -> _T:
 
 #: Tableau's error code for an upload session it does not know (consumed or expired).
 UPLOAD_SESSION_UNKNOWN = "404003"
+MB = 1024 * 1024
 
 
 class Unit(NamedTuple):
@@ -193,12 +211,22 @@ class BoundPayload:
         # Read before the files go: what the update must leave, to be read back after it.
         expected = expected_changes(self.payload, sample) if sample is not None else None
         record = self._record(units, request_id)
+        keys = key_columns(self.payload, units[0].batch, derived=given is None)
+        units = self._as_recorded(units, record, keys)
         verifier = (
-            None if expected is None else partial(read_back, self.client, self.target, expected)
+            None
+            if expected is None
+            else partial(
+                read_back,
+                self.client,
+                self.target,
+                expected,
+                budget=options.get("verify_budget"),
+            )
         )
         result = UpdateResult([], waiter=lambda r, t: self._finish(record, r, t), verifier=verifier)
         wait, timeout = options.get("wait", True), options.get("timeout")
-        self._run_parts(record, units, result.parts, wait=wait, timeout=timeout)
+        self._run_parts(record, units, keys, result.parts, wait=wait, timeout=timeout)
         if wait:
             result.wait(timeout)
             if expected is not None:
@@ -226,57 +254,162 @@ class BoundPayload:
         # An update that reads nothing from the payload (e.g. delete by constant).
         return [Unit(None, given)]
 
+    def _as_recorded(
+        self, units: list[Unit], record: UpdateRecord, keys: Mapping[str, tuple[str, ...]] | None
+    ) -> list[Unit]:
+        """``units`` as ``record`` names them: the parts an earlier run split (the server had
+        refused them as too large) split again the same way."""
+        digests = [p.digest for p in record.parts]
+        ours = [(u.part.buckets, u.part.content_digest) for u in units if u.part is not None]
+        if not any("#" in d for d in digests) or planned(record) != ours:
+            return units
+        return [Unit(part, batch) for part, batch in expand(units, digests, keys)]
+
     def _run_parts(
         self,
         record: UpdateRecord,
-        units: Sequence[Unit],
+        units: list[Unit],
+        keys: Mapping[str, tuple[str, ...]] | None,
         updates: list[PartUpdate],
         *,
         wait: bool,
         timeout: float | None,
     ) -> None:
         """Submit each part not applied before, in order, waiting for each but the last
-        (and for the last too when ``wait``)."""
-        for index, state in enumerate(record.parts):
+        (and for the last too when ``wait``). A part over the server's cap is split (before
+        it is sent, once the cap is known; else when the server refuses it) and its
+        sub-parts sent in its place."""
+        index = 0
+        while index < len(record.parts):
+            state = record.parts[index]
             # A finished record may hold another split than this payload (same content, or
             # the same request id): it is reported as recorded, part by part.
             part, batch = units[min(index, len(units) - 1)]
-            update = PartUpdate(
-                index,
-                state.request_id,
-                batch,
-                attempt=state.attempt,
-                recorded_job_id=state.job_id if state.status == "applied" else None,
-            )
-            if part is not None and index < len(self.payload.parts):
-                update.rows = {n: t.row_count for n, t in part.tables.items()}
-                update.size_bytes = part.size_bytes
-            updates.append(update)
             if state.status == "applied":
-                update.deduplicated = update.skipped = update.applied = True
-                log.warning(
-                    "part %d/%d of %s was applied before (job %s, RequestID %s): skipped, "
-                    "not submitted again",
-                    index + 1,
-                    len(record.parts),
-                    record.label,
-                    state.job_id,
-                    state.request_id,
-                )
+                updates.append(self._part_update(record, state, part, batch))
+                index += 1
                 continue
+            cap = self.client.update_cap_bytes
+            if (
+                part is not None
+                and cap is not None
+                and part.size_bytes > cap
+                and keys
+                and splittable(part, record.parts[index].digest, cap)
+            ):
+                self._split(record, units, index, keys, parts_needed(part.size_bytes, cap))
+                continue
+            update = self._part_update(record, state, part, batch)
             try:
                 self._submit(record, state, part, batch, update)
-                if wait or index < len(units) - 1:
+                if wait or index < len(record.parts) - 1:
                     self._wait_part(record, state, update, timeout)
+            except ApiError as err:
+                if not too_large(err) or part is None or state.jobs_seen:
+                    err.note_progress(progress_of(record, index))
+                    raise
+                self._refused_as_too_large(record, units, index, keys, err)
+                continue
             except TabHyperError as err:
                 err.note_progress(progress_of(record, index))
                 raise
+            updates.append(update)
+            index += 1
         if self._uploaded_first is not None:
             self._uploaded_first = None
             log.info(
                 "the first part's upload made by upload() went unused: that part had been "
                 "applied or submitted before"
             )
+
+    def _part_update(
+        self, record: UpdateRecord, state: PartState, part: PayloadPart | None, batch: ActionBatch
+    ) -> PartUpdate:
+        """The result's entry for one part (one applied before: marked skipped)."""
+        applied = state.status == "applied"
+        update = PartUpdate(
+            state.index,
+            state.request_id,
+            batch,
+            attempt=state.attempt,
+            recorded_job_id=state.job_id if applied else None,
+        )
+        if part is not None and state.index < len(record.parts):
+            update.rows = {n: t.row_count for n, t in part.tables.items()}
+            update.size_bytes = part.size_bytes
+        if applied:
+            update.deduplicated = update.skipped = update.applied = True
+            log.warning(
+                "part %d/%d of %s was applied before (job %s, RequestID %s): skipped, "
+                "not submitted again",
+                state.index + 1,
+                len(record.parts),
+                record.label,
+                state.job_id,
+                state.request_id,
+            )
+        return update
+
+    def _refused_as_too_large(
+        self,
+        record: UpdateRecord,
+        units: list[Unit],
+        index: int,
+        keys: Mapping[str, tuple[str, ...]] | None,
+        err: ApiError,
+    ) -> None:
+        """The server refused part ``index`` as over its update cap (nothing of it was
+        applied): remember a smaller cap and split the part, or say why it cannot be."""
+        part = units[index].part
+        assert part is not None
+        cap = stated_cap(err, part.size_bytes) or part.size_bytes // 2
+        cap = min(cap, self.client.update_cap_bytes or cap)
+        if keys is None or not splittable(part, record.parts[index].digest, cap):
+            why = (
+                "its actions are neither a change set's nor inserts only, so its rows cannot "
+                "be split apart"
+                if keys is None
+                else f"it cannot be split under the cap ({cap / MB:.2f} MB): it was split "
+                "three times already, holds one row, or the cap is below the smallest file"
+            )
+            err.step = f"update request of part {index + 1}"
+            err.consequence = (
+                f"the server refused the part as larger than its update cap "
+                f"({part.size_bytes / MB:.1f} MB) and nothing of it was applied; {why}. "
+                "Build the payload with a smaller max_payload_mb, or raise the server's "
+                "cap (api.server.update_uploaded_file.max_size_in_mb)"
+            )
+            err.note_progress(progress_of(record, index))
+            raise err
+        self.client.update_cap_bytes = cap
+        k = parts_needed(part.size_bytes, cap)
+        log.warning(
+            "the server refused part %d/%d (%.1f MB) as larger than its update cap; nothing "
+            "of it was applied: splitting it in %d and sending those instead (parts over "
+            "%.1f MB are split before they are sent from now on)",
+            index + 1,
+            len(record.parts),
+            part.size_bytes / MB,
+            k,
+            cap / MB,
+        )
+        self._split(record, units, index, keys, k)
+
+    def _split(
+        self,
+        record: UpdateRecord,
+        units: list[Unit],
+        index: int,
+        keys: Mapping[str, tuple[str, ...]],
+        k: int,
+    ) -> None:
+        """Part ``index`` as ``k`` sub-parts, in the record (saved) and in ``units``."""
+        part, batch = units[index]
+        assert part is not None
+        subs = split_part(part, keys, k, record.parts[index].digest)
+        split_in_record(record, index, k)
+        self.state.save(record)
+        units[index : index + 1] = [Unit(sub, batch) for sub in subs]
 
     def _check_schema(self, batches: Sequence[ActionBatch], allow_narrowing: Sequence[str]) -> None:
         """Refuse, before any request that changes data, a payload whose columns the target
@@ -406,7 +539,8 @@ class BoundPayload:
     ) -> FirstUpload | None:
         """The upload ``upload()`` made, for the first part's first submission (once)."""
         early, self._uploaded_first = self._uploaded_first, None
-        if early is not None and (index != 0 or part is None or not batch.reads_source):
+        first = self.payload.parts[0] if self.payload.parts else None
+        if early is not None and (part is None or part is not first or not batch.reads_source):
             log.info("the upload made by upload() is not needed: it goes unused")
             return None
         return early

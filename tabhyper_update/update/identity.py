@@ -112,6 +112,8 @@ def part_request_id(
     """The RequestID of one part's attempt."""
     if explicit:
         rid = identity if parts == 1 else f"{identity}-part-{index + 1}"
+        if "#" in digest:  # a sub-part of a part the server refused as too large
+            rid += "-split-" + "-".join(s.replace("/", "of") for s in digest.split("#")[1:])
         return rid if attempt == 0 else f"{rid}-attempt-{attempt + 1}"
     if parts == 1 and attempt == 0:
         return identity
@@ -160,6 +162,31 @@ def next_attempt(record: UpdateRecord, part: PartState) -> None:
     part.upload_session_id = None
     part.sent_at = None
     part.request_id = _part_request_id(record, part)
+
+
+def planned(record: UpdateRecord) -> list[tuple[tuple[int, int] | None, str]]:
+    """The parts ``record`` was made for (buckets, digest), its sub-parts (a part split after
+    the server refused it as too large: ``digest#j/k``) counted as the part they split."""
+    plan: list[tuple[tuple[int, int] | None, str]] = []
+    for part in record.parts:
+        entry = (part.buckets, part.digest.split("#", 1)[0])
+        if "#" not in part.digest or not plan or plan[-1] != entry:
+            plan.append(entry)
+    return plan
+
+
+def split_in_record(record: UpdateRecord, index: int, k: int) -> None:
+    """Replace part ``index`` (not applied) with ``k`` sub-parts, each with a RequestID of its
+    own; the parts after it, never sent, are renumbered and named anew."""
+    gone = record.parts[index]
+    record.parts[index : index + 1] = [
+        PartState(index=0, buckets=gone.buckets, digest=f"{gone.digest}#{j + 1}/{k}", request_id="")
+        for j in range(k)
+    ]
+    for i, part in enumerate(record.parts):
+        part.index = i
+        if i >= index and part.status == "pending" and not part.jobs_seen:
+            part.request_id = _part_request_id(record, part)
 
 
 def _part_request_id(record: UpdateRecord, part: PartState) -> str:
@@ -223,7 +250,7 @@ def open_record(
     if record is None:
         state.save(fresh)
         return fresh
-    if [(p.buckets, p.digest) for p in record.parts] == plan:
+    if planned(record) == plan:
         if record.finished and record.kind == "run":
             log.info("%s finished before its record was removed: nothing to resend", label)
         elif record.started:

@@ -49,6 +49,7 @@ class ApplyOptions(TypedDict, total=False):
     wait: bool
     timeout: float | None
     verify: bool | int
+    verify_budget: int | None
     allow_narrowing: Sequence[str]
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "PayloadArgumentError",
     "PayloadError",
     "Problem",
+    "QueryBudgetError",
     "RequestTimeoutError",
     "SchemaDriftError",
     "TabHyperError",
@@ -390,6 +391,12 @@ class DataServiceError(ApiError):
     """The VizQL Data Service could not answer: the server has none (Tableau Server before
     2025.1), the user may not query the data source, or it refused the query. Reading back
     is separate from updating: an update that was applied stays applied."""
+
+
+class QueryBudgetError(DataServiceError):
+    """A read-back stopped before it was done: the queries it may spend (``budget=``) are
+    spent, or the service's quota is (429). What was checked so far stands; the report says
+    what was not."""
 
 
 class UnsupportedServerError(TabHyperError):

@@ -75,16 +75,26 @@ class PollPolicy:
     last updates of the same data source took to be seen finished (a stream's jobs take
     similar times). Doubling waits may see a job finished as late again as it took; these
     see a job that takes between half and all of the usual time at most a quarter of the
-    usual time late, and a longer one in steps that grow as before."""
+    usual time late, and a longer one in steps that grow as before.
+
+    ``busy_timeout``: how long an update waits out a data source that is busy (the server
+    answers 409093 while a refresh or another job of it runs), in waits growing from 1 s by
+    ``factor`` up to ``maximum``."""
 
     initial: float = 0.05
     factor: float = 2.0
     maximum: float = 30.0
     timeout: float = 3600.0
     learn: bool = True
+    busy_timeout: float = 1800.0
 
     def __post_init__(self) -> None:
-        if not (0 < self.initial <= self.maximum) or self.factor < 1 or self.timeout < 0:
+        if (
+            not (0 < self.initial <= self.maximum)
+            or self.factor < 1
+            or self.timeout < 0
+            or self.busy_timeout < 0
+        ):
             raise InvalidArgumentError(
                 "poll waits need 0 < initial <= maximum, factor >= 1 and timeout >= 0; got "
                 f"initial={self.initial!r}, maximum={self.maximum!r}, factor={self.factor!r}, "
