@@ -315,3 +315,24 @@ def test_a_check_the_quota_stops_keeps_the_update_and_says_it_was_not_checked(
         assert table(server) == expected_state([CHANGES])
     finally:
         server.stop()
+
+
+def test_a_cut_short_answer_is_caught_by_reconcile_from_its_own_aggregates(
+    spark: SparkSession, start_file: Path
+) -> None:
+    server = served("cloud", start_file)
+    try:
+        rows = [(k, n, q) for k, (n, q) in START.items()]
+        with client_for(server) as client:
+            from tabhyper_update import reconcile
+
+            source = spark.createDataFrame([*rows, (9, "z", 90)], "id long, name string, qty int")
+            server.backend.service_truncates_at = 2
+            with pytest.raises(
+                DataServiceError, match="cut short: the key ranges of level 1 hold 3 rows"
+            ):
+                reconcile(source, "Orders", key="id", client=client)
+            server.backend.service_truncates_at = None
+            assert reconcile(source, "Orders", key="id", client=client).keys() == [(9,)]
+    finally:
+        server.stop()

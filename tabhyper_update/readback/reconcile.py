@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
-from ..values.errors import InvalidArgumentError, QueryBudgetError
+from ..values.errors import DataServiceError, InvalidArgumentError, QueryBudgetError
 from .buckets import IntegerBuckets, RangeBuckets
 from .check import judge_key, rows_by_key
 from .compare import Tolerance, canonical, same
@@ -158,6 +158,7 @@ class _Reconciler:
         self.columns = list(columns)
         self.fields = {c: service.field(c) for c in self.columns}
         self.fan_out, self.leaf_rows, self.tolerance = fan_out, leaf_rows, tolerance
+        self._server_rows: dict[Any, int] = {}
         self.aggs = _aggregates(self.columns, self.fields, source, self.key[0])
         self.buckets: IntegerBuckets | RangeBuckets | None = None
         #: The buckets that differed at each level above the one being read.
@@ -271,10 +272,13 @@ class _Reconciler:
         level = 0
         #: The source's rows in the region being cut (its aggregates counted them).
         rows = report.rows["source"]
+        #: The data source's rows in the region (what its buckets' counts must add up to).
+        server_rows = report.rows["datasource"]
         while True:
             level += 1
             self.buckets.plan(level, self._region(), rows)
             mine, theirs = self._source(level), self._server(level)
+            _whole(theirs, server_rows, f"the key ranges of level {level}")
             differing = sorted(
                 (b for b in set(mine) | set(theirs) if self._differs(mine.get(b), theirs.get(b))),
                 key=repr,
@@ -298,8 +302,12 @@ class _Reconciler:
                 )
                 small = size <= self.leaf_rows or self.buckets.last(level)
                 (leaves if small else deeper).append((b, size))
+            #: The server's rows per bucket (its aggregates counted them): what its answer
+            #: of those buckets' rows must hold.
+            self._server_rows = {b: int((theirs.get(b) or {}).get("rows") or 0) for b in differing}
             self._compare_rows(report, level, leaves)
             rows = sum(int((mine.get(b) or {}).get("rows") or 0) for b, _ in deeper)
+            server_rows = sum(self._server_rows.get(b, 0) for b, _ in deeper)
             if not deeper:
                 return
             self.path.append((level, [b for b, _ in deeper]))
@@ -330,6 +338,9 @@ class _Reconciler:
             self.columns,
             [*self._filters(), set_filter(bucket, buckets)],
         )
+        counted = sum(self._server_rows.get(b, 0) for b in buckets)
+        received = sum(n for rows in theirs.values() for _, n in rows)
+        _cut_short(counted, received, "the rows of these key ranges")
         spark_types = {f.name: f.dataType for f in self.source.schema.fields}
         picked = [
             (
@@ -380,6 +391,25 @@ class _Reconciler:
         if not mine:
             return KeyDrift("extra", key, found=tuple(r for r, _ in theirs))
         return judge_key(key, mine[0], theirs, self.fields, tolerance)
+
+
+def _whole(buckets: Mapping[Any, Mapping[str, Any]], rows: int, what: str) -> None:
+    """Refuse bucket aggregates that do not add up to the rows counted above them."""
+    _cut_short(rows, sum(int(b.get("rows") or 0) for b in buckets.values()), what)
+
+
+def _cut_short(counted: int, received: int, what: str) -> None:
+    """The service may cut a large answer short without saying so: an answer holding fewer
+    rows than its own counts is refused rather than read as drift."""
+    if received < counted:
+        raise DataServiceError(
+            status=None,
+            summary=(
+                f"the VizQL Data Service's answer was cut short: {what} hold {counted} rows "
+                f"by its own counts, its answer held {received}"
+            ),
+            hint="compare fewer rows per query (a larger fan_out, a smaller leaf_rows)",
+        )
 
 
 def target_of(
