@@ -28,6 +28,7 @@ from tabhyper_update import (
 )
 from tabhyper_update.client import DataSourceRef, TableauClient
 from tabhyper_update.rest.auth import ConnectedAppJWT, PersonalAccessToken, UsernamePassword
+from tabhyper_update.rest.jobs import learned_time
 from tabhyper_update.rest.uploads import multipart_framing
 from tabhyper_update.values.errors import (
     AuthenticationError,
@@ -823,11 +824,12 @@ def test_wait_expecting_a_time_polls_near_it_then_grows(
         client.job_times.note("ds-1", seconds)
     job = client.job("job-1")
     assert job.wait(timeout=600, learn_as="ds-1").succeeded
-    # The median of the last three, 0.8 s: polls at 0.4, 0.6, 0.7 and 0.8 s, then 1.0, 1.2
-    # and 1.6 s, then waits doubling from 0.8 s.
-    assert clock.sleeps == [0.4, 0.2, 0.1, 0.1, 0.2, 0.2, 0.4, 0.8, 1.6]
-    # Seen after 4.0 s: the three kept are now 0.8, 5.0 and 4.0.
-    assert client.job_times.expected("ds-1") == pytest.approx(4.0)
+    # The median of the last three, 0.8 s: no poll at once; polls at 0.76 and 0.84 s, then
+    # 0.92, 1.0, 1.12, 1.28, 1.44 and 1.6 s, then waits doubling from 0.8 s.
+    assert clock.sleeps == pytest.approx([0.76, 0.08, 0.08, 0.08, 0.12, 0.16, 0.16, 0.16, 0.8, 1.6])
+    # Seen finished at 4.0 s, unfinished at 2.4 s: taken as 3.2 s; the three kept are now
+    # 0.8, 5.0 and 3.2.
+    assert client.job_times.expected("ds-1") == pytest.approx(3.2)
     assert client.job_times.expected("ds-2") is None
 
 
@@ -866,48 +868,67 @@ def test_a_failed_job_is_not_learned(rsps: responses.RequestsMock, clock: FakeCl
 def test_expected_polls_keep_to_the_longest_wait_and_skip_close_marks() -> None:
     # 240 s expected, 30 s the longest wait: no wait above it, and every mark is reached.
     waits = PollPolicy().expecting(240.0)
-    taken = [waits() for _ in range(12)]
+    taken = [waits() for _ in range(20)]
     assert max(taken) == 30.0
-    marks = [sum(taken[: i + 1]) for i in range(len(taken))]
-    assert {120.0, 180.0, 210.0, 240.0, 300.0, 360.0} <= set(marks)
+    marks = {round(sum(taken[: i + 1]), 6) for i in range(len(taken))}
+    assert {228.0, 252.0, 276.0, 300.0, 336.0, 384.0, 432.0, 480.0} <= marks
     # 0.06 s expected with 0.05 s first waits: marks closer than 0.025 s to the last poll
-    # are skipped (0.045 and 0.0525 after 0.03, 0.075 after 0.06), so polls stay at least
-    # that far apart: 0.03, 0.06, 0.09, 0.12, then waits doubling from 0.06.
+    # are skipped, so polls stay at least that far apart: 0.057, then 0.084 (0.063, 0.069
+    # and 0.075 skipped), 0.12, then waits doubling from 0.06.
     close = PollPolicy().expecting(0.06)
-    assert [round(close(), 6) for _ in range(5)] == [0.03, 0.03, 0.03, 0.03, 0.06]
+    assert [round(close(), 6) for _ in range(4)] == [0.057, 0.027, 0.036, 0.06]
 
 
-def _seen_after(waits: Callable[[], float], took: float) -> tuple[float, int]:
-    """When a job that takes ``took`` seconds is seen finished, and after how many polls."""
-    at, polls = 0.0, 1
+def _seen_after(
+    waits: Callable[[], float], took: float, *, at_once: bool
+) -> tuple[float, int, float]:
+    """When a job that takes ``took`` seconds is seen finished, after how many polls, and
+    the time then learned (``at_once``: a first poll before any wait)."""
+    at, polls, unfinished = 0.0, 1 if at_once else 0, 0.0 if at_once else None
     while at < took:
+        if polls:
+            unfinished = at
         at += waits()
         polls += 1
-    return at, polls
+    return at, polls, learned_time(unfinished, at)
+
+
+def _wait(policy: PollPolicy, times: JobTimes, took: float) -> tuple[float, int, float]:
+    expected = times.expected("ds")
+    return _seen_after(policy.expecting(expected), took, at_once=not policy.usable(expected))
 
 
 @pytest.mark.parametrize("took", [0.12, 0.7, 3.0, 12.0, 95.0])
 def test_learned_polls_see_a_steady_stream_of_jobs_sooner(took: float) -> None:
     policy, times = PollPolicy(), JobTimes()
-    _, polls_first = _seen_after(policy.waits(), took)
     for n in range(8):
-        # Job lengths vary by 10% around ``took``.
-        length = took * (0.9, 1.0, 1.1)[n % 3]
-        seen, polls = _seen_after(policy.expecting(times.expected("ds")), length)
-        times.note("ds", seen)
+        seen, polls, learned = _wait(policy, times, took)
+        times.note("ds", learned)
         if n >= 3:
-            # Seen at most a quarter of its length late (doubling waits: up to all of it),
-            # with no more polls than doubling waits take.
-            assert seen - length <= 0.25 * length + 1e-9
-            assert polls <= polls_first + 1
+            # Seen at most about a tenth of its length late (a short job: at most the first
+            # wait), in one or two polls (and one more per longest wait it lasts).
+            assert seen - took <= max(0.1 * took, policy.initial) + 1e-9
+            assert polls <= 2 + int(took // policy.maximum)
     assert times.expected("other") is None  # learned per data source
+
+
+@pytest.mark.parametrize("took", [0.7, 3.0, 12.0])
+def test_learned_polls_follow_jobs_that_vary(took: float) -> None:
+    policy, times = PollPolicy(), JobTimes()
+    for n in range(9):
+        length = took * (0.9, 1.0, 1.1)[n % 3]  # lengths vary by 10% around ``took``
+        seen, polls, learned = _wait(policy, times, length)
+        times.note("ds", learned)
+        if n >= 3:
+            assert seen - length <= 0.25 * length + 1e-9
+            assert polls <= 4
 
 
 def test_one_slow_job_does_not_make_the_next_ones_late() -> None:
     policy, times = PollPolicy(), JobTimes()
     for length in (2.0, 2.0, 2.0, 40.0):
-        times.note("ds", _seen_after(policy.expecting(times.expected("ds")), length)[0])
-    seen, _ = _seen_after(policy.expecting(times.expected("ds")), 2.0)
+        times.note("ds", _wait(policy, times, length)[2])
+    seen, _, _ = _wait(policy, times, 2.0)
     assert seen - 2.0 <= 0.5
 
 

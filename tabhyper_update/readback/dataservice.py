@@ -68,6 +68,8 @@ class ServiceStats:
     """What reading back cost: requests, bytes each way, seconds waiting on answers."""
 
     requests: int = 0
+    #: Of the requests, the queries (``query-datasource``: what the site's quota counts).
+    queries: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
     seconds: float = 0.0
@@ -75,6 +77,7 @@ class ServiceStats:
     def as_dict(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
+            "queries": self.queries,
             "bytes_sent": self.bytes_sent,
             "bytes_received": self.bytes_received,
             "seconds": round(self.seconds, 3),
@@ -205,6 +208,7 @@ class DataService:
                 hint="raise budget= to check more in one go",
             )
         self.queries += 1
+        self.stats.queries += 1
         # Rows as arrays (the service's compact shape), in the order of the fields asked.
         body = self._post(
             "query-datasource",

@@ -26,7 +26,7 @@ from ..values.redaction import get_logger, scrub_value
 if TYPE_CHECKING:
     import requests
 
-__all__ = ["Job", "JobSource", "PollPolicy", "get_job"]
+__all__ = ["Job", "JobSource", "PollPolicy", "get_job", "learned_time"]
 
 log = get_logger("tabhyper_update")
 
@@ -206,12 +206,19 @@ class Job(BaseModel):
         deadline_s = policy.timeout if timeout is None else timeout
         start = clock()
         times = client.job_times
-        next_wait = policy.expecting(None if learn_as is None else times.expected(learn_as))
+        expected = None if learn_as is None else times.expected(learn_as)
+        next_wait = policy.expecting(expected)
+        if policy.usable(expected):
+            # A job like the last ones: the first poll just before their usual time.
+            sleep(min(next_wait(), deadline_s))
+
+        #: When a poll last saw the job unfinished (seconds from the start).
+        unfinished: float | None = None
 
         def succeeded() -> Job:
             done = self.raise_for_status()
             if learn_as is not None:
-                times.note(learn_as, clock() - start)
+                times.note(learn_as, learned_time(unfinished, clock() - start))
             return done
 
         while True:
@@ -221,7 +228,7 @@ class Job(BaseModel):
             if self.is_done:
                 log.info("job %s finished with code %s", self.id, self.finish_code)
                 return succeeded()
-            waited = clock() - start
+            waited = unfinished = clock() - start
             pause = next_wait()
             if waited + pause > deadline_s:
                 remaining = deadline_s - waited
@@ -238,6 +245,13 @@ class Job(BaseModel):
                 pause,
             )
             sleep(pause)
+
+
+def learned_time(unfinished: float | None, seen: float) -> float:
+    """What a job's time is taken to be: the middle of the last poll that saw it unfinished
+    and the one that saw it finished (the time it was seen finished when no poll saw it
+    unfinished), so that the next polls neither drift late nor stay early."""
+    return seen if unfinished is None else (unfinished + seen) / 2
 
 
 def get_job(client: JobSource, job_id: str) -> Job:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -29,6 +30,7 @@ from ..values.errors import (
     AuthenticationError,
     ConfigurationError,
     InvalidArgumentError,
+    NotFoundError,
     TransportError,
 )
 from ..values.policies import JobTimes, PollPolicy
@@ -124,6 +126,10 @@ class RestSession:
         self._token: str | None = None
         self._site_id: str | None = None
         self._recoveries: deque[float] = deque()
+        #: Data sources looked up by name (or LUID), project and connection: a name names the
+        #: same LUID until the data source is deleted or renamed, and a call answering 404
+        #: for a LUID forgets it (the next lookup asks the server again).
+        self._found: dict[tuple[str, str | None, str | None], DataSourceRef] = {}
         self._warned_at = float("-inf")
         self._lock = threading.RLock()
         #: What a copy of this client is made from (see :meth:`__reduce__`).
@@ -279,6 +285,9 @@ class RestSession:
         for round_ in range(SESSION_RECOVERIES + 1):
             try:
                 return self._http.call(method, path(), retry=retry, token=token, **kwargs)
+            except NotFoundError:
+                self._forget(rest)
+                raise
             except AuthenticationError as err:
                 if err.code != SESSION_EXPIRED:
                     raise
@@ -300,6 +309,12 @@ class RestSession:
             if body is not None and hasattr(body, "seek"):
                 body.seek(0)  # a streamed body is replayed from its start
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _forget(self, rest: str) -> None:
+        """Forget the looked-up data sources whose LUID ``rest`` names (it answered 404)."""
+        with self._lock:
+            for key in [k for k, ref in self._found.items() if ref.id in rest]:
+                del self._found[key]
 
     def _recovered(self) -> None:
         """Count a session that ended under us; warn when it happens often (another process
@@ -377,9 +392,20 @@ class RestSession:
         name → column names) tells the SDK what the data source's tables hold, so that an
         update with other columns is refused before anything is sent.
         """
-        return find_datasource(
-            self, name_or_luid, project=project, connection=connection, columns=columns
-        )
+        where = project.id if isinstance(project, Project) else project
+        key = (name_or_luid, where, connection)
+        with self._lock:
+            ref = self._found.get(key)
+        if ref is None:
+            ref = find_datasource(self, name_or_luid, project=project, connection=connection)
+            with self._lock:
+                self._found[key] = ref
+        else:
+            log.debug("data source %r as looked up before: %s", name_or_luid, ref.id)
+        if columns is not None:
+            known = {str(t): tuple(str(c) for c in cs) for t, cs in columns.items()}
+            return replace(ref, columns=known)
+        return ref
 
     def initiate_upload(self) -> str:
         return initiate_upload(self)

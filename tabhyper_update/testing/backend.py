@@ -9,11 +9,7 @@ Operations raise :class:`~.wire.ApiFailure` with the status and code the real se
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import hmac
-import json
 import os
 import queue
 import shutil
@@ -26,7 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 from typing_extensions import Unpack
 
@@ -37,6 +32,7 @@ from ..values.errors import ApplyError
 from ..values.redaction import get_logger
 from .limits import Limits
 from .profiles import SERVICE_OPTIONS, profile_named
+from .sessions import Session, SignIns
 from .settings import BackendSettings
 from .wire import ApiFailure, bad_request, not_found
 
@@ -85,14 +81,8 @@ class Job:
     notes: str | None = None
     progress: int = 0
     cancel_requested: bool = False
-
-
-@dataclass
-class Session:
-    token: str = field(repr=False)
-    user_id: str
-    credential: str  # PAT name, user name or connected-app subject
-    expires_at: float
+    #: When the job finished, on ``time.time()`` (to the microsecond, for measurements).
+    finished_at: float | None = None
 
 
 @dataclass
@@ -125,11 +115,7 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _b64url_decode(part: str) -> bytes:
-    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
-
-
-class FakeBackend:
+class FakeBackend(SignIns):
     """Everything the fake server knows and does (see the module docstring), configured by
     :class:`BackendSettings`."""
 
@@ -165,6 +151,8 @@ class FakeBackend:
         self.dedup_window = settings.get("dedup_window", 24 * 3600)
         #: Seconds each job waits in the queue before it runs (a busy server).
         self.job_delay = settings.get("job_delay", 0.0)
+        self.job_seconds_per_mb = settings.get("job_seconds_per_mb", 0.0)
+        self.upload_seconds_per_mb = settings.get("upload_seconds_per_mb", 0.0)
         self.max_upload_mb = settings.get("max_upload_mb", profile.max_upload_mb)
         self.busy_conflicts = settings.get("busy_conflicts", profile.busy_conflicts)
         self.limits = Limits(
@@ -204,100 +192,6 @@ class FakeBackend:
             shutil.rmtree(self.directory, ignore_errors=True)
         else:
             shutil.rmtree(self.directory / "uploads", ignore_errors=True)
-
-    # -- sessions ----------------------------------------------------------------------------
-    def sign_in(self, credentials: Mapping[str, Any]) -> Session:
-        """A new session for valid credentials on this site (401001 otherwise)."""
-        creds = credentials
-        with self.lock:
-            for key in ("personalAccessTokenSecret", "password", "jwt"):
-                if creds.get(key):
-                    self.secrets_seen.add(str(creds[key]))
-        site = (creds.get("site") or {}).get("contentUrl", "")
-        who: str | None = None
-        if "personalAccessTokenName" in creds:
-            name = creds.get("personalAccessTokenName")
-            if self.pats.get(str(name)) == creds.get("personalAccessTokenSecret"):
-                who = f"pat:{name}"
-        elif "jwt" in creds:
-            who = f"jwt:{self._check_jwt(str(creds['jwt']))}"
-        elif "name" in creds and self.users.get(str(creds["name"])) == creds.get("password"):
-            who = f"user:{creds['name']}"
-        if who is None or site != self.site:
-            raise ApiFailure(
-                401,
-                "401001",
-                "Signin Error",
-                "Error signing in to Tableau Server (invalid credentials or site)",
-            )
-        token = uuid.uuid4().hex + uuid.uuid4().hex
-        user_id = str(uuid.uuid5(uuid.NAMESPACE_OID, who))
-        session = Session(token, user_id, who, time.time() + self.token_lifetime)
-        with self.lock:
-            self.secrets_seen.add(token)
-            if who.startswith("pat:"):
-                # One PAT holds one session: signing in again ends the earlier one.
-                for key in [k for k, s in self.sessions.items() if s.credential == who]:
-                    del self.sessions[key]
-            self.sessions[token] = session
-        return session
-
-    def sign_out(self, token: str) -> None:
-        with self.lock:
-            self.sessions.pop(token, None)
-
-    def authorise(self, token: str | None, site: str | None = None) -> Session:
-        """The live session of ``token``, allowed on ``site`` (a site LUID from the URL)."""
-        if not token:
-            raise ApiFailure(
-                401, "401000", "Authentication required", "the X-Tableau-Auth header is missing"
-            )
-        with self.lock:
-            session = self.sessions.get(token)
-            if session is None or session.expires_at < time.time():
-                raise ApiFailure(
-                    401,
-                    "401002",
-                    "Unauthorized Access",
-                    "Invalid authentication credentials were provided",
-                )
-        if site is not None and site != self.site_id:
-            raise ApiFailure(
-                403, "403000", "Forbidden", "the session's site is not the one in the URL"
-            )
-        return session
-
-    def expire_tokens(self) -> None:
-        """Make every live session token expire now (next use answers 401002)."""
-        with self.lock:
-            for session in self.sessions.values():
-                session.expires_at = 0
-
-    def _check_jwt(self, token: str) -> str:
-        app = self.connected_app
-        try:
-            head_b64, claims_b64, sig_b64 = token.split(".")
-            header = json.loads(_b64url_decode(head_b64))
-            claims = json.loads(_b64url_decode(claims_b64))
-        except (ValueError, TypeError):
-            raise ApiFailure(401, "401001", "Signin Error", "malformed JWT") from None
-        expected = hmac.new(
-            str(app.get("secret_value", "")).encode(),
-            f"{head_b64}.{claims_b64}".encode(),
-            hashlib.sha256,
-        ).digest()
-        ok = (
-            app
-            and header.get("alg") == "HS256"
-            and header.get("kid") == app.get("secret_id")
-            and claims.get("iss") == app.get("client_id")
-            and claims.get("aud") == "tableau"
-            and hmac.compare_digest(expected, _b64url_decode(sig_b64))
-            and 0 < float(claims.get("exp", 0)) - time.time() <= 600 + 5
-        )
-        if not ok:
-            raise ApiFailure(401, "401001", "Signin Error", "the JWT was not accepted")
-        return str(claims.get("sub"))
 
     # -- data sources ------------------------------------------------------------------------
     def add_datasource(
@@ -442,6 +336,8 @@ class FakeBackend:
     def append_upload(self, session_id: str, chunk: memoryview | bytes) -> int:
         """Append ``chunk`` to the upload; returns its size in bytes so far."""
         upload = self.open_upload(session_id)
+        if self.upload_seconds_per_mb:
+            time.sleep(len(chunk) / MB * self.upload_seconds_per_mb)
         with self.lock:
             if self.store_uploads:
                 with open(upload.path, "ab") as f:
@@ -544,6 +440,8 @@ class FakeBackend:
                 job.started_at = now_iso()
             try:
                 assert job.batch is not None
+                if self.job_seconds_per_mb and job.upload is not None:
+                    time.sleep(job.upload.stat().st_size / MB * self.job_seconds_per_mb)
                 apply_locally(job.batch, target=source.path, payload=job.upload)
                 code, notes = 0, None
             except ApplyError as err:
@@ -558,6 +456,7 @@ class FakeBackend:
                 self.jobs_run[source.id] += 1
                 job.finish_code, job.notes = code, notes
                 job.progress, job.completed_at = 100, now_iso()
+                job.finished_at = time.time()
 
     def job(self, job_id: str) -> Job:
         found = self.jobs.get(job_id)

@@ -30,7 +30,10 @@ class BackendSettings(TypedDict, total=False):
     per user, ``max_concurrent`` requests on the site (each ``None``: no limit), all counted
     over ``rate_window`` seconds [3600]; ``busy_conflicts``: refuse an update while another
     job of the data source runs (409093); ``service_truncates_at``: answer at most this many
-    rows, silently (as an answer over the service's size cap may come back) [None].
+    rows, silently (as an answer over the service's size cap may come back) [None];
+    ``job_seconds_per_mb``: how long a job runs per MB of its upload, and
+    ``upload_seconds_per_mb``: how long an upload's chunk takes to arrive per MB (a server's
+    work and a network's pace, modelled) [0].
     """
 
     pats: Mapping[str, str] | None
@@ -54,3 +57,5 @@ class BackendSettings(TypedDict, total=False):
     rate_window: float
     busy_conflicts: bool
     service_truncates_at: int | None
+    job_seconds_per_mb: float
+    upload_seconds_per_mb: float

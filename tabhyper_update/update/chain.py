@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import NamedTuple, TypeVar
+from typing import ClassVar, NamedTuple, TypeVar
 
 from typing_extensions import Unpack
 
@@ -126,6 +127,10 @@ class BoundPayload:
     and uploads and applies the others in turn.
     """
 
+    #: Upload the next part while the server runs the previous part's job (off: one part
+    #: after another, as a baseline to measure against).
+    parts_in_flight: ClassVar[bool] = True
+
     def __init__(
         self,
         payload: PayloadLike,
@@ -144,6 +149,9 @@ class BoundPayload:
         #: The first part's upload session, sent by ``upload()`` and not yet used, and the
         #: seconds its upload took.
         self._uploaded_first: FirstUpload | None = None
+        #: The next part's upload, made while the server runs the previous part's job.
+        self._ahead: tuple[PayloadPart, Future[FirstUpload]] | None = None
+        self._uploader: ThreadPoolExecutor | None = None
 
     def upload_first_part(self) -> None:
         """Look the target up and upload the first part (what ``upload()`` does before it
@@ -279,42 +287,46 @@ class BoundPayload:
         (and for the last too when ``wait``). A part over the server's cap is split (before
         it is sent, once the cap is known; else when the server refuses it) and its
         sub-parts sent in its place."""
-        index = 0
-        while index < len(record.parts):
-            state = record.parts[index]
-            # A finished record may hold another split than this payload (same content, or
-            # the same request id): it is reported as recorded, part by part.
-            part, batch = units[min(index, len(units) - 1)]
-            if state.status == "applied":
-                updates.append(self._part_update(record, state, part, batch))
-                index += 1
-                continue
-            cap = self.client.update_cap_bytes
-            if (
-                part is not None
-                and cap is not None
-                and part.size_bytes > cap
-                and keys
-                and splittable(part, record.parts[index].digest, cap)
-            ):
-                self._split(record, units, index, keys, parts_needed(part.size_bytes, cap))
-                continue
-            update = self._part_update(record, state, part, batch)
-            try:
-                self._submit(record, state, part, batch, update)
-                if wait or index < len(record.parts) - 1:
-                    self._wait_part(record, state, update, timeout)
-            except ApiError as err:
-                if not too_large(err) or part is None or state.jobs_seen:
+        try:
+            index = 0
+            while index < len(record.parts):
+                state = record.parts[index]
+                # A finished record may hold another split than this payload (same content, or
+                # the same request id): it is reported as recorded, part by part.
+                part, batch = units[min(index, len(units) - 1)]
+                if state.status == "applied":
+                    updates.append(self._part_update(record, state, part, batch))
+                    index += 1
+                    continue
+                cap = self.client.update_cap_bytes
+                if (
+                    part is not None
+                    and cap is not None
+                    and part.size_bytes > cap
+                    and keys
+                    and splittable(part, record.parts[index].digest, cap)
+                ):
+                    self._split(record, units, index, keys, parts_needed(part.size_bytes, cap))
+                    continue
+                update = self._part_update(record, state, part, batch)
+                try:
+                    self._submit(record, state, part, batch, update)
+                    if wait or index < len(record.parts) - 1:
+                        self._upload_ahead(record, units, index + 1)
+                        self._wait_part(record, state, update, timeout)
+                except ApiError as err:
+                    if not too_large(err) or part is None or state.jobs_seen:
+                        err.note_progress(progress_of(record, index))
+                        raise
+                    self._refused_as_too_large(record, units, index, keys, err)
+                    continue
+                except TabHyperError as err:
                     err.note_progress(progress_of(record, index))
                     raise
-                self._refused_as_too_large(record, units, index, keys, err)
-                continue
-            except TabHyperError as err:
-                err.note_progress(progress_of(record, index))
-                raise
-            updates.append(update)
-            index += 1
+                updates.append(update)
+                index += 1
+        finally:
+            self._stop_uploading()
         if self._uploaded_first is not None:
             self._uploaded_first = None
             log.info(
@@ -499,7 +511,7 @@ class BoundPayload:
         with and when this part was first sent."""
         index = state.index
         update.request_id, update.attempt = state.request_id, state.attempt
-        early = self._take_first_upload(index, part, batch)
+        early = self._take_first_upload(index, part, batch) or self._take_ahead(part, batch)
         if part is not None and batch.reads_source:
             if early is not None:
                 state.upload_session_id = early.session_id
@@ -544,6 +556,47 @@ class BoundPayload:
             log.info("the upload made by upload() is not needed: it goes unused")
             return None
         return early
+
+    def _upload_ahead(self, record: UpdateRecord, units: Sequence[Unit], index: int) -> None:
+        """Upload part ``index`` in the background while the server runs the job of the part
+        before it (its update request still waits for that job: parts apply in order)."""
+        if not self.parts_in_flight or index >= len(record.parts) or self._ahead is not None:
+            return
+        part, batch = units[min(index, len(units) - 1)]
+        state = record.parts[index]
+        if part is None or not batch.reads_source or state.status != "pending":
+            return
+        if self._uploader is None:
+            self._uploader = ThreadPoolExecutor(1, thread_name_prefix="tabhyper-upload")
+
+        def upload() -> FirstUpload:
+            started = time.perf_counter()
+            session = self._upload_part(index, part)
+            return FirstUpload(session, time.perf_counter() - started)
+
+        self._ahead = (part, self._uploader.submit(upload))
+
+    def _take_ahead(self, part: PayloadPart | None, batch: ActionBatch) -> FirstUpload | None:
+        """The upload made ahead for ``part``, once it is done (``None`` when there is none,
+        or it failed: the part is then uploaded as usual)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        if ahead[0] is not part or not batch.reads_source:
+            log.info("the upload made ahead is not this part's: it goes unused")
+            return None
+        try:
+            return ahead[1].result()
+        except TabHyperError as err:
+            log.warning("uploading part ahead failed (%s); uploading it again", err)
+            return None
+
+    def _stop_uploading(self) -> None:
+        """Wait for an upload made ahead and not used (an update that stopped early)."""
+        self._ahead = None
+        if self._uploader is not None:
+            self._uploader.shutdown(wait=True, cancel_futures=True)
+            self._uploader = None
 
     def _upload_into(
         self, state: PartState, index: int, part: PayloadPart, update: PartUpdate

@@ -73,9 +73,11 @@ class PollPolicy:
 
     ``learn``: an update waits on its job as :meth:`expecting` says, given how long the
     last updates of the same data source took to be seen finished (a stream's jobs take
-    similar times). Doubling waits may see a job finished as late again as it took; these
-    see a job that takes between half and all of the usual time at most a quarter of the
-    usual time late, and a longer one in steps that grow as before.
+    similar times): its first poll comes just before the usual time rather than at once,
+    the next just after it, then a tenth of it apart, so that a job taking about the usual
+    time is seen finished in one or two polls, at most a tenth of its time late (the time
+    learned is the middle of the last poll that saw it unfinished and the one that saw it
+    finished, so the polls settle around the job's real time).
 
     ``busy_timeout``: how long an update waits out a data source that is busy (the server
     answers 409093 while a refresh or another job of it runs), in waits growing from 1 s by
@@ -114,18 +116,24 @@ class PollPolicy:
 
         return next_wait
 
+    def usable(self, seconds: float | None) -> bool:
+        """Whether an expectation of ``seconds`` paces the polls (:meth:`expecting`), so
+        that the first poll waits for its first mark rather than going at once."""
+        return seconds is not None and self.learn and seconds > self.initial
+
     def expecting(self, seconds: float | None) -> Callable[[], float]:
         """The waits for a job expected to be seen finished after about ``seconds``: polls
-        at 1/2, 3/4, 7/8 and all of it, then at 1.25, 1.5 and 2 times it, then waits
+        at 0.95 and 1.05 times it, then 1.15, 1.25, 1.4, 1.6, 1.8 and 2 times it, then waits
         growing by ``factor`` from ``seconds`` (none longer than ``maximum``; marks closer
         than half of ``initial`` to the previous poll are skipped). Without an expectation,
         with ``learn`` off, or when ``seconds`` is within ``initial``: :meth:`waits`."""
-        if seconds is None or not self.learn or seconds <= self.initial:
+        if not self.usable(seconds):
             return self.waits()
+        assert seconds is not None
         return _Marks(seconds, self).next_wait
 
 
-_MARKS = (0.5, 0.75, 0.875, 1.0, 1.25, 1.5, 2.0)
+_MARKS = (0.95, 1.05, 1.15, 1.25, 1.4, 1.6, 1.8, 2.0)
 
 
 class _Marks:
