@@ -8,6 +8,7 @@ Polling: the first poll at once, then waits of 0.05 s doubling up to 30 s (see
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
@@ -180,6 +181,14 @@ class Job(BaseModel):
             raise JobOutcomeUnknownError(self.id, self.finish_code)
         return self
 
+    def server_seconds(self) -> float | None:
+        """The job's time by the server's clock (creation to end, whole seconds), if it
+        says."""
+        created, completed = _moment(self.created_at), _moment(self.completed_at)
+        if created is None or completed is None:
+            return None
+        return (completed - created).total_seconds()
+
     def wait(
         self,
         timeout: float | None = None,
@@ -218,7 +227,8 @@ class Job(BaseModel):
         def succeeded() -> Job:
             done = self.raise_for_status()
             if learn_as is not None:
-                times.note(learn_as, learned_time(unfinished, clock() - start))
+                took = learned_time(unfinished, clock() - start, self.server_seconds())
+                times.note(learn_as, took)
             return done
 
         while True:
@@ -247,11 +257,28 @@ class Job(BaseModel):
             sleep(pause)
 
 
-def learned_time(unfinished: float | None, seen: float) -> float:
-    """What a job's time is taken to be: the middle of the last poll that saw it unfinished
-    and the one that saw it finished (the time it was seen finished when no poll saw it
-    unfinished), so that the next polls neither drift late nor stay early."""
-    return seen if unfinished is None else (unfinished + seen) / 2
+def learned_time(unfinished: float | None, seen: float, server: float | None = None) -> float:
+    """What a job's time is taken to be, so that the next polls neither drift late nor stay
+    early: the middle of what is known of its end, between the last poll that saw it
+    unfinished and the one that saw it finished, narrowed by the server's own time
+    (``server``: creation to end in whole seconds, so within a second); with no poll that
+    saw it unfinished, the time it was seen finished (no more than the server's time)."""
+    if unfinished is None:
+        return seen if server is None else max(0.0, min(seen, server + 1.0))
+    low, high = unfinished, seen
+    if server is not None and max(low, server - 1.0) <= min(high, server + 1.0):
+        low, high = max(low, server - 1.0), min(high, server + 1.0)
+    return (low + high) / 2
+
+
+def _moment(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def get_job(client: JobSource, job_id: str) -> Job:

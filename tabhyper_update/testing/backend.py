@@ -81,7 +81,8 @@ class Job:
     notes: str | None = None
     progress: int = 0
     cancel_requested: bool = False
-    #: When the job finished, on ``time.time()`` (to the microsecond, for measurements).
+    #: When the job began and finished running, on ``time.time()`` (for measurements).
+    began_at: float | None = None
     finished_at: float | None = None
 
 
@@ -437,7 +438,7 @@ class FakeBackend(SignIns):
                 if job.cancel_requested:
                     job.finish_code, job.completed_at = 2, now_iso()
                     continue
-                job.started_at = now_iso()
+                job.started_at, job.began_at = now_iso(), time.time()
             try:
                 assert job.batch is not None
                 if self.job_seconds_per_mb and job.upload is not None:
