@@ -209,7 +209,7 @@ def test_renamed_public_names_keep_working() -> None:
         (
             TableauSink,
             "target, changes, *, client, actions, prepare, target_table, target_schema, "
-            "sink_id, max_payload_mb, staging_dir, state_dir, timeout, staging, reset",
+            "sink_id, max_payload_mb, staging_dir, state_dir, timeout, staging, reset, check",
         ),
         (Debezium, "row_schema, *, key, connector, position, table, truncate"),
     ],

@@ -381,3 +381,28 @@ def test_a_query_killed_mid_batch_resumes_without_applying_twice(
     env.server.wait_idle()
     assert env.table() == expected_state([B1, B2])
     assert env.jobs_run == 2
+
+
+def test_the_ordinary_idiom_gets_the_sdks_error_where_the_sink_is_made(
+    spark: SparkSession, env: Env
+) -> None:
+    from tabhyper_update import NotFoundError
+
+    changes = ChangeSet("id", op_column="op", order_by="seq")
+    # df.writeStream.foreachBatch(TableauSink(...)).start(): the sink is made first, and a
+    # data source that does not exist is the SDK's NotFoundError there, before any batch.
+    with pytest.raises(NotFoundError, match="Nowhere"):
+        TableauSink("Nowhere", changes, client=env.client, state_dir=env.state)
+    # Made offline: no request at all; its first batch then fails with the same error.
+    env.server.counts.clear()
+    offline = TableauSink("Nowhere", changes, client=env.client, check=False)
+    assert sum(env.server.counts.values()) == 0
+    write(env.source, 0, [(9, "x", 1, "U", 1)])
+    from pyspark.errors import StreamingQueryException
+
+    with pytest.raises(StreamingQueryException, match="Nowhere"):
+        run_query(spark, env.source, env.checkpoint, offline)
+    # A sink made for a data source that exists runs as ever.
+    sink = TableauSink("Orders", changes, client=env.client, state_dir=env.state)
+    run_query(spark, env.source, env.checkpoint.with_name("again"), sink)
+    assert (9, "x", 1) in env.table()

@@ -500,6 +500,14 @@ def _cmd_state(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from ..update.status import describe_status, status
+
+    found = status(args.state_dir)
+    _emit(args, found, describe_status(found))
+    return EXIT_OK
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     _require_pyspark("the demo builds its change set")
     from ..demo import run_demo
@@ -561,6 +569,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "verify": _cmd_verify,
     "job": _cmd_job,
     "state": _cmd_state,
+    "status": _cmd_status,
     "demo": _cmd_demo,
     "serve_local": _cmd_serve_local,
 }

@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verify(sub)
     _add_job(sub)
     _add_state(sub)
+    _add_status(sub)
     _add_demo(sub)
     _add_serve_local(sub)
     return parser
@@ -311,6 +312,23 @@ def _add_state(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_Command("state"))
+
+
+def _add_status(sub: Any) -> None:
+    p = sub.add_parser(
+        "status",
+        help="what the state folder knows: last updates, unfinished ones, sinks",
+        description="Per data source the last update applied (position, jobs, when) and the "
+        "updates unfinished (a re-run resumes them), and each streaming sink's progress. "
+        "Reads the state folder only: no sign-in.",
+    )
+    p.add_argument(
+        "--state-dir",
+        help="where update records live (default: $XDG_STATE_HOME/tabhyper-update)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_verbosity(p, argparse.SUPPRESS)
+    p.set_defaults(func=_Command("status"))
 
 
 def _add_demo(sub: Any) -> None:

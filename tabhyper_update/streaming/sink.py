@@ -122,7 +122,11 @@ class TableauSink:
     default the query's id, which lives in the checkpoint). A sink id belongs to the query
     that first runs it: another query running it is refused before its first batch, unless
     it replaces the first (its checkpoint was replaced): ``reset=True`` (see
-    :mod:`.claims`). ``client`` defaults to :meth:`TableauClient.from_env`.
+    :mod:`.claims`). ``client`` defaults to :meth:`TableauClient.from_env`. ``check``
+    (default): sign in and look the target up when the sink is made (:meth:`check`), so that
+    a data source that does not exist raises :class:`NotFoundError` there, before any batch;
+    ``check=False`` makes the sink without a request (it looks the target up on its first
+    batch).
     """
 
     def __init__(
@@ -142,6 +146,7 @@ class TableauSink:
         timeout: float | None = None,
         staging: StagingMode = "auto",
         reset: bool = False,
+        check: bool = True,
     ) -> None:
         if not isinstance(target, (DataSourceRef, str)) or not target:
             raise ArgumentTypeError(
@@ -198,6 +203,10 @@ class TableauSink:
         self.error: TabHyperError | None = None
         self._resolved_id: str | None = sink_id
         self._started_at = 0.0
+        if check:
+            # The ordinary idiom (``foreachBatch(sink).start()``, then ``awaitTermination``)
+            # gets the SDK's own error here, where the sink is made, not a Spark trace.
+            self.check()
 
     def __getstate__(self) -> dict[str, Any]:
         """What a pickled sink carries (Spark Connect runs a copy on the server): its

@@ -1,0 +1,74 @@
+"""``tabhyper-update status``: what the state folder knows, read without a request."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tabhyper_update import ApiError, ChangeSet, TableauClient, TableauSink, build_payload
+from tabhyper_update.cli import main
+from tabhyper_update.testing import FakeTableauServer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+BY_ID = ChangeSet("id", op_column="op", order_by="seq")
+
+
+def test_status_shows_the_last_update_what_is_unfinished_and_each_sink(
+    spark: SparkSession,
+    server: FakeTableauServer,
+    client: TableauClient,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    state = tmp_path / "state"
+    ddl = "id long, name string, qty int, op string, seq long"
+    applied = client.update_datasource(
+        "Orders",
+        build_payload(spark.createDataFrame([(4, "d", 40, "U", 1)], ddl), BY_ID),
+        state_dir=state,
+        progress=False,
+    )
+    (job,) = [p.job.id for p in applied.parts if p.job is not None]
+    # An update whose request fails every time: its record stays, unfinished.
+    server.inject("update", status=503, times=100)
+    with pytest.raises(ApiError):
+        client.update_datasource(
+            "Orders",
+            build_payload(spark.createDataFrame([(5, "e", 50, "U", 2)], ddl), BY_ID),
+            state_dir=state,
+            progress=False,
+        )
+    server.clear_faults()
+    sink = TableauSink("Orders", BY_ID, client=client, state_dir=state, sink_id="orders-feed")
+    sink(spark.createDataFrame([(6, "f", 60, "U", 3)], ddl), 0)
+    counts_before = sum(server.counts.values())
+
+    assert main(["status", "--state-dir", str(state), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert sum(server.counts.values()) == counts_before  # no request
+    (orders,) = found["datasources"]
+    assert orders["datasource_id"] == client.datasource("Orders").id
+    assert orders["last_applied"]["jobs"]  # the sink's batch, applied last
+    assert job not in orders["last_applied"]["jobs"]
+    (unfinished,) = orders["unfinished"]
+    assert unfinished["applied"] == 0
+    assert unfinished["statuses"] == ["sending"]
+    (feed,) = found["sinks"]
+    assert feed["sink_id"] == "orders-feed"
+    assert feed["last_batch"] == 0
+    assert feed["counts"]["applied"] == 1
+
+    assert main(["status", "--state-dir", str(state)]) == 0
+    text = capsys.readouterr().out
+    assert "last applied" in text
+    assert "unfinished" in text
+    assert "a re-run resumes it" in text
+    assert "sink orders-feed: batch 0 applied" in text
+
+    assert main(["status", "--state-dir", str(tmp_path / "empty")]) == 0
+    assert "nothing recorded" in capsys.readouterr().out
