@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..local.folders import check_folder, private_dir, sweep_leftovers_if_due
 from ..local.progress import bar as progress_bar
 from ..local.progress import show_progress
+from ..local.telemetry import span
 from ..payload.model import (
     DEFAULT_MAX_PAYLOAD_MB,
     Payload,
@@ -159,13 +160,22 @@ def build_payload(
     """
     options = _Options(schema, database_version, complex_as_json, max_payload_mb, staging)
     _check_arguments(changes, options, table, staging_dir, output_dir)
+    started = time.perf_counter()
     frames = _frames_of(source, table)
     change_sets = resolve_change_sets(list(frames), changes)
     # Plan every column before any Spark job or file write: bad types fail here.
     spark_frames = _plan_frames(frames, change_sets, options)
-    parts, owned = _build_parts(
-        spark_frames, staging_dir, output_dir, options, progress, drop_empty=change_sets is not None
-    )
+    with span("build", tables=len(spark_frames)) as current:
+        parts, owned = _build_parts(
+            spark_frames,
+            staging_dir,
+            output_dir,
+            options,
+            progress,
+            drop_empty=change_sets is not None,
+        )
+        if current is not None:
+            current.set_attribute("tabhyper_update.parts", len(parts))
     payload = Payload(
         parts,
         schema=schema,
@@ -174,6 +184,7 @@ def build_payload(
         change_sets=change_sets if isinstance(changes, Mapping) else None,
         _owned_dir=owned,
     )
+    payload.build_seconds = time.perf_counter() - started
     log.info(
         "built payload: %d part(s), %d bytes, tables %s",
         len(parts),

@@ -89,6 +89,8 @@ class Payload:
     _owned_dir: Path | None = field(default=None, repr=False)
     #: The manifest this payload was loaded from, if any.
     _manifest: Path | None = field(default=None, repr=False)
+    #: Seconds ``build_payload`` took (``None`` for a payload loaded or made otherwise).
+    build_seconds: float | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Files nobody cleaned up go when the payload is garbage-collected or at exit.

@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from ..local.hyper import connect, quote_name, table_ref
+from ..local.telemetry import span
 from ..rest.refs import DataSourceRef
 from ..values.errors import (
     DataServiceError,
@@ -312,7 +313,8 @@ def read_back(
     """:func:`check_update` after an update was applied: a failure says that only the
     check failed."""
     try:
-        return check_update(client, target, expected, **options)
+        with span("readback", datasource=target.label, keys=expected.checked):
+            return check_update(client, target, expected, **options)
     except TabHyperError as err:
         err.at_step("read-back", "the update itself was applied; only its check failed")
         raise

@@ -418,6 +418,7 @@ class TableauSink:
                 target_schema=self.target_schema,
                 request_id=request_id,
                 timeout=self.timeout,
+                position={"sink_id": sink_id, "batch_id": batch_id},
             )
             # Later batches need no lookup.
             self._target = uploaded.target

@@ -26,6 +26,7 @@ from typing_extensions import Unpack
 
 from ..local.progress import bar as progress_bar
 from ..local.progress import show_progress
+from ..local.telemetry import span
 from ..readback.check import expected_changes, read_back, verify_option
 from ..rest.jobs import Job
 from ..rest.refs import DataSourceRef, check_request_id
@@ -64,7 +65,7 @@ from .resplit import (
     stated_cap,
     too_large,
 )
-from .results import PartUpdate, UpdateResult
+from .results import PartUpdate, UpdateResult, report_metrics
 from .resume import earlier_job_stands, resume_submitted
 from .schema import check_schema, learn_schema
 from .state import PartState, StateStore, UpdateRecord
@@ -232,15 +233,27 @@ class BoundPayload:
                 budget=options.get("verify_budget"),
             )
         )
-        result = UpdateResult([], waiter=lambda r, t: self._finish(record, r, t), verifier=verifier)
+        result = UpdateResult(
+            [],
+            waiter=lambda r, t: self._finish(record, r, t),
+            verifier=verifier,
+            datasource=self.target.label,
+            started_at=time.time(),
+            position=options.get("position"),
+            committed_at=options.get("committed_at"),
+            build_seconds=getattr(self.payload, "build_seconds", None),
+        )
         wait, timeout = options.get("wait", True), options.get("timeout")
-        self._run_parts(record, units, keys, result.parts, wait=wait, timeout=timeout)
-        if wait:
-            result.wait(timeout)
-            if expected is not None:
-                report = result.verify()
-                if not report.ok:
-                    raise DriftError(report, applied=f"the update was applied ({result.brief()})")
+        with span("update", datasource=self.target.label, parts=len(units)):
+            self._run_parts(record, units, keys, result.parts, wait=wait, timeout=timeout)
+            if wait:
+                result.wait(timeout)
+                if expected is not None:
+                    report = result.verify()
+                    if not report.ok:
+                        raise DriftError(
+                            report, applied=f"the update was applied ({result.brief()})"
+                        )
         return result
 
     def _units(self, given: ActionBatch | None, table: dict[str, str]) -> list[Unit]:
@@ -455,7 +468,8 @@ class BoundPayload:
                     bar.update(sent - seen[0])
                     seen[0] = sent
 
-            session = self.client.upload(part.path, progress=tick)
+            with span("upload", part=index + 1, bytes=part.size_bytes):
+                session = self.client.upload(part.path, progress=tick)
         log.info("%s: %d bytes in %.2f s", label, part.size_bytes, time.perf_counter() - started)
         return session
 
@@ -640,7 +654,8 @@ class BoundPayload:
                     bar.update(100 - bar.n)
 
             try:
-                update.job.wait(timeout=timeout, on_poll=on_poll, learn_as=self.target.id)
+                with span("wait", part=update.part + 1, job=update.job.id):
+                    update.job.wait(timeout=timeout, on_poll=on_poll, learn_as=self.target.id)
             except (JobFailedError, JobCancelledError) as err:
                 # Batches are atomic: this part applied nothing. The next run submits it
                 # again as a new attempt (a new RequestID derived from the identity).
@@ -678,6 +693,8 @@ class BoundPayload:
                         raise
             if record.kind == "run":
                 self.state.remove(record.key)
+            result.finished_at, result.done = time.time(), True
+            report_metrics(result)
         finally:
             self._cleanup()
 

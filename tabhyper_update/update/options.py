@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from typing_extensions import TypedDict
 
@@ -50,6 +50,8 @@ class ApplyOptions(TypedDict, total=False):
     timeout: float | None
     verify: bool | int
     verify_budget: int | None
+    position: Any
+    committed_at: float | None
     allow_narrowing: Sequence[str]
 
 

@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..local.telemetry import record
 from ..readback.drift import DriftReport
 from ..rest.jobs import Job
 from ..values.actions import ActionBatch
 from ..values.errors import InvalidArgumentError
+from ..values.redaction import get_logger
 
-__all__ = ["PartUpdate", "UpdateResult"]
+__all__ = ["PartUpdate", "UpdateResult", "report_metrics"]
 
 
 @dataclass
@@ -64,6 +68,65 @@ class UpdateResult:
     waiter: Callable[[UpdateResult, float | None], None] | None = field(default=None, repr=False)
     #: Reads the update back (given when ``apply(verify=...)`` read what to expect).
     verifier: Callable[..., DriftReport] | None = field(default=None, repr=False)
+    #: The data source updated (its name, else LUID), and when the update began and ended
+    #: (epoch seconds; ended once every part is applied).
+    datasource: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    #: Where in the source the update's changes end (a stream's batch, a table version) and
+    #: when the source committed them (epoch seconds), when the caller or the sink says.
+    position: Any = None
+    committed_at: float | None = None
+    #: Seconds the payload took to build, when known.
+    build_seconds: float | None = None
+
+    def metrics(self) -> dict[str, Any]:
+        """The update's figures as plain values, for a scheduler or a metrics system: rows
+        by action (``insert``, ``update``, ``delete``, ``replace``, ``upsert``; the SDK's own
+        position bookkeeping aside), bytes, parts, seconds per step (summed over the parts),
+        job ids and the server's seconds, the source's position and commit time, and the lag
+        from that commit to the data being in Tableau."""
+        rows: dict[str, int] = {}
+        for p in self.parts:
+            for action in p.actions.actions:
+                source = getattr(action, "source_table", None)
+                if source is None or action.target_table.endswith("_positions"):
+                    continue
+                name = type(action).__name__.lower()
+                rows[name] = rows.get(name, 0) + p.rows.get(source, 0)
+        steps: dict[str, float] = {}
+        for p in self.parts:
+            for step, seconds in p.seconds.items():
+                steps[step] = round(steps.get(step, 0.0) + seconds, 3)
+        if self.build_seconds is not None:
+            steps["build"] = round(self.build_seconds, 3)
+        server = [s for j in self.jobs if j.is_done and (s := j.server_seconds()) is not None]
+        lag = (
+            round(self.finished_at - self.committed_at, 3)
+            if self.finished_at is not None and self.committed_at is not None
+            else None
+        )
+        return {
+            "datasource": self.datasource,
+            "done": self.done,
+            "parts": len(self.parts),
+            "applied_parts": len(self.applied_parts),
+            "deduplicated": self.deduplicated,
+            "rows": rows,
+            "bytes": sum(p.size_bytes for p in self.parts),
+            "seconds": steps,
+            "total_seconds": (
+                round(self.finished_at - self.started_at, 3)
+                if self.finished_at is not None and self.started_at is not None
+                else None
+            ),
+            "jobs": [p.job_id for p in self.parts if p.job_id],
+            "server_seconds": sum(server) if server else None,
+            "position": self.position,
+            "committed_at": self.committed_at,
+            "lag_seconds": lag,
+            "readback": None if self.readback is None else dict(self.readback.cost),
+        }
 
     @property
     def jobs(self) -> list[Job]:
@@ -165,3 +228,22 @@ class UpdateResult:
         self.wait()
         self.readback = self.verifier(**options)
         return self.readback
+
+
+#: One JSON line per finished update at INFO (silent unless this logger is set to INFO).
+metrics_log = get_logger("tabhyper_update.metrics")
+
+
+def report_metrics(result: UpdateResult) -> None:
+    """A finished update's figures: one structured log line on ``tabhyper_update.metrics``
+    (when that logger is set to INFO) and OpenTelemetry metrics (when installed)."""
+    figures = result.metrics()
+    if metrics_log.isEnabledFor(logging.INFO):
+        metrics_log.info("%s", json.dumps({"event": "update", **figures}, default=str))
+    record(
+        rows=figures["rows"],
+        size_bytes=figures["bytes"],
+        seconds=figures["total_seconds"] or 0.0,
+        lag=figures["lag_seconds"],
+        datasource=str(result.datasource or ""),
+    )

@@ -1,0 +1,132 @@
+"""What an update did, as data: ``result.metrics()``, one structured log line, and
+OpenTelemetry spans and metrics (read with the OpenTelemetry SDK's in-memory exporters)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tabhyper_update import ChangeSet, TableauClient, TableauSink, build_payload
+from tabhyper_update.testing import FakeTableauServer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+otel_sdk = pytest.importorskip("opentelemetry.sdk")
+
+BY_ID = ChangeSet("id", op_column="op", order_by="seq")
+DDL = "id long, name string, qty int, op string, seq long"
+CHANGES = [(4, "d", 40, "U", 1), (1, None, None, "D", 1), (5, "e", 50, "U", 1)]
+
+
+@pytest.fixture(scope="module")
+def exporters() -> tuple[Any, Any]:
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    spans = InMemorySpanExporter()
+    tracer = TracerProvider()
+    tracer.add_span_processor(SimpleSpanProcessor(spans))
+    trace.set_tracer_provider(tracer)
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    return spans, reader
+
+
+def test_an_update_yields_its_figures_a_log_line_spans_and_metrics(
+    spark: SparkSession,
+    server: FakeTableauServer,
+    client: TableauClient,
+    tmp_path: Path,
+    exporters: tuple[Any, Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    spans, reader = exporters
+    spans.clear()
+    frame = spark.createDataFrame(CHANGES, DDL)
+    with caplog.at_level(logging.INFO, logger="tabhyper_update.metrics"):
+        result = (
+            build_payload(frame, BY_ID)
+            .upload("Orders", client=client, state_dir=tmp_path, progress=False)
+            .apply(verify=True, position=17, committed_at=1_700_000_000.0)
+        )
+    figures = result.metrics()
+    assert figures["rows"] == {"delete": 1, "upsert": 2}
+    assert figures["parts"] == 1
+    assert figures["applied_parts"] == 1
+    assert figures["bytes"] > 0
+    assert {"build", "upload", "submit", "wait"} <= set(figures["seconds"])
+    assert figures["jobs"] == [result.parts[0].job_id]
+    assert figures["server_seconds"] is not None
+    assert figures["position"] == 17
+    assert figures["lag_seconds"] > 0  # committed long ago
+    json.dumps(figures)  # plain values
+    # One structured line per update.
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "tabhyper_update.metrics"]
+    logged = json.loads(line)
+    assert logged["event"] == "update"
+    assert logged["rows"] == figures["rows"]
+    # The span tree: build on its own; the first part's upload, made by upload(); the update
+    # holding its jobs' waits and the read-back.
+    names = {s.name: s for s in spans.get_finished_spans()}
+    assert {
+        "tabhyper_update.build",
+        "tabhyper_update.update",
+        "tabhyper_update.upload",
+        "tabhyper_update.wait",
+        "tabhyper_update.readback",
+    } <= set(names)
+    update = names["tabhyper_update.update"]
+    for child in ("wait", "readback"):
+        assert names[f"tabhyper_update.{child}"].parent.span_id == update.context.span_id
+    assert update.attributes["tabhyper_update.datasource"] == "Orders"
+    # Nothing secret in any attribute.
+    texts = [str(dict(s.attributes or {})) for s in spans.get_finished_spans()]
+    for secret in server.secrets_seen:
+        assert not any(secret in t for t in texts)
+    # Metrics: rows by action, bytes, duration and lag.
+    data = reader.get_metrics_data()
+    found: dict[str, Any] = {}
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                found[m.name] = m
+    rows = {
+        p.attributes["tabhyper_update.action"]: p.value
+        for p in found["tabhyper_update.rows"].data.data_points
+    }
+    assert rows["upsert"] >= 2
+    assert rows["delete"] >= 1
+    assert {
+        "tabhyper_update.bytes",
+        "tabhyper_update.update.duration",
+        "tabhyper_update.lag",
+    } <= set(found)
+
+
+def test_a_sink_batch_carries_its_position(
+    spark: SparkSession, client: TableauClient, tmp_path: Path, exporters: tuple[Any, Any]
+) -> None:
+    sink = TableauSink("Orders", BY_ID, client=client, state_dir=tmp_path, sink_id="feed")
+    sink(spark.createDataFrame(CHANGES, DDL), 3)
+    assert sink.last_result is not None
+    figures = sink.last_result.metrics()
+    assert figures["position"] == {"sink_id": "feed", "batch_id": 3}
+    assert figures["rows"] == {"delete": 1, "upsert": 2}
+
+
+def test_without_opentelemetry_nothing_is_traced(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tabhyper_update.local import telemetry
+
+    monkeypatch.setattr(telemetry, "enabled", lambda: False)
+    with telemetry.span("update", datasource="Orders") as current:
+        assert current is None
+    telemetry.record(rows={"upsert": 1}, size_bytes=1, seconds=0.1, lag=None, datasource="x")
