@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tabhyper_update import PersonalAccessToken, TableauClient
 from tabhyper_update.demo import local_spark
+from tabhyper_update.local.hyper import connect
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper, read_table
 
@@ -35,6 +36,8 @@ class Target:
     state_dir: Path
     #: Reads a table of the data source back (fake server only; None on a real server).
     read: Callable[[str], list[tuple[Any, ...]]] | None
+    #: Runs SQL on the fake server's copy of the data source (None on a real server).
+    sql: Callable[[str], None] | None = None
 
 
 @contextmanager
@@ -55,14 +58,21 @@ def target(name: str, tables: Mapping[str, tuple[str, Sequence[str]]] | None) ->
             if tables is not None:
                 server.add_datasource(name, make_hyper(work / "start.hyper", tables))
 
-            def read(table: str) -> list[tuple[Any, ...]]:
+            def path() -> Path:
                 (luid,) = [d.id for d in server.backend.sources.values() if d.name == name]
-                return read_table(server.datasource_path(luid), table)
+                return server.datasource_path(luid)
+
+            def read(table: str) -> list[tuple[Any, ...]]:
+                return read_table(path(), table)
+
+            def sql(text: str) -> None:
+                with connect(path()) as conn:
+                    conn.execute_command(text)
 
             with TableauClient(
                 server.url, "", PersonalAccessToken("examples", "examples-secret")
             ) as client:
-                yield Target(client, name, work / "state", read)
+                yield Target(client, name, work / "state", read, sql)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

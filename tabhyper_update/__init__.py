@@ -20,6 +20,7 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from .builder.build import build_payload
+    from .builder.republish import Republish
     from .client import TableauClient
     from .payload.model import Payload
     from .readback.reconcile import reconcile
@@ -62,6 +63,7 @@ _PUBLIC = {
     "UsernamePassword": "rest.auth",
     "ConnectedAppJWT": "rest.auth",
     "TableauSink": "streaming.sink",
+    "Republish": "builder.republish",
     "Debezium": "streaming.debezium",
     "UpdateResult": "update.results",
     "TabHyperError": "values.errors",
@@ -141,6 +143,7 @@ __all__ = [
     "PayloadError",
     "PersonalAccessToken",
     "Replace",
+    "Republish",
     "TabHyperError",
     "TableauClient",
     "TableauSink",

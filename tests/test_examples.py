@@ -92,3 +92,26 @@ def test_streaming_cdc(example: Any, capsys: pytest.CaptureFixture[str]) -> None
         "run 1: 2 batch(es): 2 applied",
         "run 2: nothing new (the checkpoint had every event)",
     ]
+
+
+def test_scheduled_delta_job(example: Any) -> None:
+    pytest.importorskip("deltalake")
+    module = example("scheduled_delta_job")
+    ran = module.main()
+    # Order 1 shipped, order 2 deleted, order 3 inserted: one update of the whole feed.
+    assert ran["first"]["rows"] == {"delete": 1, "upsert": 2}
+    assert ran["again"] == {"versions": None}  # nothing new: nothing sent
+    assert ran["nightly"] == 0
+    # Someone changes the published data behind the job's back: the nightly check exits 6.
+    edited = module.main(
+        edit_behind='UPDATE "Extract"."Extract" SET amount = 99 WHERE order_id = 3'
+    )
+    assert edited["nightly"] == 6
+
+
+def test_streaming_with_metrics(example: Any) -> None:
+    figures = example("streaming_with_metrics").main()
+    assert [f["position"]["batch_id"] for f in figures] == [0, 1]
+    assert figures[0]["rows"] == {"upsert": 2}
+    assert figures[1]["rows"] == {"delete": 1, "upsert": 1}
+    assert all(f["event"] == "update" and f["jobs"] and f["bytes"] > 0 for f in figures)

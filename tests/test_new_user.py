@@ -70,7 +70,12 @@ def run(*argv: str, env: dict[str, str] | None = None, cwd: Path | None = None) 
 def test_a_sink_with_a_wrong_target_fails_before_its_query_starts(
     spark: SparkSession, client: TableauClient, tmp_path: Path
 ) -> None:
-    sink = TableauSink("Ordres", ChangeSet("id", op_column="op", order_by="seq"), client=client)
+    changes = ChangeSet("id", op_column="op", order_by="seq")
+    # Where the sink is made (the ordinary foreachBatch idiom makes it first)...
+    with pytest.raises(NotFoundError, match="no data source named 'Ordres'"):
+        TableauSink("Ordres", changes, client=client)
+    # ...and, for a sink made offline, when sink.start() starts its query.
+    sink = TableauSink("Ordres", changes, client=client, check=False)
     writer = (
         spark.readStream.schema(SCHEMA)
         .json(str(tmp_path))

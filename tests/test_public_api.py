@@ -49,6 +49,7 @@ EXPECTED = {
     "JobFailedError",
     "PayloadError",
     "DriftError",
+    "Republish",
 }
 
 #: What the package exported before its layers were folders: every name still imports
@@ -198,18 +199,20 @@ def test_renamed_public_names_keep_working() -> None:
         (
             UploadedPayload.apply,
             "self, actions, *, target_table, target_schema, request_id, wait, timeout, verify, "
-            "verify_budget, allow_narrowing",
+            "verify_budget, position, committed_at, on_schema_change, allow_narrowing",
         ),
         (
             TableauClient.update_datasource,
             "self, target, payload, *, actions, target_table, target_schema, request_id, "
-            "wait, timeout, progress, state_dir, verify, verify_budget, allow_narrowing",
+            "wait, timeout, progress, state_dir, verify, verify_budget, position, committed_at, "
+            "on_schema_change, allow_narrowing",
         ),
         (Payload.derived_actions, "self, part, *, target_table, target_schema"),
         (
             TableauSink,
             "target, changes, *, client, actions, prepare, target_table, target_schema, "
-            "sink_id, max_payload_mb, staging_dir, state_dir, timeout, staging, reset, check",
+            "sink_id, max_payload_mb, staging_dir, state_dir, timeout, staging, reset, check, "
+            "on_schema_change",
         ),
         (Debezium, "row_schema, *, key, connector, position, table, truncate"),
     ],

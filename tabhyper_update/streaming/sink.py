@@ -56,6 +56,7 @@ from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
 from ..update.chain import upload_payload
 from ..update.results import UpdateResult
+from ..update.schema_change import check_policy
 from ..update.state import StateStore
 from ..update.targets import check_target, resolve_target
 from ..values.actions import ActionBatch, BatchLike, Insert, Upsert
@@ -126,7 +127,9 @@ class TableauSink:
     (default): sign in and look the target up when the sink is made (:meth:`check`), so that
     a data source that does not exist raises :class:`NotFoundError` there, before any batch;
     ``check=False`` makes the sink without a request (it looks the target up on its first
-    batch).
+    batch). ``on_schema_change``: what a batch whose columns no longer fit the data source
+    does: ``"fail"`` (the default), ``"ignore"`` (leave out the columns the data source
+    lacks) or ``Republish(snapshot)`` (see :mod:`tabhyper_update.update.schema_change`).
     """
 
     def __init__(
@@ -147,6 +150,7 @@ class TableauSink:
         staging: StagingMode = "auto",
         reset: bool = False,
         check: bool = True,
+        on_schema_change: Any = "fail",
     ) -> None:
         if not isinstance(target, (DataSourceRef, str)) or not target:
             raise ArgumentTypeError(
@@ -185,6 +189,8 @@ class TableauSink:
         self.target_table = target_table
         self.target_schema = target_schema
         self.reset = reset
+        check_policy(on_schema_change)
+        self.on_schema_change = on_schema_change
         self._claim: Claim | None = None
         self.sink_id = sink_id
         self.max_payload_mb = max_payload_mb
@@ -419,6 +425,7 @@ class TableauSink:
                 request_id=request_id,
                 timeout=self.timeout,
                 position={"sink_id": sink_id, "batch_id": batch_id},
+                on_schema_change=self.on_schema_change,
             )
             # Later batches need no lookup.
             self._target = uploaded.target

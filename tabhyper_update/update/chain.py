@@ -42,6 +42,7 @@ from ..values.errors import (
     NotFoundError,
     OutOfOrderError,
     PayloadError,
+    SchemaDriftError,
     TabHyperError,
     UpdateProgress,
 )
@@ -68,6 +69,7 @@ from .resplit import (
 from .results import PartUpdate, UpdateResult, report_metrics
 from .resume import earlier_job_stands, resume_submitted
 from .schema import check_schema, learn_schema
+from .schema_change import Snapshot, check_policy, droppable, leave_out
 from .state import PartState, StateStore, UpdateRecord
 from .targets import (
     derived_target,
@@ -216,7 +218,15 @@ class BoundPayload:
         if not units:
             self._cleanup()
             return UpdateResult([], done=True)
-        self._check_schema([unit.batch for unit in units], options.get("allow_narrowing", ()))
+        policy = options.get("on_schema_change", "fail")
+        check_policy(policy)
+        changed = self._check_schema(
+            [unit.batch for unit in units], options.get("allow_narrowing", ()), policy
+        )
+        if isinstance(changed, DataSourceRef):
+            return self._republished(changed, options.get("position"))
+        if changed:  # parts written again without the columns the data source lacks
+            units = self._units(given, table)
         # Read before the files go: what the update must leave, to be read back after it.
         expected = expected_changes(self.payload, sample) if sample is not None else None
         record = self._record(units, request_id)
@@ -436,19 +446,58 @@ class BoundPayload:
         self.state.save(record)
         units[index : index + 1] = [Unit(sub, batch) for sub in subs]
 
-    def _check_schema(self, batches: Sequence[ActionBatch], allow_narrowing: Sequence[str]) -> None:
+    def _check_schema(
+        self, batches: Sequence[ActionBatch], allow_narrowing: Sequence[str], policy: object
+    ) -> DataSourceRef | bool:
         """Refuse, before any request that changes data, a payload whose columns the target
-        cannot take whole (see :mod:`.schema`)."""
+        cannot take whole (see :mod:`.schema`), or do what ``policy`` says instead (see
+        :mod:`.schema_change`): ``True`` when the parts were written again without the
+        columns the target lacks, the data source when it was republished."""
         if isinstance(allow_narrowing, str) or not all(isinstance(c, str) for c in allow_narrowing):
             raise ArgumentTypeError(
                 f"allow_narrowing takes a list of column names, got {allow_narrowing!r}",
                 argument="allow_narrowing",
             )
         if not self.payload.parts:
-            return
+            return False
         schema = learn_schema(self.client, self.target, self.state)
-        if schema is not None:
+        if schema is None:
+            return False
+        try:
             check_schema(schema, self.payload, batches, allow_narrowing=allow_narrowing)
+        except SchemaDriftError as err:
+            if isinstance(policy, Snapshot):
+                return policy.republish(self.client, self.target, self.state.directory)
+            if policy != "ignore":
+                raise
+            key = tuple(getattr(self.payload, "key", None) or ())
+            drop = droppable(err, self.payload, list(batches), key)
+            if drop is None:
+                log.warning(
+                    "on_schema_change='ignore' leaves out only columns the data source lacks "
+                    "(never a key column): the differences below it cannot leave out"
+                )
+                raise
+            leave_out(self.payload, drop, self.target.label)
+            return True
+        return False
+
+    def _republished(self, ref: DataSourceRef, position: object) -> UpdateResult:
+        """The result of an update the schema change turned into a republish: nothing
+        sent as an update (the snapshot holds its changes)."""
+        self._cleanup()
+        now = time.time()
+        result = UpdateResult(
+            [],
+            done=True,
+            datasource=ref.label,
+            started_at=now,
+            finished_at=now,
+            position=position,
+            republished=True,
+        )
+        report_metrics(result)
+        return result
 
     def _record(self, units: Sequence[Unit], request_id: str | None) -> UpdateRecord:
         """This update's record: the one an interrupted run left, or a new one (saved)."""

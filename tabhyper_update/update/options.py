@@ -52,6 +52,7 @@ class ApplyOptions(TypedDict, total=False):
     verify_budget: int | None
     position: Any
     committed_at: float | None
+    on_schema_change: Any
     allow_narrowing: Sequence[str]
 
 

@@ -79,6 +79,9 @@ class UpdateResult:
     committed_at: float | None = None
     #: Seconds the payload took to build, when known.
     build_seconds: float | None = None
+    #: The source's schema had changed and the data source was republished from a snapshot
+    #: (``on_schema_change=Republish(...)``) instead of updated.
+    republished: bool = False
 
     def metrics(self) -> dict[str, Any]:
         """The update's figures as plain values, for a scheduler or a metrics system: rows
@@ -112,6 +115,7 @@ class UpdateResult:
             "parts": len(self.parts),
             "applied_parts": len(self.applied_parts),
             "deduplicated": self.deduplicated,
+            "republished": self.republished,
             "rows": rows,
             "bytes": sum(p.size_bytes for p in self.parts),
             "seconds": steps,

@@ -1,0 +1,134 @@
+"""What an update does when the source's schema no longer fits the published data source
+(``on_schema_change=``): ``"fail"`` (the default: one error naming every column, before
+any part is sent), ``"ignore"`` (leave out the columns the data source lacks, by name, with
+a warning naming them), or a :class:`~tabhyper_update.Republish` (overwrite the data source
+with the new schema from a snapshot, then go on from the snapshot's position).
+
+Tableau's update API cannot add a column to a published data source: a new column reaches
+it only by publishing again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+from tableauhyperapi import SchemaName, TableDefinition, TableName
+
+from ..local.hyper import connect, quote_name, table_ref
+from ..rest.refs import DataSourceRef
+from ..rest.session import RestSession
+from ..values.actions import ActionBatch
+from ..values.errors import InvalidArgumentError, SchemaDriftError
+from ..values.parts import PayloadLike, PayloadPart, RowDigest, TableInfo
+from ..values.redaction import get_logger
+
+__all__ = [
+    "SchemaChange",
+    "Snapshot",
+    "check_policy",
+    "droppable",
+    "leave_out",
+    "without_columns",
+]
+
+log = get_logger("tabhyper_update")
+
+
+@runtime_checkable
+class Snapshot(Protocol):
+    """A republish policy (:class:`tabhyper_update.Republish`): publishes the source's
+    snapshot over the data source, with its new schema, and returns the data source."""
+
+    def republish(
+        self, client: RestSession, target: DataSourceRef, state_dir: Path
+    ) -> DataSourceRef: ...
+
+
+SchemaChange = Literal["fail", "ignore"] | Snapshot
+
+
+def check_policy(policy: object) -> None:
+    """Refuse, before anything is sent, a policy that is none of the three."""
+    if policy in ("fail", "ignore") or isinstance(policy, Snapshot):
+        return
+    raise InvalidArgumentError(
+        f"on_schema_change must be 'fail', 'ignore' or Republish(snapshot), got {policy!r}",
+        argument="on_schema_change",
+    )
+
+
+def droppable(
+    err: SchemaDriftError, payload: PayloadLike, batches: list[ActionBatch], key: tuple[str, ...]
+) -> dict[str, list[str]] | None:
+    """Per payload table, the columns to leave out so that the payload fits (the columns its
+    target lacks); ``None`` when leaving columns out cannot make it fit (another kind of
+    value, a narrower type, NULLs into NOT NULL, or a key column the target lacks)."""
+    if err.faults:
+        return None
+    drop: dict[str, list[str]] = {}
+    for batch in batches:
+        for action in batch.actions:
+            source = getattr(action, "source_table", None)
+            lacking = err.columns.get(action.target_table)
+            if source is None or not lacking or source not in payload.tables:
+                continue
+            names = payload.tables[str(source)].column_names
+            for column in lacking:
+                if column in names and column not in drop.setdefault(str(source), []):
+                    drop[str(source)].append(column)
+    if any(c in key for cs in drop.values() for c in cs):
+        return None
+    return drop
+
+
+def without_columns(part: PayloadPart, drop: Mapping[str, list[str]]) -> PayloadPart:
+    """``part`` written again without the columns ``drop`` names (per table), beside it; the
+    same part and the same columns give the same file and digest on a re-run."""
+    label = ";".join(f"{t}:{','.join(sorted(cs))}" for t, cs in sorted(drop.items()) if cs)
+    tag = hashlib.sha256(label.encode()).hexdigest()[:12]
+    path = part.path.with_name(f"{part.path.stem}.fit-{tag}{part.path.suffix}")
+    here = path.stem
+    tables: dict[str, TableInfo] = {}
+    with connect(path, create=True) as conn:
+        path.chmod(0o600)
+        conn.execute_command(f"ATTACH DATABASE {quote_name(str(part.path))} AS src")
+        for name, info in part.tables.items():
+            left_out = set(drop.get(name, ()))
+            definition = conn.catalog.get_table_definition(TableName("src", info.schema, name))
+            kept = [c for c in definition.columns if str(c.name.unescaped) not in left_out]
+            conn.catalog.create_schema_if_not_exists(SchemaName(here, info.schema))
+            conn.catalog.create_table(TableDefinition(TableName(here, info.schema, name), kept))
+            names = ", ".join(quote_name(str(c.name.unescaped)) for c in kept)
+            conn.execute_command(
+                f"INSERT INTO {table_ref(info.schema, name, here)} ({names}) "
+                f"SELECT {names} FROM {table_ref(info.schema, name, 'src')}"
+            )
+            tables[name] = replace(
+                info,
+                columns=tuple(c for c in info.columns if c.name not in left_out),
+                row_digest=_marked(info.row_digest, tag) if left_out else info.row_digest,
+            )
+        conn.execute_command("DETACH DATABASE src")
+    return PayloadPart(Path(path), path.stat().st_size, tables, part.buckets)
+
+
+def _marked(digest: str, tag: str) -> str:
+    """A row digest told apart from ``digest`` by ``tag`` (still a digest that adds up)."""
+    found = RowDigest.parse(digest)
+    return str(RowDigest(found.rows, tuple(s + int(tag, 16) for s in found.sums)))
+
+
+def leave_out(payload: PayloadLike, drop: Mapping[str, list[str]], target: str) -> None:
+    """Rewrite every part of ``payload`` without the columns ``drop`` names, warning."""
+    shown = "; ".join(f"{t}: {', '.join(map(repr, cs))}" for t, cs in drop.items() if cs)
+    log.warning(
+        "on_schema_change='ignore': data source %r lacks column(s) of the payload, left out "
+        "of this update: %s",
+        target,
+        shown,
+    )
+    payload.parts[:] = [without_columns(p, drop) for p in payload.parts]
