@@ -22,7 +22,7 @@ from tabhyper_update import ChangeSet, TableauSink
 
 START = {"Extract": ("id BIGINT NOT NULL, status TEXT, qty INTEGER", ["(1, 'new', 1)"])}
 SCHEMA = "id BIGINT, status STRING, qty INT, op STRING, seq BIGINT"
-BATCHES = [
+BATCHES: list[list[tuple[int, str | None, int | None, str, int]]] = [
     [(2, "new", 5, "U", 1), (1, "paid", 1, "U", 2)],
     [(3, "new", 7, "U", 3), (2, None, None, "D", 4)],
 ]
