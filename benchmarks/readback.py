@@ -212,6 +212,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--check-sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
+    parser.add_argument(
+        "--only-keys", action="store_true", help="only the reconciles by kind of key"
+    )
+    parser.add_argument("--key-rows", type=int, help="rows of the by-key data source [--rows]")
     args = parser.parse_args()
     with local_spark() as spark, FakeTableauServer(pats={"bench": "secret"}) as server:
         import tempfile
@@ -220,11 +224,12 @@ def main() -> None:
         folder = Path(tempfile.mkdtemp(prefix="readback-bench-"))
         luid = server.add_datasource("Orders", _target(folder / "orders.hyper", args.rows))
         with TableauClient(server.url, "", PersonalAccessToken("bench", "secret")) as client:
-            _check_updates(spark, client, args.rows, args.check_sizes)
-            # The updates changed rows: the data source starts again from the source's rows.
-            _target(server.datasource_path(luid), args.rows)
-            _reconciles(spark, client, server, luid, args.rows)
-            _by_key_type(spark, client, server, args.rows)
+            if not args.only_keys:
+                _check_updates(spark, client, args.rows, args.check_sizes)
+                # The updates changed rows: the data source starts again from the source's rows.
+                _target(server.datasource_path(luid), args.rows)
+                _reconciles(spark, client, server, luid, args.rows)
+            _by_key_type(spark, client, server, args.key_rows or args.rows)
 
 
 if __name__ == "__main__":

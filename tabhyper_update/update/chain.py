@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import ClassVar, NamedTuple, TypeVar
+from typing import ClassVar, TypeVar
 
 from typing_extensions import Unpack
 
@@ -42,9 +42,7 @@ from ..values.errors import (
     NotFoundError,
     OutOfOrderError,
     PayloadError,
-    SchemaDriftError,
     TabHyperError,
-    UpdateProgress,
 )
 from ..values.parts import NoPayload, PayloadLike, PayloadPart
 from ..values.redaction import get_logger
@@ -53,29 +51,32 @@ from .identity import (
     created_before,
     next_attempt,
     open_record,
-    planned,
-    split_in_record,
+    progress_of,
 )
 from .options import ApplyOptions, BindOptions, UpdateOptions, split_options
+from .oversize import Oversize
 from .resplit import (
-    expand,
     key_columns,
     parts_needed,
-    split_part,
     splittable,
-    stated_cap,
     too_large,
 )
 from .results import PartUpdate, UpdateResult, report_metrics
 from .resume import earlier_job_stands, resume_submitted
-from .schema import check_schema, learn_schema
-from .schema_change import Snapshot, check_policy, droppable, leave_out
+from .schema_change import SchemaPolicy, check_policy
 from .state import PartState, StateStore, UpdateRecord
 from .targets import (
     derived_target,
     refuse_replace_from_nothing,
     resolve_target,
     target_name,
+)
+from .uploading import (
+    UPLOAD_SESSION_UNKNOWN,
+    FirstUpload,
+    PartUploads,
+    Unit,
+    step,
 )
 
 __all__ = [
@@ -93,35 +94,7 @@ _T = TypeVar("_T")
 MAX_ATTEMPTS_PER_RUN = 3
 
 
-def _step(step: str, consequence: str, fn: Callable[[], _T]) -> _T:
-    """Run one step; an error of ours leaving it says which step and what it means."""
-    try:
-        return fn()
-    except TabHyperError as err:
-        err.at_step(step, consequence)
-        raise
-
-
-#: Tableau's error code for an upload session it does not know (consumed or expired).
-UPLOAD_SESSION_UNKNOWN = "404003"
-MB = 1024 * 1024
-
-
-class Unit(NamedTuple):
-    """One part's update: the part (None for a batch that reads no table) and its batch."""
-
-    part: PayloadPart | None
-    batch: ActionBatch
-
-
-class FirstUpload(NamedTuple):
-    """The first part's upload made by ``upload()``: its session and seconds."""
-
-    session_id: str
-    seconds: float
-
-
-class BoundPayload:
+class BoundPayload(PartUploads, Oversize, SchemaPolicy):
     """A payload bound to its target data source and client (what ``payload.upload()``
     returns, its first part uploaded by then).
 
@@ -163,7 +136,7 @@ class BoundPayload:
             return
         _ = self.target
         started = time.perf_counter()
-        session = _step(
+        session = step(
             "upload of part 1",
             "this part was not submitted",
             partial(self._upload_part, 0, self.payload.parts[0]),
@@ -174,7 +147,7 @@ class BoundPayload:
     def target(self) -> DataSourceRef:
         """The data source (looked up on first use)."""
         if self._target is None:
-            self._target = _step(
+            self._target = step(
                 "data source lookup",
                 "nothing was submitted",
                 lambda: resolve_target(self.client, self._target_spec),
@@ -285,17 +258,6 @@ class BoundPayload:
         # An update that reads nothing from the payload (e.g. delete by constant).
         return [Unit(None, given)]
 
-    def _as_recorded(
-        self, units: list[Unit], record: UpdateRecord, keys: Mapping[str, tuple[str, ...]] | None
-    ) -> list[Unit]:
-        """``units`` as ``record`` names them: the parts an earlier run split (the server had
-        refused them as too large) split again the same way."""
-        digests = [p.digest for p in record.parts]
-        ours = [(u.part.buckets, u.part.content_digest) for u in units if u.part is not None]
-        if not any("#" in d for d in digests) or planned(record) != ours:
-            return units
-        return [Unit(part, batch) for part, batch in expand(units, digests, keys)]
-
     def _run_parts(
         self,
         record: UpdateRecord,
@@ -385,143 +347,11 @@ class BoundPayload:
             )
         return update
 
-    def _refused_as_too_large(
-        self,
-        record: UpdateRecord,
-        units: list[Unit],
-        index: int,
-        keys: Mapping[str, tuple[str, ...]] | None,
-        err: ApiError,
-    ) -> None:
-        """The server refused part ``index`` as over its update cap (nothing of it was
-        applied): remember a smaller cap and split the part, or say why it cannot be."""
-        part = units[index].part
-        assert part is not None
-        cap = stated_cap(err, part.size_bytes) or part.size_bytes // 2
-        cap = min(cap, self.client.update_cap_bytes or cap)
-        if keys is None or not splittable(part, record.parts[index].digest, cap):
-            why = (
-                "its actions are neither a change set's nor inserts only, so its rows cannot "
-                "be split apart"
-                if keys is None
-                else f"it cannot be split under the cap ({cap / MB:.2f} MB): it was split "
-                "three times already, holds one row, or the cap is below the smallest file"
-            )
-            err.step = f"update request of part {index + 1}"
-            err.consequence = (
-                f"the server refused the part as larger than its update cap "
-                f"({part.size_bytes / MB:.1f} MB) and nothing of it was applied; {why}. "
-                "Build the payload with a smaller max_payload_mb, or raise the server's "
-                "cap (api.server.update_uploaded_file.max_size_in_mb)"
-            )
-            err.note_progress(progress_of(record, index))
-            raise err
-        self.client.update_cap_bytes = cap
-        k = parts_needed(part.size_bytes, cap)
-        log.warning(
-            "the server refused part %d/%d (%.1f MB) as larger than its update cap; nothing "
-            "of it was applied: splitting it in %d and sending those instead (parts over "
-            "%.1f MB are split before they are sent from now on)",
-            index + 1,
-            len(record.parts),
-            part.size_bytes / MB,
-            k,
-            cap / MB,
-        )
-        self._split(record, units, index, keys, k)
-
-    def _split(
-        self,
-        record: UpdateRecord,
-        units: list[Unit],
-        index: int,
-        keys: Mapping[str, tuple[str, ...]],
-        k: int,
-    ) -> None:
-        """Part ``index`` as ``k`` sub-parts, in the record (saved) and in ``units``."""
-        part, batch = units[index]
-        assert part is not None
-        subs = split_part(part, keys, k, record.parts[index].digest)
-        split_in_record(record, index, k)
-        self.state.save(record)
-        units[index : index + 1] = [Unit(sub, batch) for sub in subs]
-
-    def _check_schema(
-        self, batches: Sequence[ActionBatch], allow_narrowing: Sequence[str], policy: object
-    ) -> DataSourceRef | bool:
-        """Refuse, before any request that changes data, a payload whose columns the target
-        cannot take whole (see :mod:`.schema`), or do what ``policy`` says instead (see
-        :mod:`.schema_change`): ``True`` when the parts were written again without the
-        columns the target lacks, the data source when it was republished."""
-        if isinstance(allow_narrowing, str) or not all(isinstance(c, str) for c in allow_narrowing):
-            raise ArgumentTypeError(
-                f"allow_narrowing takes a list of column names, got {allow_narrowing!r}",
-                argument="allow_narrowing",
-            )
-        if not self.payload.parts:
-            return False
-        schema = learn_schema(self.client, self.target, self.state)
-        if schema is None:
-            return False
-        try:
-            check_schema(schema, self.payload, batches, allow_narrowing=allow_narrowing)
-        except SchemaDriftError as err:
-            if isinstance(policy, Snapshot):
-                return policy.republish(self.client, self.target, self.state.directory)
-            if policy != "ignore":
-                raise
-            key = tuple(getattr(self.payload, "key", None) or ())
-            drop = droppable(err, self.payload, list(batches), key)
-            if drop is None:
-                log.warning(
-                    "on_schema_change='ignore' leaves out only columns the data source lacks "
-                    "(never a key column): the differences below it cannot leave out"
-                )
-                raise
-            leave_out(self.payload, drop, self.target.label)
-            return True
-        return False
-
-    def _republished(self, ref: DataSourceRef, position: object) -> UpdateResult:
-        """The result of an update the schema change turned into a republish: nothing
-        sent as an update (the snapshot holds its changes)."""
-        self._cleanup()
-        now = time.time()
-        result = UpdateResult(
-            [],
-            done=True,
-            datasource=ref.label,
-            started_at=now,
-            finished_at=now,
-            position=position,
-            republished=True,
-        )
-        report_metrics(result)
-        return result
-
     def _record(self, units: Sequence[Unit], request_id: str | None) -> UpdateRecord:
         """This update's record: the one an interrupted run left, or a new one (saved)."""
         return open_record(self.state, self.payload, self.target, units, request_id)
 
     # -- steps -------------------------------------------------------------------------------------
-    def _upload_part(self, index: int, part: PayloadPart) -> str:
-        started = time.perf_counter()
-        label = f"upload part {index + 1}/{len(self.payload.parts)}"
-        with progress_bar(
-            self.progress, total=part.size_bytes, unit="B", unit_scale=True, desc=label
-        ) as bar:
-            seen = [0]
-
-            def tick(sent: int, total: int) -> None:
-                if bar is not None:
-                    bar.update(sent - seen[0])
-                    seen[0] = sent
-
-            with span("upload", part=index + 1, bytes=part.size_bytes):
-                session = self.client.upload(part.path, progress=tick)
-        log.info("%s: %d bytes in %.2f s", label, part.size_bytes, time.perf_counter() - started)
-        return session
-
     def _submit(
         self,
         record: UpdateRecord,
@@ -609,71 +439,8 @@ class BoundPayload:
         update.seconds["submit"] = time.perf_counter() - started
         return job, sent_at
 
-    def _take_first_upload(
-        self, index: int, part: PayloadPart | None, batch: ActionBatch
-    ) -> FirstUpload | None:
-        """The upload ``upload()`` made, for the first part's first submission (once)."""
-        early, self._uploaded_first = self._uploaded_first, None
-        first = self.payload.parts[0] if self.payload.parts else None
-        if early is not None and (part is None or part is not first or not batch.reads_source):
-            log.info("the upload made by upload() is not needed: it goes unused")
-            return None
-        return early
-
-    def _upload_ahead(self, record: UpdateRecord, units: Sequence[Unit], index: int) -> None:
-        """Upload part ``index`` in the background while the server runs the job of the part
-        before it (its update request still waits for that job: parts apply in order)."""
-        if not self.parts_in_flight or index >= len(record.parts) or self._ahead is not None:
-            return
-        part, batch = units[min(index, len(units) - 1)]
-        state = record.parts[index]
-        if part is None or not batch.reads_source or state.status != "pending":
-            return
-        if self._uploader is None:
-            self._uploader = ThreadPoolExecutor(1, thread_name_prefix="tabhyper-upload")
-
-        def upload() -> FirstUpload:
-            started = time.perf_counter()
-            session = self._upload_part(index, part)
-            return FirstUpload(session, time.perf_counter() - started)
-
-        self._ahead = (part, self._uploader.submit(upload))
-
-    def _take_ahead(self, part: PayloadPart | None, batch: ActionBatch) -> FirstUpload | None:
-        """The upload made ahead for ``part``, once it is done (``None`` when there is none,
-        or it failed: the part is then uploaded as usual)."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
-            return None
-        if ahead[0] is not part or not batch.reads_source:
-            log.info("the upload made ahead is not this part's: it goes unused")
-            return None
-        try:
-            return ahead[1].result()
-        except TabHyperError as err:
-            log.warning("uploading part ahead failed (%s); uploading it again", err)
-            return None
-
-    def _stop_uploading(self) -> None:
-        """Wait for an upload made ahead and not used (an update that stopped early)."""
-        self._ahead = None
-        if self._uploader is not None:
-            self._uploader.shutdown(wait=True, cancel_futures=True)
-            self._uploader = None
-
-    def _upload_into(
-        self, state: PartState, index: int, part: PayloadPart, update: PartUpdate
-    ) -> None:
-        started = time.perf_counter()
-        state.upload_session_id = _step(
-            f"upload of part {index + 1}",
-            "this part was not submitted",
-            partial(self._upload_part, index, part),
-        )
-        update.seconds["upload"] = time.perf_counter() - started
-
     def _send_update(self, state: PartState, batch: ActionBatch) -> Job:
-        return _step(
+        return step(
             f"update request of part {state.index + 1}",
             f"the update may or may not have been submitted (RequestID {state.request_id}); "
             "running the same job again is safe: its record makes the re-run resume it",
@@ -759,17 +526,6 @@ def _guard_table(batch: ActionBatch) -> str | None:
     if first is not None and first.action == "update" and str(table).endswith("_guard"):
         return str(table)
     return None
-
-
-def progress_of(record: UpdateRecord, failed: int) -> UpdateProgress | None:
-    """How far an update in several parts got when part ``failed`` (from 0) failed; None
-    for an update in one part (its own error says what became of it)."""
-    if len(record.parts) < 2:
-        return None
-    applied = tuple(
-        (state.index + 1, state.job_id) for state in record.parts if state.status == "applied"
-    )
-    return UpdateProgress(len(record.parts), applied, failed + 1)
 
 
 def upload_payload(

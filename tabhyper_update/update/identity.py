@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 
 from ..rest.refs import DataSourceRef
 from ..values.actions import ActionBatch
-from ..values.errors import UpdateStateError
+from ..values.errors import UpdateProgress, UpdateStateError
 from ..values.parts import PayloadLike, PayloadPart
 from ..values.redaction import get_logger
 from .state import PartState, RecordKind, StateStore, UpdateRecord
@@ -274,3 +274,14 @@ def open_record(
         "once you know what the server applied, remove the record with "
         f"`tabhyper-update state clear --state-dir {state.directory}`"
     )
+
+
+def progress_of(record: UpdateRecord, failed: int) -> UpdateProgress | None:
+    """How far an update in several parts got when part ``failed`` (from 0) failed; None
+    for an update in one part (its own error says what became of it)."""
+    if len(record.parts) < 2:
+        return None
+    applied = tuple(
+        (state.index + 1, state.job_id) for state in record.parts if state.status == "applied"
+    )
+    return UpdateProgress(len(record.parts), applied, failed + 1)

@@ -11,7 +11,8 @@ it only by publishing again.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
@@ -22,12 +23,16 @@ from ..local.hyper import connect, quote_name, table_ref
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession
 from ..values.actions import ActionBatch
-from ..values.errors import InvalidArgumentError, SchemaDriftError
+from ..values.errors import ArgumentTypeError, InvalidArgumentError, SchemaDriftError
 from ..values.parts import PayloadLike, PayloadPart, RowDigest, TableInfo
 from ..values.redaction import get_logger
+from .results import UpdateResult, report_metrics
+from .schema import check_schema, learn_schema
+from .state import StateStore
 
 __all__ = [
     "SchemaChange",
+    "SchemaPolicy",
     "Snapshot",
     "check_policy",
     "droppable",
@@ -132,3 +137,72 @@ def leave_out(payload: PayloadLike, drop: Mapping[str, list[str]], target: str) 
         shown,
     )
     payload.parts[:] = [without_columns(p, drop) for p in payload.parts]
+
+
+class SchemaPolicy:
+    """The schema check before an update's first part, and what ``on_schema_change`` makes
+    of a payload that does not fit (mixed into :class:`~.chain.BoundPayload`)."""
+
+    payload: PayloadLike
+    client: RestSession
+    state: StateStore
+
+    @property
+    def target(self) -> DataSourceRef:
+        raise NotImplementedError
+
+    def _cleanup(self) -> None:
+        raise NotImplementedError
+
+    def _check_schema(
+        self, batches: Sequence[ActionBatch], allow_narrowing: Sequence[str], policy: object
+    ) -> DataSourceRef | bool:
+        """Refuse, before any request that changes data, a payload whose columns the target
+        cannot take whole (see :mod:`.schema`), or do what ``policy`` says instead (see
+        :mod:`.schema_change`): ``True`` when the parts were written again without the
+        columns the target lacks, the data source when it was republished."""
+        if isinstance(allow_narrowing, str) or not all(isinstance(c, str) for c in allow_narrowing):
+            raise ArgumentTypeError(
+                f"allow_narrowing takes a list of column names, got {allow_narrowing!r}",
+                argument="allow_narrowing",
+            )
+        if not self.payload.parts:
+            return False
+        schema = learn_schema(self.client, self.target, self.state)
+        if schema is None:
+            return False
+        try:
+            check_schema(schema, self.payload, batches, allow_narrowing=allow_narrowing)
+        except SchemaDriftError as err:
+            if isinstance(policy, Snapshot):
+                return policy.republish(self.client, self.target, self.state.directory)
+            if policy != "ignore":
+                raise
+            key = tuple(getattr(self.payload, "key", None) or ())
+            drop = droppable(err, self.payload, list(batches), key)
+            if drop is None:
+                log.warning(
+                    "on_schema_change='ignore' leaves out only columns the data source lacks "
+                    "(never a key column): the differences below it cannot leave out"
+                )
+                raise
+            leave_out(self.payload, drop, self.target.label)
+            return True
+        return False
+
+    def _republished(self, ref: DataSourceRef, position: object) -> UpdateResult:
+        """The result of an update the schema change turned into a republish: nothing
+        sent as an update (the snapshot holds its changes)."""
+        self._cleanup()
+        now = time.time()
+        result = UpdateResult(
+            [],
+            done=True,
+            datasource=ref.label,
+            started_at=now,
+            finished_at=now,
+            position=position,
+            republished=True,
+        )
+        report_metrics(result)
+        return result
