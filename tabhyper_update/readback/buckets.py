@@ -45,8 +45,9 @@ class IntegerBuckets:
         span = int(high) - self.low + 1
         self.levels = max(1, math.ceil(math.log(max(span, 2), fan_out)))
 
-    def plan(self, level: int, region: DataFrame, rows: int) -> None:
-        """Nothing to plan: integer buckets follow from the key's range."""
+    def plan(self, level: int, region: DataFrame, rows: int, ranges: int = 1) -> None:
+        """Nothing to plan: integer buckets follow from the key's range (each bucket above
+        is cut ``fan_out`` ways)."""
 
     def width(self, level: int) -> int:
         return int(self.fan_out ** max(self.levels - level, 0))
@@ -68,6 +69,10 @@ class IntegerBuckets:
         return F.floor((col - F.lit(self.low)) / F.lit(self.width(level))).cast("long")
 
 
+#: The most bounds one level of range buckets has (each a comparison in the query's formula).
+MAX_BOUNDS = 1024
+
+
 class RangeBuckets:
     """Any key cut into ranges of about equal rows: the bucket of a key is how many of the
     level's bounds it is at or above, as tuples in key order."""
@@ -87,10 +92,12 @@ class RangeBuckets:
         #: Each level's bounds (canonical key tuples, ascending).
         self.bounds: dict[int, list[tuple[Any, ...]]] = {}
 
-    def plan(self, level: int, region: DataFrame, rows: int) -> None:
+    def plan(self, level: int, region: DataFrame, rows: int, ranges: int = 1) -> None:
         """Choose the level's bounds from the source's keys in ``region`` (the rows of the
-        buckets that differed at the level above, about ``rows`` of them as the aggregates
-        counted): the keys at evenly spaced ranks."""
+        ``ranges`` buckets that differed at the level above, about ``rows`` of them as the
+        aggregates counted): the keys at evenly spaced ranks, about ``fan_out`` per range
+        above (so that drift spread over many ranges narrows as fast as drift in one), at
+        most :data:`MAX_BOUNDS` in all."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -99,7 +106,8 @@ class RangeBuckets:
         for c in cols[1:]:
             whole = whole & c.isNotNull()
         keyed = region.select(*cols).where(whole)
-        step = max(1, math.ceil(rows / self.fan_out))
+        cuts = min(MAX_BOUNDS, self.fan_out * max(1, ranges))
+        step = max(1, math.ceil(rows / cuts))
         ranked = keyed.withColumn("__rank", F.row_number().over(Window.orderBy(*cols)))
         picked = ranked.where((F.col("__rank") % step == 1) & (F.col("__rank") > 1))
         found = [

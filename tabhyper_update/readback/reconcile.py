@@ -274,9 +274,11 @@ class _Reconciler:
         rows = report.rows["source"]
         #: The data source's rows in the region (what its buckets' counts must add up to).
         server_rows = report.rows["datasource"]
+        #: How many buckets of the level above differed (the region is their union).
+        ranges = 1
         while True:
             level += 1
-            self.buckets.plan(level, self._region(), rows)
+            self.buckets.plan(level, self._region(), rows, ranges)
             mine, theirs = self._source(level), self._server(level)
             _whole(theirs, server_rows, f"the key ranges of level {level}")
             differing = sorted(
@@ -308,6 +310,7 @@ class _Reconciler:
             self._compare_rows(report, level, leaves)
             rows = sum(int((mine.get(b) or {}).get("rows") or 0) for b, _ in deeper)
             server_rows = sum(self._server_rows.get(b, 0) for b, _ in deeper)
+            ranges = len(deeper)
             if not deeper:
                 return
             self.path.append((level, [b for b, _ in deeper]))
