@@ -158,7 +158,10 @@ class RangeBuckets:
                 out = (cols[i] > F.lit(bound[i])) | ((cols[i] == F.lit(bound[i])) & out)
             return out.cast("long")
 
-        total = at_or_above(bounds[0])
-        for bound in bounds[1:]:
-            total = total + at_or_above(bound)
-        return total
+        # Added up as a balanced tree: a chain of a thousand additions overflows the stack
+        # of Spark's code generation.
+        terms = [at_or_above(b) for b in bounds]
+        while len(terms) > 1:
+            pairs = [terms[i : i + 2] for i in range(0, len(terms), 2)]
+            terms = [p[0] + p[1] if len(p) == 2 else p[0] for p in pairs]
+        return terms[0]
