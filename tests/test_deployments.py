@@ -313,3 +313,72 @@ def test_two_processes_sharing_a_pat_both_finish_and_are_warned(
         assert "same personal access token" in caplog.text
     finally:
         server.stop()
+
+
+# -- parts in flight
+def test_the_next_part_uploads_during_the_previous_job_and_is_sent_after_it(
+    spark: SparkSession, tmp_path: Path, start_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    server = served(start_file, job_seconds_per_mb=2.0)
+    try:
+        backend = server.backend
+        appended: list[float] = []
+        submitted: list[float] = []
+        append, submit = backend.append_upload, backend.submit_update
+
+        def timed_append(*args: object, **kwargs: object) -> int:
+            appended.append(time.time())
+            return append(*args, **kwargs)  # type: ignore[arg-type]
+
+        def timed_submit(*args: object, **kwargs: object) -> object:
+            submitted.append(time.time())
+            return submit(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(backend, "append_upload", timed_append)
+        monkeypatch.setattr(backend, "submit_update", timed_submit)
+        payload = build_payload(
+            changes(spark, 20_000),
+            ChangeSet("id", op_column="op", order_by="seq"),
+            max_payload_mb=0.3,
+        )
+        assert len(payload.parts) >= 3
+        with client_for(server) as client:
+            result = client.update_datasource(
+                "Orders", payload, state_dir=tmp_path / "state", progress=False
+            )
+        assert result.done
+        jobs = sorted(backend.jobs.values(), key=lambda j: j.began_at or 0)
+        assert len(jobs) == len(payload.parts) == len(appended) == len(submitted)
+        for n in range(1, len(jobs)):
+            ended = jobs[n - 1].finished_at
+            assert ended is not None
+            assert appended[n] < ended  # uploaded while the job before it ran...
+            assert submitted[n] >= ended  # ...and sent only once that job had finished
+        assert rows_of(server) == expected(20_000)
+    finally:
+        server.stop()
+
+
+def test_an_upload_made_ahead_that_fails_is_made_again_in_turn(
+    spark: SparkSession, tmp_path: Path, start_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = served(start_file, job_seconds_per_mb=1.0)
+    try:
+        server.inject("append", nth=2, status=400, code="400000")  # the second part's upload
+        payload = build_payload(
+            changes(spark, 20_000),
+            ChangeSet("id", op_column="op", order_by="seq"),
+            max_payload_mb=0.3,
+        )
+        with caplog.at_level(logging.WARNING), client_for(server) as client:
+            result = client.update_datasource(
+                "Orders", payload, state_dir=tmp_path / "state", progress=False
+            )
+        assert result.done
+        assert "uploading part ahead failed" in caplog.text
+        assert sum(server.jobs_run.values()) == len(payload.parts)
+        assert rows_of(server) == expected(20_000)
+    finally:
+        server.stop()

@@ -125,7 +125,7 @@ class PartUploads:
             return None
         try:
             return ahead[1].result()
-        except TabHyperError as err:
+        except Exception as err:  # the part is uploaded again in turn, whose error counts
             log.warning("uploading part ahead failed (%s); uploading it again", err)
             return None
 
