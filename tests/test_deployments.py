@@ -382,3 +382,33 @@ def test_an_upload_made_ahead_that_fails_is_made_again_in_turn(
         assert rows_of(server) == expected(20_000)
     finally:
         server.stop()
+
+
+def test_a_users_hyper_file_split_for_the_cap_gets_no_file_beside_it(
+    tmp_path: Path, small_cap: FakeTableauServer
+) -> None:
+    from tabhyper_update import Payload
+    from tabhyper_update.local.hyper import connect
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    file = make_hyper(mine / "orders.hyper", {"Extract": (TARGET, [])})
+    with connect(file) as conn:
+        conn.execute_command(
+            'INSERT INTO "Extract"."Extract" SELECT i, i * 3, md5(CAST(i AS TEXT)) '
+            "FROM generate_series(0, 19999) s(i)"
+        )
+    before = file.read_bytes()
+    with client_for(small_cap) as client:
+        result = client.update_datasource(
+            "Orders",
+            Payload.from_hyper(file),
+            actions=[Insert(source_table="Extract", target_table="Extract")],
+            state_dir=tmp_path / "state",
+            progress=False,
+        )
+    assert result.done
+    assert len(result.parts) > 1  # split for the cap...
+    assert sorted(p.name for p in mine.iterdir()) == ["orders.hyper"]  # ...nowhere near it
+    assert file.read_bytes() == before
+    assert len(rows_of(small_cap)) == 20_000

@@ -16,14 +16,18 @@ first part not yet applied and never applies one twice.
 from __future__ import annotations
 
 import os
+import shutil
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import ClassVar, TypeVar
+from pathlib import Path
+from typing import Any
 
 from typing_extensions import Unpack
 
+from ..local.folders import Lease, private_dir
 from ..local.progress import bar as progress_bar
 from ..local.progress import show_progress
 from ..local.telemetry import span
@@ -89,7 +93,6 @@ __all__ = [
 ]
 
 log = get_logger("tabhyper_update")
-_T = TypeVar("_T")
 #: How many new attempts one run makes for a part whose earlier job had failed.
 MAX_ATTEMPTS_PER_RUN = 3
 
@@ -102,10 +105,6 @@ class BoundPayload(PartUploads, Oversize, SchemaPolicy):
     :meth:`apply` checks the actions against the payload, then submits that part's update
     and uploads and applies the others in turn.
     """
-
-    #: Upload the next part while the server runs the previous part's job (off: one part
-    #: after another, as a baseline to measure against).
-    parts_in_flight: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -128,6 +127,11 @@ class BoundPayload(PartUploads, Oversize, SchemaPolicy):
         #: The next part's upload, made while the server runs the previous part's job.
         self._ahead: tuple[PayloadPart, Future[FirstUpload]] | None = None
         self._uploader: ThreadPoolExecutor | None = None
+        #: The SDK's own folder for files derived from the parts (sub-parts of a part the
+        #: server refused as too large, parts without columns the target lacks): never
+        #: beside the caller's files; removed with the run (or when this is collected).
+        self._derived: Path | None = None
+        self._derived_gone: weakref.finalize[Any, Any] | None = None
 
     def upload_first_part(self) -> None:
         """Look the target up and upload the first part (what ``upload()`` does before it
@@ -514,9 +518,22 @@ class BoundPayload(PartUploads, Oversize, SchemaPolicy):
         finally:
             self._cleanup()
 
+    def _derived_dir(self) -> Path:
+        if self._derived is None:
+            self._derived, lease = private_dir(None, "tabhyper-payload-")
+            self._derived_gone = weakref.finalize(self, _remove, self._derived, lease)
+        return self._derived
+
     def _cleanup(self) -> None:
         if not self.payload.keep_files:
             self.payload.cleanup()
+        if self._derived_gone is not None:
+            self._derived_gone()
+
+
+def _remove(folder: Path, lease: Lease) -> None:
+    lease.release()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _guard_table(batch: ActionBatch) -> str | None:

@@ -5,6 +5,7 @@ the split remembered in the update's record so that a re-run rebuilds the same s
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from ..rest.session import RestSession
 from ..values.errors import ApiError
@@ -29,6 +30,9 @@ class Oversize:
     client: RestSession
     state: StateStore
 
+    def _derived_dir(self) -> Path:
+        raise NotImplementedError
+
     def _as_recorded(
         self, units: list[Unit], record: UpdateRecord, keys: Mapping[str, tuple[str, ...]] | None
     ) -> list[Unit]:
@@ -38,7 +42,8 @@ class Oversize:
         ours = [(u.part.buckets, u.part.content_digest) for u in units if u.part is not None]
         if not any("#" in d for d in digests) or planned(record) != ours:
             return units
-        return [Unit(part, batch) for part, batch in expand(units, digests, keys)]
+        made = expand(units, digests, keys, self._derived_dir())
+        return [Unit(part, batch) for part, batch in made]
 
     def _refused_as_too_large(
         self,
@@ -96,7 +101,7 @@ class Oversize:
         """Part ``index`` as ``k`` sub-parts, in the record (saved) and in ``units``."""
         part, batch = units[index]
         assert part is not None
-        subs = split_part(part, keys, k, record.parts[index].digest)
+        subs = split_part(part, keys, k, record.parts[index].digest, self._derived_dir())
         split_in_record(record, index, k)
         self.state.save(record)
         units[index : index + 1] = [Unit(sub, batch) for sub in subs]

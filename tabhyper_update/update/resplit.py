@@ -18,6 +18,7 @@ import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from tableauhyperapi import SchemaName, TableDefinition, TableName
 
@@ -32,7 +33,6 @@ __all__ = [
     "expand",
     "key_columns",
     "parts_needed",
-    "plan_of",
     "split_part",
     "splittable",
     "stated_cap",
@@ -88,15 +88,15 @@ def parts_needed(size: int, cap: int) -> int:
 
 
 def split_part(
-    part: PayloadPart, keys: Mapping[str, tuple[str, ...]], k: int, label: str
+    part: PayloadPart, keys: Mapping[str, tuple[str, ...]], k: int, label: str, folder: Path
 ) -> list[PayloadPart]:
-    """``part`` as ``k`` sub-parts (files beside it), each key's rows in one of them.
-    ``label`` (the parent's record digest) salts the hash, so that a sub-part split again
-    spreads its rows anew."""
+    """``part`` as ``k`` sub-parts (files in ``folder``, one of the SDK's own), each key's
+    rows in one of them. ``label`` (the parent's record digest) salts the hash, so that a
+    sub-part split again spreads its rows anew."""
     salt = hashlib.sha256(label.encode()).hexdigest()[:16]
     subs: list[PayloadPart] = []
     for j in range(k):
-        path = part.path.with_name(f"{part.path.stem}.{j + 1}of{k}{part.path.suffix}")
+        path = folder / f"split-{salt}-{j + 1}of{k}.hyper"
         tables: dict[str, TableInfo] = {}
         here = path.stem  # the name Hyper gives the file's database
         with connect(path, create=True) as conn:
@@ -139,38 +139,31 @@ def _group(salt: str, columns: Sequence[str], k: int) -> str:
     return f"(({number}) % {k})"
 
 
-def plan_of(digest: str) -> str:
-    """The digest of the original part a record entry stands for."""
-    return digest.split("#", 1)[0]
-
-
 def expand(
     units: Sequence[tuple[PayloadPart | None, ActionBatch]],
     digests: Sequence[str],
     keys: Mapping[str, tuple[str, ...]] | None,
+    folder: Path,
 ) -> list[tuple[PayloadPart | None, ActionBatch]]:
     """``units`` (the payload's parts) as the record names them (``digests``, some of them
-    sub-parts ``parent#j/k``): each sub-part split again from its parent, the same way."""
-    by_digest = {part.content_digest: (part, batch) for part, batch in units if part is not None}
-    made: dict[str, tuple[PayloadPart, ActionBatch]] = dict(by_digest)
-    out: list[tuple[PayloadPart | None, ActionBatch]] = []
-    for digest in digests:
-        if digest in made:
-            out.append(made[digest])
-            continue
-        parent, _, tail = digest.rpartition("#")
-        if parent not in made and "#" in parent:
-            out_parent = expand(units, [parent], keys)[0]
-            assert out_parent[0] is not None
-            made[parent] = (out_parent[0], out_parent[1])
-        if parent not in made or keys is None:
-            raise PayloadError(f"the record names part {digest[:20]}… that this payload lacks")
-        whole, batch = made[parent]
-        k = int(tail.split("/")[1])
-        for j, sub in enumerate(split_part(whole, keys, k, parent)):
-            made[f"{parent}#{j + 1}/{k}"] = (sub, batch)
-        out.append(made[digest])
-    return out
+    sub-parts ``parent#j/k``, nested for a sub-part split again): each part split again the
+    same way, once, into ``folder``."""
+    made: dict[str, tuple[PayloadPart, ActionBatch]] = {
+        part.content_digest: (part, batch) for part, batch in units if part is not None
+    }
+
+    def unit(digest: str) -> tuple[PayloadPart, ActionBatch]:
+        if digest not in made:
+            parent, _, tail = digest.rpartition("#")
+            if not parent or keys is None:
+                raise PayloadError(f"the record names part {digest[:20]}… that this payload lacks")
+            whole, batch = unit(parent)
+            k = int(tail.split("/")[1])
+            for j, sub in enumerate(split_part(whole, keys, k, parent, folder)):
+                made[f"{parent}#{j + 1}/{k}"] = (sub, batch)
+        return made[digest]
+
+    return [unit(d) for d in digests]
 
 
 def stated_cap(err: ApiError, size: int) -> int | None:

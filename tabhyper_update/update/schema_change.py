@@ -90,12 +90,13 @@ def droppable(
     return drop
 
 
-def without_columns(part: PayloadPart, drop: Mapping[str, list[str]]) -> PayloadPart:
-    """``part`` written again without the columns ``drop`` names (per table), beside it; the
-    same part and the same columns give the same file and digest on a re-run."""
+def without_columns(part: PayloadPart, drop: Mapping[str, list[str]], folder: Path) -> PayloadPart:
+    """``part`` written again without the columns ``drop`` names (per table), in ``folder``
+    (one of the SDK's own); the same part and the same columns give the same digest on a
+    re-run."""
     label = ";".join(f"{t}:{','.join(sorted(cs))}" for t, cs in sorted(drop.items()) if cs)
     tag = hashlib.sha256(label.encode()).hexdigest()[:12]
-    path = part.path.with_name(f"{part.path.stem}.fit-{tag}{part.path.suffix}")
+    path = folder / f"fit-{part.content_digest[:16]}-{tag}.hyper"
     here = path.stem
     tables: dict[str, TableInfo] = {}
     with connect(path, create=True) as conn:
@@ -127,8 +128,11 @@ def _marked(digest: str, tag: str) -> str:
     return str(RowDigest(found.rows, tuple(s + int(tag, 16) for s in found.sums)))
 
 
-def leave_out(payload: PayloadLike, drop: Mapping[str, list[str]], target: str) -> None:
-    """Rewrite every part of ``payload`` without the columns ``drop`` names, warning."""
+def leave_out(
+    payload: PayloadLike, drop: Mapping[str, list[str]], target: str, folder: Path
+) -> None:
+    """Rewrite every part of ``payload`` without the columns ``drop`` names (into
+    ``folder``), warning."""
     shown = "; ".join(f"{t}: {', '.join(map(repr, cs))}" for t, cs in drop.items() if cs)
     log.warning(
         "on_schema_change='ignore': data source %r lacks column(s) of the payload, left out "
@@ -136,7 +140,7 @@ def leave_out(payload: PayloadLike, drop: Mapping[str, list[str]], target: str) 
         target,
         shown,
     )
-    payload.parts[:] = [without_columns(p, drop) for p in payload.parts]
+    payload.parts[:] = [without_columns(p, drop, folder) for p in payload.parts]
 
 
 class SchemaPolicy:
@@ -152,6 +156,9 @@ class SchemaPolicy:
         raise NotImplementedError
 
     def _cleanup(self) -> None:
+        raise NotImplementedError
+
+    def _derived_dir(self) -> Path:
         raise NotImplementedError
 
     def _check_schema(
@@ -186,7 +193,7 @@ class SchemaPolicy:
                     "(never a key column): the differences below it cannot leave out"
                 )
                 raise
-            leave_out(self.payload, drop, self.target.label)
+            leave_out(self.payload, drop, self.target.label, self._derived_dir())
             return True
         return False
 
