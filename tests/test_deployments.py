@@ -8,7 +8,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -254,17 +254,26 @@ def test_calls_over_the_rate_limit_are_retried_after_the_servers_wait(
         server.stop()
 
 
-def test_too_many_requests_at_once_are_retried(start_file: Path) -> None:
+def test_too_many_requests_at_once_are_retried(
+    start_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
     server = served(start_file, max_concurrent=1)
     try:
-        server.inject("datasources", delay=0.0)
+        find = server.backend.find_datasources
+
+        def slow_find(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(0.2)  # a lookup holds its slot a while: the others find it taken
+            return find(*args, **kwargs)
+
+        monkeypatch.setattr(server.backend, "find_datasources", slow_find)
         errors: list[BaseException] = []
 
         def look() -> None:
             try:
-                with client_for(server) as client:
-                    for _ in range(5):
-                        client.datasource("Orders")
+                with client_for(server) as client:  # each its own session and lookup
+                    assert client.datasource("Orders").name == "Orders"
             except BaseException as err:
                 errors.append(err)
 
@@ -274,6 +283,7 @@ def test_too_many_requests_at_once_are_retried(start_file: Path) -> None:
         for t in threads:
             t.join(60)
         assert errors == []
+        assert server.backend.limits.refused["concurrent"] >= 1  # and were let through later
     finally:
         server.stop()
 

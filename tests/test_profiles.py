@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tabhyper_update import ChangeSet, TableauSink, build_payload
+from tabhyper_update import ChangeSet, TableauClient, TableauSink, build_payload
+from tabhyper_update.readback.check import check_update, expected_changes
 from tabhyper_update.readback.dataservice import DataService
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper
 from tabhyper_update.testing.profiles import PROFILES
-from tabhyper_update.values.errors import DataServiceError, QueryBudgetError
+from tabhyper_update.values.errors import DataServiceError
 
 from ._streaming import START, TABLE_DDL, expected_state, run_query, start_rows, write_batch
 from ._util import PAT, client_for, read_rows
@@ -179,24 +180,26 @@ def test_the_query_quota_answers_429_and_a_read_back_says_what_it_left(
         server.stop()
 
 
+def thirty_keys_upserted(spark: SparkSession, client: TableauClient, tmp_path: Path) -> Any:
+    """Upsert keys 10-39 into ``Orders``; what a check of that update expects."""
+    changes = spark.range(10, 40).selectExpr(
+        "id", "CAST(id AS STRING) AS name", "CAST(id AS INT) AS qty", "'U' AS op", "1L AS seq"
+    )
+    cs = ChangeSet("id", op_column="op", order_by="seq")
+    result = client.update_datasource(
+        "Orders", build_payload(changes, cs), state_dir=tmp_path / "s", progress=False
+    )
+    assert result.done
+    return expected_changes(build_payload(changes, cs))
+
+
 def test_a_budget_stops_a_check_and_the_report_counts_what_was_left(
     spark: SparkSession, start_file: Path, tmp_path: Path
 ) -> None:
     server = served("cloud", start_file)
     try:
-        changes = spark.range(10, 40).selectExpr(
-            "id", "CAST(id AS STRING) AS name", "CAST(id AS INT) AS qty", "'U' AS op", "1L AS seq"
-        )
-        cs = ChangeSet("id", op_column="op", order_by="seq")
         with client_for(server) as client:
-            payload = build_payload(changes, cs)
-            result = client.update_datasource(
-                "Orders", payload, state_dir=tmp_path / "s", progress=False, wait=True
-            )
-            assert result.done
-            from tabhyper_update.readback.check import check_update, expected_changes
-
-            expected = expected_changes(build_payload(changes, cs))
+            expected = thirty_keys_upserted(spark, client, tmp_path)
             ref = client.datasource("Orders")
             spent = check_update(client, ref, expected, keys_per_request=10, budget=2)
             whole = check_update(client, ref, expected, keys_per_request=10)
@@ -215,26 +218,13 @@ def test_a_cut_short_answer_is_caught_by_its_count(
 ) -> None:
     server = served("cloud", start_file)
     try:
-        changes = spark.range(10, 40).selectExpr(
-            "id", "CAST(id AS STRING) AS name", "CAST(id AS INT) AS qty", "'U' AS op", "1L AS seq"
-        )
-        cs = ChangeSet("id", op_column="op", order_by="seq")
         with client_for(server) as client:
-            client.update_datasource(
-                "Orders", build_payload(changes, cs), state_dir=tmp_path / "s", progress=False
-            )
-            from tabhyper_update.readback.check import check_update, expected_changes
-
-            expected = expected_changes(build_payload(changes, cs))
+            expected = thirty_keys_upserted(spark, client, tmp_path)
             server.backend.service_truncates_at = 20
             with pytest.raises(DataServiceError, match="cut short: it holds 30 rows"):
                 check_update(client, client.datasource("Orders"), expected)
     finally:
         server.stop()
-
-
-def test_quota_refusals_are_the_sdks_budget_error(start_file: Path) -> None:
-    assert issubclass(QueryBudgetError, DataServiceError)
 
 
 # -- the matrix: round trip, sink, read-back on every profile

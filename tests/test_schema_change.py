@@ -115,6 +115,8 @@ def test_republish_replaces_the_data_source_from_the_snapshot_and_goes_on(
         on_schema_change=Republish(lambda: snapshot),
     )
     assert result.republished
+    assert not result.empty
+    assert "republished from the snapshot" in str(result)
     assert result.metrics()["republished"] is True
     assert server.counts["update"] == 0  # the snapshot holds this update's changes
     assert list(server.backend.sources) == [luid]  # the same data source, replaced whole

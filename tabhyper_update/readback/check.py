@@ -293,11 +293,9 @@ def _judge_batch(
     drift: list[KeyDrift] = []
     for raw, row in batch:
         if row is None:
-            rows = found.get(reader.canonical_key(raw))
-            if rows:
-                drift.append(
-                    KeyDrift("extra", reader.canonical_key(raw), found=tuple(r for r, _ in rows))
-                )
+            gone = reader.canonical_key(raw)
+            if rows := found.get(gone):
+                drift.append(KeyDrift("extra", gone, found=tuple(r for r, _ in rows)))
             continue
         want = {c: canonical(row[i], reader.fields[c].data_type) for c, i in index.items()}
         key = tuple(want[k] for k in key_columns)

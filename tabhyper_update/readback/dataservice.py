@@ -296,25 +296,16 @@ class DataService:
             )
         elif err.status == 429:
             wait = f" (it says to retry after {err.retry_after:g} s)" if err.retry_after else ""
-            explained_quota = QueryBudgetError(
-                status=err.status,
-                code=err.code,
-                summary=err.summary,
-                detail=err.detail,
-                method=err.method,
-                url=err.url,
-                hint=(
-                    "the site's VizQL Data Service quota is spent (Tableau Cloud allows 100 "
-                    f"queries per hour per Creator license, shared by the whole site){wait}"
-                ),
+            hint = (
+                "the site's VizQL Data Service quota is spent (Tableau Cloud allows 100 "
+                f"queries per hour per Creator license, shared by the whole site){wait}"
             )
-            explained_quota.retry_after, explained_quota.attempts = err.retry_after, err.attempts
-            return explained_quota
         elif err.status is not None and err.status < 500:
             hint = "the VizQL Data Service refused the query"
         else:
             return err
-        explained = DataServiceError(
+        kind = QueryBudgetError if err.status == 429 else DataServiceError
+        explained = kind(
             status=err.status,
             code=err.code,
             summary=err.summary,
@@ -323,7 +314,7 @@ class DataService:
             url=err.url,
             hint=hint,
         )
-        explained.attempts = err.attempts
+        explained.retry_after, explained.attempts = err.retry_after, err.attempts
         return explained
 
     def _service_answers(self) -> bool:

@@ -146,7 +146,7 @@ class UpdateResult:
     def empty(self) -> bool:
         """True when there was nothing to update (an empty change set, or a payload without
         rows for actions that read it): no request was sent."""
-        return not self.parts
+        return not self.parts and not self.republished
 
     @property
     def deduplicated(self) -> bool:
@@ -175,6 +175,11 @@ class UpdateResult:
         ]
 
     def __str__(self) -> str:
+        if self.republished:
+            return (
+                f"data source {self.datasource!r} republished from the snapshot (the source's "
+                "schema changed); this update was not sent: the snapshot holds its changes"
+            )
         if not self.parts:
             return "nothing to update: the payload holds no rows"
         lines = []
