@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from ..local.folders import make_private
+from ..local.optional import available
 from ..values.errors import ConfigurationError, PayloadError
 from ..values.redaction import get_logger
 from ..values.spark_sql import query_over
@@ -119,11 +120,7 @@ def check_staging(staging: object) -> None:
 
 
 def has_pyarrow() -> bool:
-    try:
-        import pyarrow.parquet  # noqa: F401 - only whether it is there
-    except ImportError:
-        return False
-    return True
+    return available("pyarrow.parquet")
 
 
 def estimated_bytes(df: DataFrame) -> int | None:

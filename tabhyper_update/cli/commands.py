@@ -15,6 +15,7 @@ from typing import Any
 from ..builder.build import build_payload
 from ..client import TableauClient
 from ..local.folders import LEASE_NAME, check_folder
+from ..local.optional import available
 from ..payload.model import Payload
 from ..update.results import PartUpdate
 from ..update.state import StateStore, UpdateRecord
@@ -551,12 +552,10 @@ def _cmd_serve_local(args: argparse.Namespace) -> int:
 
 
 def _require_pyspark(why: str) -> None:
-    try:
-        import pyspark  # noqa: F401 - only whether it is there
-    except ImportError:
+    if not available("pyspark.sql"):
         raise UsageError(
             f"{why} with Spark: pip install 'tabhyper-update[spark]' (and have Java 17+)"
-        ) from None
+        )
 
 
 #: Each subcommand's function, by the name the parser gives it.

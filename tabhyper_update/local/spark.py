@@ -4,12 +4,17 @@ Loopback only, no UI, no console progress bars, and quiet: the JVM's start-up li
 Spark's log4j output are kept off the terminal unless ``verbose``. A session the caller
 already has is used as it is and never changed or stopped. With ``SPARK_REMOTE`` set the
 session is a Spark Connect one (``SPARK_REMOTE=local[2]`` starts a local Connect server).
+
+Python workers run with the driver's own interpreter (``sys.executable``), so a virtual
+environment of another Python than the ``python3`` on the PATH works; ``PYSPARK_PYTHON``
+or ``spark.pyspark.python``, when the user set either, wins.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -32,6 +37,22 @@ def _stderr_silenced(silenced: bool) -> Iterator[None]:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
+
+
+@contextlib.contextmanager
+def _workers_python(conf: Mapping[str, str]) -> Iterator[None]:
+    """While a session starts, ``PYSPARK_PYTHON`` names the Python its workers run: the
+    user's ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` if set, else this interpreter.
+    PySpark reads it when the context (and the JVM, which inherits it) starts; the variable
+    is restored afterwards."""
+    if os.environ.get("PYSPARK_PYTHON"):
+        yield
+        return
+    os.environ["PYSPARK_PYTHON"] = conf.get("spark.pyspark.python") or sys.executable
+    try:
+        yield
+    finally:
+        os.environ.pop("PYSPARK_PYTHON", None)
 
 
 @contextlib.contextmanager
@@ -69,7 +90,7 @@ def own_spark(
         }
     for key, value in settings.items():
         builder = builder.config(key, value)
-    with _stderr_silenced(not verbose):
+    with _stderr_silenced(not verbose), _workers_python(settings):
         spark = builder.getOrCreate()
     if not remote:
         spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")

@@ -11,10 +11,10 @@ seconds). Attributes name data sources, parts and counts; never a credential or 
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib.util
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+from .optional import optional_module
 
 __all__ = ["enabled", "record", "span"]
 
@@ -22,10 +22,12 @@ _NAME = "tabhyper_update"
 _instruments: dict[str, Any] = {}
 
 
-@functools.cache
 def enabled() -> bool:
-    """Whether ``opentelemetry-api`` is installed (looked up once)."""
-    return importlib.util.find_spec("opentelemetry.trace") is not None
+    """Whether ``opentelemetry-api`` can be imported (looked up once per process; a missing or
+    broken install means no telemetry, never an error)."""
+    return optional_module("opentelemetry.trace") is not None and (
+        optional_module("opentelemetry.metrics") is not None
+    )
 
 
 @contextlib.contextmanager
@@ -35,8 +37,7 @@ def span(name: str, **attributes: Any) -> Iterator[Any]:
     if not enabled():
         yield None
         return
-    from opentelemetry import trace
-
+    trace: Any = optional_module("opentelemetry.trace")
     tracer = trace.get_tracer(_NAME)
     shown = {f"tabhyper_update.{k}": v for k, v in attributes.items() if v is not None}
     with tracer.start_as_current_span(f"{_NAME}.{name}", attributes=shown) as current:
@@ -54,8 +55,7 @@ def record(
     """One update's figures as metrics (a no-op without OpenTelemetry)."""
     if not enabled():
         return
-    from opentelemetry import metrics
-
+    metrics: Any = optional_module("opentelemetry.metrics")
     meter = metrics.get_meter(_NAME)
     made = _instruments
     if not made or made.get("meter") is not meter:

@@ -13,6 +13,7 @@ secrets the SDK's clients hold (:mod:`tabhyper_update.values.redaction`).
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -542,6 +543,12 @@ def build_failure(
         if re.search(rf"\bc{i}\b", first)
     ]
     where = f" ({'; '.join(named)})" if named and engine == "Hyper" else ""
+    if "PYTHON_VERSION_MISMATCH" in first:
+        where = (
+            ": Spark's Python workers run another Python than this driver; set "
+            "PYSPARK_PYTHON (or spark.pyspark.python) to this interpreter, "
+            f"{sys.executable!r}, before the SparkSession starts"
+        )
     return PayloadError(f"{engine} failed while building the payload: {first}{where}")
 
 
