@@ -20,8 +20,7 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from tabhyper_update import ChangeSet, PersonalAccessToken, TableauClient, build_payload
-from tabhyper_update.demo import local_spark
-from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing import FakeTableauServer, local_spark
 from tabhyper_update.testing.files import make_hyper
 
 PAT = ("bench", "bench-secret")

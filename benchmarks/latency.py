@@ -55,7 +55,7 @@ def main() -> None:
         for noisy in ("py4j", "urllib3", "tabhyper_update.rest.transport"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    from tabhyper_update.demo import local_spark
+    from tabhyper_update.testing import local_spark
 
     work = Path(tempfile.mkdtemp(prefix="tabhyper-latency-"))
     try:

@@ -76,7 +76,7 @@ def main() -> None:
 
     import shutil
 
-    from tabhyper_update.demo import local_spark
+    from tabhyper_update.testing import local_spark
 
     work = Path(tempfile.mkdtemp(prefix="tabhyper-micro-"))
     try:

@@ -21,10 +21,9 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from tabhyper_update import ChangeSet, PersonalAccessToken, TableauClient, build_payload
-from tabhyper_update.demo import local_spark
-from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing import FakeTableauServer, local_spark
 from tabhyper_update.testing.files import make_hyper
-from tabhyper_update.update.chain import BoundPayload
+from tabhyper_update.update.uploading import PartUploader
 from tabhyper_update.values.policies import PollPolicy
 
 PAT = ("bench", "bench-secret")
@@ -80,7 +79,7 @@ def main() -> None:
                         _changes(spark, args.rows, run + 1), cs, max_payload_mb=cap
                     )
                     sizes = [p.size_bytes / MB for p in payload.parts]
-                    BoundPayload.parts_in_flight = name == "InFlight"
+                    PartUploader.parts_in_flight = name == "InFlight"
                     seen = set(server.backend.jobs)
                     started = time.perf_counter()
                     result = client.update_datasource(
@@ -99,7 +98,7 @@ def main() -> None:
                         if k not in seen
                     )
                     timings[name].append((took, uploads, jobs))
-            BoundPayload.parts_in_flight = True
+            PartUploader.parts_in_flight = True
             client.close()
         print(
             f"{len(sizes)} parts, {sum(sizes):.1f} MB; uploads and jobs modelled at {pace:g} "

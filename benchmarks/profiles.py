@@ -33,9 +33,8 @@ from tabhyper_update import (
     build_payload,
     reconcile,
 )
-from tabhyper_update.demo import local_spark
 from tabhyper_update.local.hyper import connect
-from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing import FakeTableauServer, local_spark
 from tabhyper_update.testing.files import make_hyper
 from tabhyper_update.testing.profiles import PROFILES
 from tabhyper_update.values.errors import DataServiceError

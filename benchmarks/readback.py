@@ -23,9 +23,8 @@ import time
 from typing import Any
 
 from tabhyper_update import ChangeSet, PersonalAccessToken, TableauClient, build_payload, reconcile
-from tabhyper_update.demo import local_spark
 from tabhyper_update.local.hyper import connect
-from tabhyper_update.testing import FakeTableauServer
+from tabhyper_update.testing import FakeTableauServer, local_spark
 from tabhyper_update.testing.files import make_hyper
 
 TABLE = '"Extract"."Extract"'

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 from tabhyper_update import ChangeSet, build_payload
-from tabhyper_update.demo import local_spark
+from tabhyper_update.testing import local_spark
 
 
 def _median_ms(fn: Callable[[], object], runs: int) -> float:

@@ -21,10 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tabhyper_update import PersonalAccessToken, TableauClient
-from tabhyper_update.demo import local_spark
-from tabhyper_update.local.hyper import connect
-from tabhyper_update.testing import FakeTableauServer
-from tabhyper_update.testing.files import make_hyper, read_table
+from tabhyper_update.testing import FakeTableauServer, local_spark, make_hyper, read_table, run_sql
 
 __all__ = ["Target", "local_spark", "show", "target"]
 
@@ -66,8 +63,7 @@ def target(name: str, tables: Mapping[str, tuple[str, Sequence[str]]] | None) ->
                 return read_table(path(), table)
 
             def sql(text: str) -> None:
-                with connect(path()) as conn:
-                    conn.execute_command(text)
+                run_sql(path(), text)
 
             with TableauClient(
                 server.url, "", PersonalAccessToken("examples", "examples-secret")

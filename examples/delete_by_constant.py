@@ -6,9 +6,8 @@ from typing import Any
 
 from _common import show, target
 
-from tabhyper_update import Delete
+from tabhyper_update import ActionBatch, Delete
 from tabhyper_update import target as column
-from tabhyper_update.values.actions import ActionBatch
 
 
 def main() -> list[tuple[Any, ...]] | None:

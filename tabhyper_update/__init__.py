@@ -4,9 +4,12 @@ The one line in a CDC job::
 
     build_payload(df).upload().apply(actions)
 
-The names here are the verbs, the models a job builds and the errors it catches. Each is
-imported on first use, so ``import tabhyper_update`` loads only what the caller touches;
-everything else is importable from its module (the README's "Where things live").
+The names here are the verbs, the models a job builds and the errors it catches most. Each
+is imported on first use, so ``import tabhyper_update`` loads only what the caller touches.
+Two more public modules complete the face and stay put whatever the layout inside:
+:mod:`tabhyper_update.errors` (every exception, the tree drawn) and
+:mod:`tabhyper_update.types` (what the calls return, the policies and options). Modules in
+the layer folders are internal.
 """
 
 from __future__ import annotations
@@ -20,11 +23,11 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from .builder.build import build_payload
+    from .builder.repair import repair
     from .builder.republish import Republish
     from .client import TableauClient
     from .payload.model import Payload
     from .readback.reconcile import reconcile
-    from .repairs import repair
     from .rest.auth import ConnectedAppJWT, PersonalAccessToken, UsernamePassword
     from .streaming.debezium import Debezium
     from .streaming.sink import TableauSink
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
 _PUBLIC = {
     "build_payload": "builder.build",
     "reconcile": "readback.reconcile",
-    "repair": "repairs",
+    "repair": "builder.repair",
     "TableauClient": "client",
     "Payload": "payload.model",
     "ChangeSet": "values.changeset",
@@ -75,57 +78,57 @@ _PUBLIC = {
     "DriftError": "values.errors",
 }
 
-#: Names the package exported before its layers were folders: they still import from
-#: here, with a DeprecationWarning that names their module. (module, name in it)
-_MOVED = {
-    "Action": ("values.actions", "Action"),
-    "all_of": ("values.conditions", "all_of"),
-    "any_of": ("values.conditions", "any_of"),
-    "And": ("values.conditions", "And"),
-    "Comparison": ("values.conditions", "Comparison"),
-    "Condition": ("values.conditions", "Condition"),
-    "Const": ("values.conditions", "Const"),
-    "Or": ("values.conditions", "Or"),
-    "Tolerance": ("readback.compare", "Tolerance"),
-    "DriftReport": ("readback.drift", "DriftReport"),
-    "KeyDrift": ("readback.drift", "KeyDrift"),
-    "Job": ("rest.jobs", "Job"),
-    "Project": ("rest.projects", "Project"),
-    "DataSourceRef": ("rest.refs", "DataSourceRef"),
-    "RetryPolicy": ("values.policies", "RetryPolicy"),
-    "PollPolicy": ("values.policies", "PollPolicy"),
-    "ColumnInfo": ("values.parts", "ColumnInfo"),
-    "TableInfo": ("values.parts", "TableInfo"),
-    "PayloadPart": ("values.parts", "PayloadPart"),
-    "BootstrapResult": ("update.publish", "BootstrapResult"),
-    "PartUpdate": ("update.results", "PartUpdate"),
-    "BoundPayload": ("update.chain", "BoundPayload"),
-    "UploadedPayload": ("update.chain", "BoundPayload"),
-    **{
-        name: ("values.errors", name)
-        for name in (
-            "ApplyError",
-            "ArgumentTypeError",
-            "AuthenticationError",
-            "ConnectionFailedError",
-            "DataServiceError",
-            "InvalidActionBatchError",
-            "InvalidArgumentError",
-            "JobCancelledError",
-            "JobOutcomeUnknownError",
-            "JobTimeoutError",
-            "PayloadAppliedError",
-            "PayloadArgumentError",
-            "RequestTimeoutError",
-            "SchemaDriftError",
-            "TargetMismatchError",
-            "TlsVerificationError",
-            "TransportError",
-            "UnsupportedServerError",
-            "UpdateStateError",
-        )
-    },
-}
+#: Names the package exported before 0.1's public modules: they still import from here, with
+#: a DeprecationWarning naming the public module that keeps them (never a layer folder, which
+#: may move). name → public module.
+_MOVED_TO_TYPES = (
+    "Action",
+    "all_of",
+    "any_of",
+    "And",
+    "Comparison",
+    "Condition",
+    "Const",
+    "Or",
+    "Tolerance",
+    "DriftReport",
+    "KeyDrift",
+    "Job",
+    "Project",
+    "DataSourceRef",
+    "RetryPolicy",
+    "PollPolicy",
+    "ColumnInfo",
+    "TableInfo",
+    "PayloadPart",
+    "BootstrapResult",
+    "PartUpdate",
+    "BoundPayload",
+)
+_MOVED_TO_ERRORS = (
+    "ApplyError",
+    "ArgumentTypeError",
+    "AuthenticationError",
+    "ConnectionFailedError",
+    "DataServiceError",
+    "InvalidActionBatchError",
+    "InvalidArgumentError",
+    "JobCancelledError",
+    "JobOutcomeUnknownError",
+    "JobTimeoutError",
+    "PayloadAppliedError",
+    "PayloadArgumentError",
+    "RequestTimeoutError",
+    "SchemaDriftError",
+    "TargetMismatchError",
+    "TlsVerificationError",
+    "TransportError",
+    "UnsupportedServerError",
+    "UpdateStateError",
+)
+_MOVED = {**dict.fromkeys(_MOVED_TO_TYPES, "types"), **dict.fromkeys(_MOVED_TO_ERRORS, "errors")}
+#: The name the bound payload had before it was BoundPayload.
+_RENAMED = {"UploadedPayload": ("types", "BoundPayload")}
 
 __all__ = [
     "ActionBatch",
@@ -164,8 +167,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name in _PUBLIC:
         value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
-    elif name in _MOVED:
-        module, attr = _MOVED[name]
+    elif name in _MOVED or name in _RENAMED:
+        module, attr = _RENAMED.get(name) or (_MOVED[name], name)
         warnings.warn(
             f"tabhyper_update.{name} moved: import {attr} from tabhyper_update.{module}",
             DeprecationWarning,

@@ -13,17 +13,16 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from .client import TableauClient
 from .local.hyper import connect, quote_name, table_ref
-from .local.spark import own_spark
+from .local.spark import local_spark
 from .rest.auth import PersonalAccessToken
 
-__all__ = ["local_spark", "run_demo"]
+__all__ = ["run_demo"]
 
 INITIAL = [
     (1, "apple", 3, "2024-05-01 09:00:00"),
@@ -92,17 +91,6 @@ def _publishable(path: Path) -> Path:
         values = ", ".join(f"({i}, '{p}', {q}, TIMESTAMP '{t}')" for i, p, q, t in INITIAL)
         conn.execute_command(f"INSERT INTO {table_ref('Extract', 'Extract')} VALUES {values}")
     return path
-
-
-@contextmanager
-def local_spark(verbose: bool = False) -> Iterator[Any]:
-    """A quiet local Spark session (loopback only, no UI), or the application's active one."""
-    with own_spark(
-        "tabhyper-update-demo",
-        verbose=verbose,
-        conf={"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"},
-    ) as spark:
-        yield spark
 
 
 def run_demo(out: TextIO, *, progress: bool | None = None, verbose: bool = False) -> bool:

@@ -102,8 +102,8 @@ def run_query(
 def _child(argv: Sequence[str]) -> int:
     """``python -m tests._streaming URL SOURCE CHECKPOINT STATE``: one query, to be killed."""
     from tabhyper_update import ChangeSet, PersonalAccessToken, TableauClient
-    from tabhyper_update.demo import local_spark
     from tabhyper_update.streaming import TableauSink
+    from tabhyper_update.testing import local_spark
 
     url, source, checkpoint, state = argv
     with (

@@ -271,25 +271,25 @@ KILL_SCRIPT = """
 import os, sys
 from tabhyper_update import Insert, PersonalAccessToken, TableauClient
 from tabhyper_update.payload.model import Payload
-from tabhyper_update.update.chain import BoundPayload as UploadedPayload
+from tabhyper_update.update.run import UpdateRun
 from tabhyper_update.values.policies import PollPolicy
 
 manifest, url, state, when, part = sys.argv[1:6]
-real_wait = UploadedPayload._wait_part
-real_submit = UploadedPayload._submit
+real_wait = UpdateRun.wait_part
+real_submit = UpdateRun.submit
 
-def wait_part(self, record, state_, update, timeout):
-    real_wait(self, record, state_, update, timeout)
+def wait_part(self, state_, update, timeout):
+    real_wait(self, state_, update, timeout)
     if when == "applied" and update.part == int(part):
         os._exit(9)  # killed: no cleanup, no sign-out
 
-def submit(self, record, state_, part_, batch, update):
-    real_submit(self, record, state_, part_, batch, update)
+def submit(self, state_, part_, batch, update):
+    real_submit(self, state_, part_, batch, update)
     if when == "submitted" and update.part == int(part):
         os._exit(9)
 
-UploadedPayload._wait_part = wait_part
-UploadedPayload._submit = submit
+UpdateRun.wait_part = wait_part
+UpdateRun.submit = submit
 client = TableauClient(url, "", PersonalAccessToken("ci", "pat-secret"),
                        poll=PollPolicy(initial=0.01, maximum=0.05))
 Payload.load(manifest).upload("Orders", client=client, progress=False, state_dir=state).apply(

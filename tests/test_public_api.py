@@ -15,7 +15,7 @@ import pytest
 import tabhyper_update
 import tabhyper_update.testing
 from tabhyper_update import ChangeSet, Debezium, Payload, TableauClient, TableauSink, build_payload
-from tabhyper_update.update.chain import BoundPayload as UploadedPayload
+from tabhyper_update.types import BoundPayload as UploadedPayload
 
 #: The public surface: the verbs, the models a job builds, the base error and the errors
 #: callers catch. Everything else is importable from its module.
@@ -238,5 +238,82 @@ def test_the_round_trip_signatures_are_pinned(
     assert sorted(keywords.split(", ")) == sorted(expected_keywords.split(", "))
 
 
-def test_the_testing_package_exports_the_fake_and_its_faults() -> None:
-    assert set(tabhyper_update.testing.__all__) == {"FakeTableauServer", "Fault"}
+def test_the_testing_package_exports_the_fake_and_its_helpers() -> None:
+    assert set(tabhyper_update.testing.__all__) == {
+        "FakeTableauServer",
+        "Fault",
+        "local_spark",
+        "make_hyper",
+        "read_table",
+        "run_sql",
+    }
+
+
+#: The public modules: what the README, the examples and the docs import from. Everything in
+#: a layer folder is internal and may move.
+PUBLIC_MODULES = {
+    "tabhyper_update",
+    "tabhyper_update.errors",
+    "tabhyper_update.types",
+    "tabhyper_update.testing",
+}
+
+
+def test_every_exception_is_in_the_errors_module_and_its_drawn_tree() -> None:
+    import tabhyper_update.errors as errors
+    from tabhyper_update.values import errors as internal
+
+    raised = {
+        name
+        for name, value in vars(internal).items()
+        if isinstance(value, type) and issubclass(value, internal.TabHyperError)
+    }
+    assert raised <= set(errors.__all__)
+    assert len(raised) == 28
+    drawn = "\n".join("    " + line for line in errors.tree().splitlines())
+    assert drawn in (errors.__doc__ or "")
+    for name in raised:
+        assert getattr(errors, name) is getattr(internal, name)
+
+
+def test_the_types_module_holds_what_the_calls_return() -> None:
+    import tabhyper_update.types as types
+    from tabhyper_update.readback.reconcile import reconcile
+
+    returned: dict[Callable[..., Any], str] = {
+        Payload.upload: "BoundPayload",
+        UploadedPayload.apply: "UpdateResult",
+        types.UpdateResult.verify: "DriftReport",
+        reconcile: "DriftReport",
+    }
+    for function, name in returned.items():
+        assert inspect.signature(function).return_annotation == name
+        assert name in types.__all__
+    for name in ("RetryPolicy", "PollPolicy", "ApplyOptions", "UpdateOptions", "SchemaChange"):
+        assert name in types.__all__
+    assert len(types.__all__) <= 30
+
+
+def _imports(text: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"^\s*from (tabhyper_update[\w.]*) import", text, flags=re.M)) | set(
+        re.findall(r"^\s*import (tabhyper_update[\w.]*)", text, flags=re.M)
+    )
+
+
+def test_what_users_are_shown_imports_only_public_modules_without_warnings() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    shown = [root / "README.md", *sorted((root / "examples").glob("*.py"))]
+    shown += sorted((root / "docs").rglob("*.md")) if (root / "docs").is_dir() else []
+    for path in shown:
+        used = _imports(path.read_text())
+        assert used <= PUBLIC_MODULES, f"{path.name} imports {sorted(used - PUBLIC_MODULES)}"
+    code = (
+        "import warnings; warnings.simplefilter('error'); "
+        "from tabhyper_update import *; from tabhyper_update.errors import *; "
+        "from tabhyper_update.types import *; from tabhyper_update.testing import *"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

@@ -416,9 +416,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.budget is not None and args.budget < 1:
         raise UsageError("--budget must be 1 or more queries")
     _require_pyspark("verify reads the source with Spark")
+    from ..builder.repair import repair
     from ..local.spark import own_spark
     from ..readback.reconcile import reconcile
-    from ..repairs import repair
 
     with (
         _client(args) as client,

@@ -34,7 +34,9 @@ import stat
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
+from typing import Any
 
 from ..values.errors import ArgumentTypeError, ConfigurationError
 from ..values.redaction import get_logger
@@ -45,6 +47,7 @@ __all__ = [
     "LEASE_REFRESH_SECONDS",
     "LEFTOVER_SWEEP_SECONDS",
     "MIN_FREE_BYTES",
+    "DerivedFolder",
     "Lease",
     "check_folder",
     "is_dead",
@@ -432,3 +435,30 @@ def sweep_leftovers(parent: str | os.PathLike[str] | None) -> int:
     if removed:
         log.info("removed %d leftover(s) of dead builds in %s", removed, folder)
     return removed
+
+
+class DerivedFolder:
+    """An owner-only folder of the SDK's own for files derived from a caller's (made on
+    first use, never beside the caller's files), removed by :meth:`remove` or when this
+    object is collected (with whatever holds it)."""
+
+    def __init__(self, prefix: str = "tabhyper-payload-") -> None:
+        self._prefix = prefix
+        self._path: Path | None = None
+        self._gone: weakref.finalize[Any, Any] | None = None
+
+    def __call__(self) -> Path:
+        """The folder (made now if it was not)."""
+        if self._path is None:
+            self._path, lease = private_dir(None, self._prefix)
+            self._gone = weakref.finalize(self, _remove_leased, self._path, lease)
+        return self._path
+
+    def remove(self) -> None:
+        if self._gone is not None:
+            self._gone()
+
+
+def _remove_leased(folder: Path, lease: Lease) -> None:
+    lease.release()
+    shutil.rmtree(folder, ignore_errors=True)

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["own_spark"]
+__all__ = ["local_spark", "own_spark"]
 
 
 @contextlib.contextmanager
@@ -98,3 +98,15 @@ def own_spark(
         yield spark
     finally:
         spark.stop()
+
+
+@contextlib.contextmanager
+def local_spark(verbose: bool = False) -> Iterator[Any]:
+    """A quiet local Spark session for the demo, the examples and the benchmarks (loopback
+    only, no UI, two shuffle partitions, UTC), or the application's active one."""
+    with own_spark(
+        "tabhyper-update-demo",
+        verbose=verbose,
+        conf={"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"},
+    ) as spark:
+        yield spark

@@ -6,7 +6,7 @@ key's range is cut into ``fan_out`` buckets (one integer column by ``FLOOR((key 
 width)``, any other key into ranges of about equal rows: :mod:`.buckets`), only the buckets
 that differ are cut again, and buckets of at most ``leaf_rows`` rows are compared row by
 row. The driver holds aggregates and the
-rows of differing leaf buckets only. :func:`tabhyper_update.repairs.repair` turns the report
+rows of differing leaf buckets only. :func:`tabhyper_update.builder.repair.repair` turns the report
 into an update.
 
 >>> report = reconcile(spark.table("sales.orders"), "Orders", key="order_id")  # doctest: +SKIP

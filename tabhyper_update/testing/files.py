@@ -1,4 +1,5 @@
-"""Small ``.hyper`` helpers for tests and examples: make a file from SQL, read a table back."""
+"""Small ``.hyper`` helpers for tests and examples: make a file from SQL, read a table back,
+run a statement."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from ..local.hyper import connect, quote_name, table_ref
 
-__all__ = ["make_hyper", "read_table"]
+__all__ = ["make_hyper", "read_table", "run_sql"]
 
 
 def make_hyper(
@@ -50,3 +51,10 @@ def read_table(
             f"SELECT * FROM {table_ref(schema, table)} ORDER BY {order_by}"
         )
     return [tuple(_python(v) for v in row) for row in rows]
+
+
+def run_sql(path: str | os.PathLike[str], statement: str) -> int:
+    """Run one SQL statement on a ``.hyper`` file (e.g. a change behind the SDK's back, as
+    a test or an example needs); returns the rows it affected."""
+    with connect(path) as conn:
+        return int(conn.execute_command(statement))

@@ -1,39 +1,37 @@
-"""Parts the server refuses as over its update cap (413): split by key where they stand, and
-the split remembered in the update's record so that a re-run rebuilds the same sub-parts
-(the splitting itself is :mod:`.resplit`). Mixed into :class:`~.chain.BoundPayload`."""
+"""Parts over the server's update cap (:class:`OversizeSplitter`): split by key where they
+stand, before they are sent once the cap is known, or when the server refuses one (413); the
+split is remembered in the update's record so that a re-run rebuilds the same sub-parts (the
+splitting itself is :mod:`.resplit`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ..rest.session import RestSession
 from ..values.errors import ApiError
-from ..values.parts import PayloadLike
 from ..values.redaction import get_logger
 from .identity import planned, progress_of, split_in_record
 from .resplit import expand, parts_needed, split_part, splittable, stated_cap
 from .state import StateStore, UpdateRecord
-from .uploading import Unit
+from .units import Unit
 
-__all__ = ["Oversize"]
+__all__ = ["OversizeSplitter"]
 
 log = get_logger("tabhyper_update")
 MB = 1024 * 1024
 
 
-class Oversize:
-    """What a bound payload does with parts over the server's cap (see the module
-    docstring)."""
+class OversizeSplitter:
+    """What an update does with parts over the server's cap (see the module docstring):
+    sub-parts are written into ``folder()``, the SDK's own."""
 
-    payload: PayloadLike
-    client: RestSession
-    state: StateStore
+    def __init__(self, client: RestSession, state: StateStore, folder: Callable[[], Path]) -> None:
+        self.client = client
+        self.state = state
+        self.folder = folder
 
-    def _derived_dir(self) -> Path:
-        raise NotImplementedError
-
-    def _as_recorded(
+    def as_recorded(
         self, units: list[Unit], record: UpdateRecord, keys: Mapping[str, tuple[str, ...]] | None
     ) -> list[Unit]:
         """``units`` as ``record`` names them: the parts an earlier run split (the server had
@@ -42,10 +40,10 @@ class Oversize:
         ours = [(u.part.buckets, u.part.content_digest) for u in units if u.part is not None]
         if not any("#" in d for d in digests) or planned(record) != ours:
             return units
-        made = expand(units, digests, keys, self._derived_dir())
+        made = expand(units, digests, keys, self.folder())
         return [Unit(part, batch) for part, batch in made]
 
-    def _refused_as_too_large(
+    def refused(
         self,
         record: UpdateRecord,
         units: list[Unit],
@@ -88,9 +86,9 @@ class Oversize:
             k,
             cap / MB,
         )
-        self._split(record, units, index, keys, k)
+        self.split(record, units, index, keys, k)
 
-    def _split(
+    def split(
         self,
         record: UpdateRecord,
         units: list[Unit],
@@ -101,7 +99,7 @@ class Oversize:
         """Part ``index`` as ``k`` sub-parts, in the record (saved) and in ``units``."""
         part, batch = units[index]
         assert part is not None
-        subs = split_part(part, keys, k, record.parts[index].digest, self._derived_dir())
+        subs = split_part(part, keys, k, record.parts[index].digest, self.folder())
         split_in_record(record, index, k)
         self.state.save(record)
         units[index : index + 1] = [Unit(sub, batch) for sub in subs]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
@@ -32,11 +32,12 @@ from .state import StateStore
 
 __all__ = [
     "SchemaChange",
-    "SchemaPolicy",
+    "SchemaCheck",
     "Snapshot",
     "check_policy",
     "droppable",
     "leave_out",
+    "republished",
     "without_columns",
 ]
 
@@ -143,31 +144,34 @@ def leave_out(
     payload.parts[:] = [without_columns(p, drop, folder) for p in payload.parts]
 
 
-class SchemaPolicy:
+class SchemaCheck:
     """The schema check before an update's first part, and what ``on_schema_change`` makes
-    of a payload that does not fit (mixed into :class:`~.chain.BoundPayload`)."""
+    of a payload that does not fit. Parts written again go into ``folder()``, the SDK's
+    own."""
 
-    payload: PayloadLike
-    client: RestSession
-    state: StateStore
+    def __init__(
+        self,
+        payload: PayloadLike,
+        client: RestSession,
+        state: StateStore,
+        folder: Callable[[], Path],
+    ) -> None:
+        self.payload = payload
+        self.client = client
+        self.state = state
+        self.folder = folder
 
-    @property
-    def target(self) -> DataSourceRef:
-        raise NotImplementedError
-
-    def _cleanup(self) -> None:
-        raise NotImplementedError
-
-    def _derived_dir(self) -> Path:
-        raise NotImplementedError
-
-    def _check_schema(
-        self, batches: Sequence[ActionBatch], allow_narrowing: Sequence[str], policy: object
+    def run(
+        self,
+        target: DataSourceRef,
+        batches: Sequence[ActionBatch],
+        allow_narrowing: Sequence[str],
+        policy: object,
     ) -> DataSourceRef | bool:
         """Refuse, before any request that changes data, a payload whose columns the target
-        cannot take whole (see :mod:`.schema`), or do what ``policy`` says instead (see
-        :mod:`.schema_change`): ``True`` when the parts were written again without the
-        columns the target lacks, the data source when it was republished."""
+        cannot take whole (see :mod:`.schema`), or do what ``policy`` says instead: ``True``
+        when the parts were written again without the columns the target lacks, the data
+        source when it was republished."""
         if isinstance(allow_narrowing, str) or not all(isinstance(c, str) for c in allow_narrowing):
             raise ArgumentTypeError(
                 f"allow_narrowing takes a list of column names, got {allow_narrowing!r}",
@@ -175,14 +179,14 @@ class SchemaPolicy:
             )
         if not self.payload.parts:
             return False
-        schema = learn_schema(self.client, self.target, self.state)
+        schema = learn_schema(self.client, target, self.state)
         if schema is None:
             return False
         try:
             check_schema(schema, self.payload, batches, allow_narrowing=allow_narrowing)
         except SchemaDriftError as err:
             if isinstance(policy, Snapshot):
-                return policy.republish(self.client, self.target, self.state.directory)
+                return policy.republish(self.client, target, self.state.directory)
             if policy != "ignore":
                 raise
             key = tuple(getattr(self.payload, "key", None) or ())
@@ -193,23 +197,23 @@ class SchemaPolicy:
                     "(never a key column): the differences below it cannot leave out"
                 )
                 raise
-            leave_out(self.payload, drop, self.target.label, self._derived_dir())
+            leave_out(self.payload, drop, target.label, self.folder())
             return True
         return False
 
-    def _republished(self, ref: DataSourceRef, position: object) -> UpdateResult:
-        """The result of an update the schema change turned into a republish: nothing
-        sent as an update (the snapshot holds its changes)."""
-        self._cleanup()
-        now = time.time()
-        result = UpdateResult(
-            [],
-            done=True,
-            datasource=ref.label,
-            started_at=now,
-            finished_at=now,
-            position=position,
-            republished=True,
-        )
-        report_metrics(result)
-        return result
+
+def republished(ref: DataSourceRef, position: object) -> UpdateResult:
+    """The result of an update the schema change turned into a republish: nothing sent as
+    an update (the snapshot holds its changes)."""
+    now = time.time()
+    result = UpdateResult(
+        [],
+        done=True,
+        datasource=ref.label,
+        started_at=now,
+        finished_at=now,
+        position=position,
+        republished=True,
+    )
+    report_metrics(result)
+    return result

@@ -1,72 +1,60 @@
-"""Uploading an update's parts: the first part's upload made by ``upload()``, each part's
-upload as its turn comes, and the next part's upload made while the server runs the job of
-the part before it (parts in flight). Mixed into :class:`~.chain.BoundPayload`."""
+"""Uploading an update's parts (:class:`PartUploader`): the first part's upload made by
+``upload()``, each part's upload as its turn comes, and the next part's upload made while
+the server runs the job of the part before it (parts in flight)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import ClassVar, NamedTuple, TypeVar
+from typing import ClassVar, NamedTuple
 
 from ..local.progress import bar as progress_bar
 from ..local.telemetry import span
 from ..rest.session import RestSession
 from ..values.actions import ActionBatch
-from ..values.errors import TabHyperError
 from ..values.parts import PayloadLike, PayloadPart
 from ..values.redaction import get_logger
 from .results import PartUpdate
 from .state import PartState, UpdateRecord
+from .units import Unit, step
 
-__all__ = ["UPLOAD_SESSION_UNKNOWN", "FirstUpload", "PartUploads", "Unit", "step"]
+__all__ = ["UPLOAD_SESSION_UNKNOWN", "FirstUpload", "PartUploader"]
 
 log = get_logger("tabhyper_update")
-_T = TypeVar("_T")
 
 #: Tableau's error code for an upload session it does not know (consumed or expired).
 UPLOAD_SESSION_UNKNOWN = "404003"
 
 
-def step(step: str, consequence: str, fn: Callable[[], _T]) -> _T:
-    """Run one step; an error of ours leaving it says which step and what it means."""
-    try:
-        return fn()
-    except TabHyperError as err:
-        err.at_step(step, consequence)
-        raise
-
-
-class Unit(NamedTuple):
-    """One part's update: the part (None for a batch that reads no table) and its batch."""
-
-    part: PayloadPart | None
-    batch: ActionBatch
-
-
 class FirstUpload(NamedTuple):
-    """A part's upload made before its turn: its session and seconds."""
+    """A part's upload made before its turn: the part it holds, its session and seconds."""
 
+    part: PayloadPart
     session_id: str
     seconds: float
 
 
-class PartUploads:
-    """The uploads of a bound payload's parts (see the module docstring)."""
+class PartUploader:
+    """The uploads of one bound payload's parts (see the module docstring)."""
 
     #: Upload the next part while the server runs the previous part's job (off: one part
     #: after another, as a baseline to measure against).
     parts_in_flight: ClassVar[bool] = True
 
-    payload: PayloadLike
-    client: RestSession
-    progress: bool
-    _uploaded_first: FirstUpload | None
-    _ahead: tuple[PayloadPart, Future[FirstUpload]] | None
-    _uploader: ThreadPoolExecutor | None
+    def __init__(self, payload: PayloadLike, client: RestSession, *, progress: bool) -> None:
+        self.payload = payload
+        self.client = client
+        self.progress = progress
+        #: The first part's upload, made by ``upload()`` and not yet used.
+        self.first: FirstUpload | None = None
+        #: The next part's upload, made while the server runs the previous part's job.
+        self._ahead: tuple[PayloadPart, Future[FirstUpload]] | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
-    def _upload_part(self, index: int, part: PayloadPart) -> str:
+    def upload(self, index: int, part: PayloadPart) -> str:
+        """Upload one part (with its progress bar); returns the upload session."""
         started = time.perf_counter()
         label = f"upload part {index + 1}/{len(self.payload.parts)}"
         with progress_bar(
@@ -84,18 +72,29 @@ class PartUploads:
         log.info("%s: %d bytes in %.2f s", label, part.size_bytes, time.perf_counter() - started)
         return session
 
-    def _take_first_upload(
-        self, index: int, part: PayloadPart | None, batch: ActionBatch
-    ) -> FirstUpload | None:
-        """The upload ``upload()`` made, for the first part's first submission (once)."""
-        early, self._uploaded_first = self._uploaded_first, None
-        first = self.payload.parts[0] if self.payload.parts else None
-        if early is not None and (part is None or part is not first or not batch.reads_source):
-            log.info("the upload made by upload() is not needed: it goes unused")
+    def upload_first(self) -> None:
+        """Upload the first part now (what ``upload()`` does before it returns)."""
+        if not self.payload.parts or self.first is not None:
+            return
+        part = self.payload.parts[0]
+        started = time.perf_counter()
+        session = step(
+            "upload of part 1",
+            "this part was not submitted",
+            partial(self.upload, 0, part),
+        )
+        self.first = FirstUpload(part, session, time.perf_counter() - started)
+
+    def take_first(self, part: PayloadPart | None, batch: ActionBatch) -> FirstUpload | None:
+        """The upload ``upload()`` made, for the part it holds (once): ``None`` when this is
+        another part (e.g. the first part written again by the schema policy)."""
+        early, self.first = self.first, None
+        if early is not None and (part is None or part is not early.part or not batch.reads_source):
+            log.info("the upload made by upload() is not this part's: it goes unused")
             return None
         return early
 
-    def _upload_ahead(self, record: UpdateRecord, units: Sequence[Unit], index: int) -> None:
+    def ahead(self, record: UpdateRecord, units: Sequence[Unit], index: int) -> None:
         """Upload part ``index`` in the background while the server runs the job of the part
         before it (its update request still waits for that job: parts apply in order)."""
         if not self.parts_in_flight or index >= len(record.parts) or self._ahead is not None:
@@ -104,17 +103,17 @@ class PartUploads:
         state = record.parts[index]
         if part is None or not batch.reads_source or state.status != "pending":
             return
-        if self._uploader is None:
-            self._uploader = ThreadPoolExecutor(1, thread_name_prefix="tabhyper-upload")
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tabhyper-upload")
 
         def upload() -> FirstUpload:
             started = time.perf_counter()
-            session = self._upload_part(index, part)
-            return FirstUpload(session, time.perf_counter() - started)
+            session = self.upload(index, part)
+            return FirstUpload(part, session, time.perf_counter() - started)
 
-        self._ahead = (part, self._uploader.submit(upload))
+        self._ahead = (part, self._pool.submit(upload))
 
-    def _take_ahead(self, part: PayloadPart | None, batch: ActionBatch) -> FirstUpload | None:
+    def take_ahead(self, part: PayloadPart | None, batch: ActionBatch) -> FirstUpload | None:
         """The upload made ahead for ``part``, once it is done (``None`` when there is none,
         or it failed: the part is then uploaded as usual)."""
         ahead, self._ahead = self._ahead, None
@@ -129,20 +128,26 @@ class PartUploads:
             log.warning("uploading part ahead failed (%s); uploading it again", err)
             return None
 
-    def _stop_uploading(self) -> None:
-        """Wait for an upload made ahead and not used (an update that stopped early)."""
+    def stop(self) -> None:
+        """Wait for an upload made ahead and not used (an update that stopped early); say
+        so when the first part's upload went unused."""
         self._ahead = None
-        if self._uploader is not None:
-            self._uploader.shutdown(wait=True, cancel_futures=True)
-            self._uploader = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self.first is not None:
+            self.first = None
+            log.info(
+                "the first part's upload made by upload() went unused: that part had been "
+                "applied or submitted before"
+            )
 
-    def _upload_into(
-        self, state: PartState, index: int, part: PayloadPart, update: PartUpdate
-    ) -> None:
+    def upload_into(self, state: PartState, part: PayloadPart, update: PartUpdate) -> None:
+        """Upload ``part`` in its turn into ``state``'s upload session."""
         started = time.perf_counter()
         state.upload_session_id = step(
-            f"upload of part {index + 1}",
+            f"upload of part {state.index + 1}",
             "this part was not submitted",
-            partial(self._upload_part, index, part),
+            partial(self.upload, state.index, part),
         )
         update.seconds["upload"] = time.perf_counter() - started

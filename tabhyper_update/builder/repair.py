@@ -11,16 +11,16 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from .builder.build import build_payload
-from .readback.drift import DriftReport
-from .readback.reconcile import target_of
-from .rest.refs import DataSourceRef
-from .rest.session import RestSession
-from .update.chain import update_datasource
-from .update.results import UpdateResult
-from .values.actions import Delete, Insert
-from .values.conditions import keys_match
-from .values.errors import InvalidArgumentError
+from ..readback.drift import DriftReport
+from ..readback.reconcile import target_of
+from ..rest.refs import DataSourceRef
+from ..rest.session import RestSession
+from ..update.chain import update_datasource
+from ..update.results import UpdateResult
+from ..values.actions import Delete, Insert
+from ..values.conditions import keys_match
+from ..values.errors import InvalidArgumentError
+from .build import build_payload
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -1,0 +1,318 @@
+"""One ``apply()``'s run (:class:`UpdateRun`): the update's record, its parts (units) and
+their keys, taken part by part through upload, submission and the job's end.
+
+A run is made by :meth:`~tabhyper_update.update.chain.BoundPayload.apply` once the actions,
+the schema and the record are settled, and composes what it is handed: the
+:class:`~.uploading.PartUploader` (parts in flight), the
+:class:`~.oversize.OversizeSplitter` (parts over the server's cap) and the state store that
+keeps the record. Before each request that may change data, the record says what is about to
+happen; a re-run after a crash reads it and never applies a part twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from ..local.progress import bar as progress_bar
+from ..local.telemetry import span
+from ..rest.jobs import Job
+from ..rest.refs import DataSourceRef
+from ..rest.session import RestSession
+from ..values.actions import ActionBatch
+from ..values.errors import (
+    ApiError,
+    JobCancelledError,
+    JobFailedError,
+    NotFoundError,
+    OutOfOrderError,
+    PayloadError,
+    TabHyperError,
+)
+from ..values.parts import PayloadPart
+from ..values.redaction import get_logger
+from .identity import created_before, next_attempt, progress_of
+from .resplit import parts_needed, splittable, too_large
+from .results import PartUpdate, report_metrics
+from .resume import earlier_job_stands, resume_submitted
+from .state import PartState, StateStore, UpdateRecord
+from .units import Unit, step
+from .uploading import UPLOAD_SESSION_UNKNOWN
+
+if TYPE_CHECKING:
+    from .oversize import OversizeSplitter
+    from .results import UpdateResult
+    from .uploading import PartUploader
+
+__all__ = ["MAX_ATTEMPTS_PER_RUN", "UpdateRun"]
+
+log = get_logger("tabhyper_update")
+#: How many new attempts one run makes for a part whose earlier job had failed.
+MAX_ATTEMPTS_PER_RUN = 3
+
+
+class UpdateRun:
+    """One update's parts, sent in order, each waited for before the next is submitted."""
+
+    def __init__(
+        self,
+        *,
+        client: RestSession,
+        target: DataSourceRef,
+        store: StateStore,
+        record: UpdateRecord,
+        units: list[Unit],
+        keys: Mapping[str, tuple[str, ...]] | None,
+        uploader: PartUploader,
+        splitter: OversizeSplitter,
+        progress: bool,
+        cleanup: Callable[[], None],
+    ) -> None:
+        self.client = client
+        self.target = target
+        self.store = store
+        self.record = record
+        self.units = units
+        self.keys = keys
+        self.uploader = uploader
+        self.splitter = splitter
+        self.progress = progress
+        self.cleanup = cleanup
+
+    def send(self, updates: list[PartUpdate], *, wait: bool, timeout: float | None) -> None:
+        """Submit each part not applied before, in order, waiting for each but the last
+        (and for the last too when ``wait``). A part over the server's cap is split (before
+        it is sent, once the cap is known; else when the server refuses it) and its
+        sub-parts sent in its place."""
+        record, units, keys = self.record, self.units, self.keys
+        try:
+            index = 0
+            while index < len(record.parts):
+                state = record.parts[index]
+                # A finished record may hold another split than this payload (same content, or
+                # the same request id): it is reported as recorded, part by part.
+                part, batch = units[min(index, len(units) - 1)]
+                if state.status == "applied":
+                    updates.append(self.part_update(state, part, batch))
+                    index += 1
+                    continue
+                cap = self.client.update_cap_bytes
+                if (
+                    part is not None
+                    and cap is not None
+                    and part.size_bytes > cap
+                    and keys
+                    and splittable(part, state.digest, cap)
+                ):
+                    k = parts_needed(part.size_bytes, cap)
+                    self.splitter.split(record, units, index, keys, k)
+                    continue
+                update = self.part_update(state, part, batch)
+                try:
+                    self.submit(state, part, batch, update)
+                    if wait or index < len(record.parts) - 1:
+                        self.uploader.ahead(record, units, index + 1)
+                        self.wait_part(state, update, timeout)
+                except ApiError as err:
+                    if not too_large(err) or part is None or state.jobs_seen:
+                        err.note_progress(progress_of(record, index))
+                        raise
+                    self.splitter.refused(record, units, index, keys, err)
+                    continue
+                except TabHyperError as err:
+                    err.note_progress(progress_of(record, index))
+                    raise
+                updates.append(update)
+                index += 1
+        finally:
+            self.uploader.stop()
+
+    def part_update(
+        self, state: PartState, part: PayloadPart | None, batch: ActionBatch
+    ) -> PartUpdate:
+        """The result's entry for one part (one applied before: marked skipped)."""
+        applied = state.status == "applied"
+        update = PartUpdate(
+            state.index,
+            state.request_id,
+            batch,
+            attempt=state.attempt,
+            recorded_job_id=state.job_id if applied else None,
+        )
+        if part is not None and state.index < len(self.record.parts):
+            update.rows = {n: t.row_count for n, t in part.tables.items()}
+            update.size_bytes = part.size_bytes
+        if applied:
+            update.deduplicated = update.skipped = update.applied = True
+            log.warning(
+                "part %d/%d of %s was applied before (job %s, RequestID %s): skipped, "
+                "not submitted again",
+                state.index + 1,
+                len(self.record.parts),
+                self.record.label,
+                state.job_id,
+                state.request_id,
+            )
+        return update
+
+    # -- steps -------------------------------------------------------------------------------
+    def submit(
+        self, state: PartState, part: PayloadPart | None, batch: ActionBatch, update: PartUpdate
+    ) -> None:
+        """Submit one part (or follow the job an earlier run submitted for it), as many new
+        attempts as it takes for the server to answer with a job of this request."""
+        record = self.record
+        resumable = state.status == "submitted" and state.job_id
+        if resumable and resume_submitted(
+            self.client, self.target, self.store, record, state, batch, update
+        ):
+            return
+        for _ in range(MAX_ATTEMPTS_PER_RUN + 1):
+            job, sent_at = self._send_part(state, part, batch, update)
+            earlier = job.id in state.jobs_seen or created_before(job.created_at, sent_at)
+            if job.id not in state.jobs_seen:
+                state.jobs_seen.append(job.id)
+            state.job_id, state.status = job.id, "submitted"
+            self.store.save(record)
+            update.job = job
+            if not earlier:
+                log.info(
+                    "part %d/%d submitted as job %s (RequestID %s)",
+                    state.index + 1,
+                    len(record.parts),
+                    job.id,
+                    state.request_id,
+                )
+                return
+            if earlier_job_stands(self.store, record, state, job, update):
+                return
+        raise PayloadError(
+            f"part {state.index + 1} of {record.label}: {MAX_ATTEMPTS_PER_RUN} new attempts "
+            "in a row were answered with earlier failed jobs; giving up"
+        )
+
+    def _send_part(
+        self, state: PartState, part: PayloadPart | None, batch: ActionBatch, update: PartUpdate
+    ) -> tuple[Job, float]:
+        """Upload the part (unless it was uploaded before its turn) and send the update
+        request once; the record says "sending" before the request leaves. Returns the job
+        the server answered with and when this part was first sent."""
+        update.request_id, update.attempt = state.request_id, state.attempt
+        early = self.uploader.take_first(part, batch) or self.uploader.take_ahead(part, batch)
+        if part is not None and batch.reads_source:
+            if early is not None:
+                state.upload_session_id = early.session_id
+                update.seconds["upload"] = early.seconds
+            else:
+                self.uploader.upload_into(state, part, update)
+            update.upload_session_id = state.upload_session_id
+        else:
+            state.upload_session_id = None
+        sent_at = state.sent_at = state.sent_at if state.sent_at is not None else time.time()
+        state.status = "sending"
+        self.store.save(self.record)
+        started = time.perf_counter()
+        try:
+            job = self._send_update(state, batch)
+        except NotFoundError as err:
+            if early is None or err.code != UPLOAD_SESSION_UNKNOWN or part is None:
+                raise
+            # The server let the early upload lapse before its turn came: nothing was
+            # submitted, so upload the part again and send the same request.
+            log.warning(
+                "part %d/%d: the server no longer knows the upload made before its turn "
+                "(session %s); uploading the part again",
+                state.index + 1,
+                len(self.record.parts),
+                state.upload_session_id,
+            )
+            self.uploader.upload_into(state, part, update)
+            self.store.save(self.record)
+            started = time.perf_counter()
+            job = self._send_update(state, batch)
+        update.seconds["submit"] = time.perf_counter() - started
+        return job, sent_at
+
+    def _send_update(self, state: PartState, batch: ActionBatch) -> Job:
+        return step(
+            f"update request of part {state.index + 1}",
+            f"the update may or may not have been submitted (RequestID {state.request_id}); "
+            "running the same job again is safe: its record makes the re-run resume it",
+            lambda: self.client.update_data(
+                self.target,
+                batch,
+                upload_session_id=state.upload_session_id,
+                request_id=state.request_id,
+            ),
+        )
+
+    def wait_part(self, state: PartState, update: PartUpdate, timeout: float | None) -> None:
+        """Wait for one part's job; a job that failed leaves the record ready for a new
+        attempt (batches are atomic: nothing of the part was applied)."""
+        assert update.job is not None
+        record = self.record
+        started = time.perf_counter()
+        with progress_bar(
+            self.progress, total=100, unit="%", desc=f"job for part {update.part + 1}"
+        ) as bar:
+
+            def on_poll(job: Job) -> None:
+                if bar is not None and job.succeeded:
+                    bar.update(100 - bar.n)
+
+            try:
+                with span("wait", part=update.part + 1, job=update.job.id):
+                    update.job.wait(timeout=timeout, on_poll=on_poll, learn_as=self.target.id)
+            except (JobFailedError, JobCancelledError) as err:
+                # The next run submits the part again as a new attempt (a new RequestID
+                # derived from the identity).
+                next_attempt(record, state)
+                if record.kind == "run" and not any(p.status == "applied" for p in record.parts):
+                    self.store.remove(record.key)
+                else:
+                    self.store.save(record)
+                err.at_step(
+                    f"job of part {update.part + 1}",
+                    "nothing of this part was applied; running the job again submits it anew",
+                )
+                guard = _guard_table(update.actions)
+                if isinstance(err, JobFailedError) and guard and guard in (err.notes or ""):
+                    refused = OutOfOrderError(err.job_id, err.notes, guard_table=guard)
+                    refused.at_step(
+                        f"job of part {update.part + 1}", "nothing of this part was applied"
+                    )
+                    raise refused from err
+                raise
+        update.seconds["wait"] = time.perf_counter() - started
+        update.applied = True
+        state.status = "applied"
+        self.store.save(record)
+
+    def finish(self, result: UpdateResult, timeout: float | None) -> None:
+        """Wait for every part still running (``result.wait()``), then close the record."""
+        record = self.record
+        try:
+            for update in result.parts:
+                state = record.parts[update.part]
+                if update.job is not None and state.status != "applied":
+                    try:
+                        self.wait_part(state, update, timeout)
+                    except TabHyperError as err:
+                        err.note_progress(progress_of(record, update.part))
+                        raise
+            if record.kind == "run":
+                self.store.remove(record.key)
+            result.finished_at, result.done = time.time(), True
+            report_metrics(result)
+        finally:
+            self.cleanup()
+
+
+def _guard_table(batch: ActionBatch) -> str | None:
+    """The positions table of a guarded change set's update (its first action), if any."""
+    first = batch.actions[0] if batch.actions else None
+    table = getattr(first, "source_table", None)
+    if first is not None and first.action == "update" and str(table).endswith("_guard"):
+        return str(table)
+    return None
