@@ -113,7 +113,7 @@ def run(spark: Any, args: argparse.Namespace, work: Path) -> None:
                 client=client,
                 sink_id="bench",
                 state_dir=work / "state",
-                staging=args.staging,
+                build={"staging": args.staging},
             )
             sink(seed, 0)
             spec = CdcSpec.create(batch(0).columns, changes)

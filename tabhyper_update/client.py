@@ -15,16 +15,14 @@ best-effort, when used as a context manager.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from typing_extensions import Unpack
 
-from .rest.projects import Project
 from .rest.refs import DataSourceRef
 from .rest.session import RestSession, client_for
 from .rest.versions import MIN_API_VERSION
 from .update.chain import update_datasource
-from .update.options import PublishOptions, UpdateOptions
+from .update.options import BootstrapOptions, PublishOptions, UpdateOptions
 from .update.publish import BootstrapResult, bootstrap, publish
 from .update.results import UpdateResult
 from .values.actions import BatchLike
@@ -79,29 +77,13 @@ class TableauClient(RestSession):
         """
         return publish(self, payload, name, **options)
 
-    def bootstrap(
-        self,
-        name: str,
-        *,
-        snapshot: Callable[[], PayloadLike],
-        changes: Callable[[], PayloadLike],
-        project: str | Project | None = None,
-        full_refresh: bool = False,
-        **options: Unpack[UpdateOptions],
-    ) -> BootstrapResult:
+    def bootstrap(self, name: str, **options: Unpack[BootstrapOptions]) -> BootstrapResult:
         """Publish when missing, else update: what a CDC job calls on every run.
 
         When data source ``name`` does not exist in ``project`` (or ``full_refresh``), the
         payload ``snapshot()`` builds is published (overwriting on a full refresh);
-        otherwise the change set ``changes()`` builds is applied with ``options``. Only the
-        one needed is built.
+        otherwise the change set ``changes()`` builds is applied with the update's options.
+        Only the one needed is built (``options``:
+        :class:`~tabhyper_update.update.options.BootstrapOptions`).
         """
-        return bootstrap(
-            self,
-            name,
-            snapshot=snapshot,
-            changes=changes,
-            project=project,
-            full_refresh=full_refresh,
-            **options,
-        )
+        return bootstrap(self, name, **options)

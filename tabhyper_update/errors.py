@@ -42,8 +42,9 @@ means for the update::
   ``JobOutcomeUnknownError``, ``JobTimeoutError``: whether it applied is not known yet.
 - ``DriftError``: the update was applied, and reading it back found a difference.
 
-Every error's message is scrubbed of the secrets the SDK's clients hold. :func:`tree` draws
-the tree above from the classes themselves.
+Every error's message is scrubbed of the secrets the SDK's clients hold. An invalid batch's
+``problems`` are :class:`Problem` s; an error that stopped an update part-way carries its
+:class:`UpdateProgress`. :func:`tree` draws the tree above from the classes themselves.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from .values.errors import (
     PayloadAppliedError,
     PayloadArgumentError,
     PayloadError,
+    Problem,
     QueryBudgetError,
     RequestTimeoutError,
     SchemaDriftError,
@@ -76,6 +78,7 @@ from .values.errors import (
     TlsVerificationError,
     TransportError,
     UnsupportedServerError,
+    UpdateProgress,
     UpdateStateError,
 )
 
@@ -99,6 +102,7 @@ __all__ = [
     "PayloadAppliedError",
     "PayloadArgumentError",
     "PayloadError",
+    "Problem",
     "QueryBudgetError",
     "RequestTimeoutError",
     "SchemaDriftError",
@@ -107,6 +111,7 @@ __all__ = [
     "TlsVerificationError",
     "TransportError",
     "UnsupportedServerError",
+    "UpdateProgress",
     "UpdateStateError",
     "tree",
 ]

@@ -1,5 +1,6 @@
 """The types a job annotates with: what ``upload()``, ``apply()``, ``verify()`` and
-``reconcile()`` return, the policies and options, and the pieces of an action batch.
+``reconcile()`` return, the policies and options (:class:`BuildOptions` among them), and
+the pieces of an action batch.
 
 These names stay here whatever module defines them; the package root holds the verbs and
 the everyday models, :mod:`tabhyper_update.errors` every exception. ::
@@ -13,6 +14,7 @@ the everyday models, :mod:`tabhyper_update.errors` every exception. ::
 
 from __future__ import annotations
 
+from .builder.options import BuildOptions
 from .readback.compare import Tolerance
 from .readback.drift import DriftReport, KeyDrift
 from .rest.jobs import Job
@@ -25,7 +27,6 @@ from .update.results import PartUpdate, UpdateResult
 from .update.schema_change import SchemaChange
 from .values.actions import Action
 from .values.conditions import And, Comparison, Condition, Const, Or, all_of, any_of
-from .values.errors import Problem, UpdateProgress
 from .values.parts import ColumnInfo, PayloadPart, TableInfo
 from .values.policies import PollPolicy, RetryPolicy
 
@@ -36,6 +37,7 @@ __all__ = [
     "BindOptions",
     "BootstrapResult",
     "BoundPayload",
+    "BuildOptions",
     "ColumnInfo",
     "Comparison",
     "Condition",
@@ -48,7 +50,6 @@ __all__ = [
     "PartUpdate",
     "PayloadPart",
     "PollPolicy",
-    "Problem",
     "Project",
     "PublishOptions",
     "RetryPolicy",
@@ -56,7 +57,6 @@ __all__ = [
     "TableInfo",
     "Tolerance",
     "UpdateOptions",
-    "UpdateProgress",
     "UpdateResult",
     "all_of",
     "any_of",

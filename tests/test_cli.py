@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tabhyper_update import __version__
+from tabhyper_update import __version__, cli
 from tabhyper_update.cli import main, schema_text
+from tabhyper_update.cli.exit_codes import EXIT_AUTH, MEANINGS
+from tabhyper_update.testing import FakeTableauServer
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "batches" / "cdc_composite_key.json"
 
@@ -100,8 +102,12 @@ def test_demo_without_pyspark_says_what_to_install(
 def test_help_lists_exit_codes_and_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--help"])
-    out = capsys.readouterr().out
-    assert "5  the job failed, was cancelled, ended with an unknown outcome or did not" in out
+    out = " ".join(capsys.readouterr().out.split())
+    for code, meaning in MEANINGS.items():
+        assert f"{code} {' '.join(meaning.split())}" in out
+    # Declared once: the command's docstring points to the table instead of repeating it.
+    assert "exit_codes.py" in (cli.__doc__ or "")
+    assert "4 not found" not in " ".join((cli.__doc__ or "").split())
     with pytest.raises(SystemExit):
         main(["build", "--help"])
     assert "(default: 100)" in capsys.readouterr().out
@@ -138,3 +144,18 @@ def test_installed_console_script_runs() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "OK"
+
+
+def test_a_refused_sign_in_has_its_own_exit_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FakeTableauServer(pats={"ci": "right-secret"}, directory=tmp_path / "srv") as server:
+        monkeypatch.setenv("TABLEAU_SERVER_URL", server.url)
+        monkeypatch.setenv("TABLEAU_SITE", "")
+        monkeypatch.setenv("TABLEAU_PAT_NAME", "ci")
+        monkeypatch.setenv("TABLEAU_PAT_SECRET", "wrong-secret")
+        code = main(["job", "status", "some-job", "--json"])
+    assert code == EXIT_AUTH != 3  # 3 (server or network) is what a scheduler retries
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["class"] == "AuthenticationError"
+    assert "wrong-secret" not in error["message"]

@@ -211,8 +211,7 @@ def test_renamed_public_names_keep_working() -> None:
         (
             TableauSink,
             "target, changes, *, client, actions, prepare, target_table, target_schema, "
-            "sink_id, max_payload_mb, staging_dir, state_dir, timeout, staging, reset, check, "
-            "on_schema_change",
+            "sink_id, build, state_dir, timeout, reset, check, on_schema_change",
         ),
         (Debezium, "row_schema, *, key, connector, position, table, truncate"),
     ],
@@ -289,7 +288,14 @@ def test_the_types_module_holds_what_the_calls_return() -> None:
     for function, name in returned.items():
         assert inspect.signature(function).return_annotation == name
         assert name in types.__all__
-    for name in ("RetryPolicy", "PollPolicy", "ApplyOptions", "UpdateOptions", "SchemaChange"):
+    for name in (
+        "RetryPolicy",
+        "PollPolicy",
+        "ApplyOptions",
+        "UpdateOptions",
+        "BuildOptions",
+        "SchemaChange",
+    ):
         assert name in types.__all__
     assert len(types.__all__) <= 30
 

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from typing_extensions import Unpack
+
 from ..local.folders import check_folder, private_dir, sweep_leftovers_if_due
 from ..local.progress import bar as progress_bar
 from ..local.progress import show_progress
@@ -95,6 +97,7 @@ from .hyper_types import (
     ColumnPlan,
     plan_columns,
 )
+from .options import BuildOptions, check_build_options
 from .staging import (
     StagingMode,
     check_staging,
@@ -135,15 +138,7 @@ def build_payload(
     changes: ChangeSet | Mapping[str, ChangeSet] | None = None,
     *,
     table: str = "Extract",
-    schema: str = DEFAULT_SCHEMA,
-    database_version: int = DEFAULT_DATABASE_VERSION,
-    complex_as_json: bool = False,
-    staging_dir: str | os.PathLike[str] | None = None,
-    output_dir: str | os.PathLike[str] | None = None,
-    max_payload_mb: float | None = DEFAULT_MAX_PAYLOAD_MB,
-    keep_files: bool = False,
-    progress: bool | None = None,
-    staging: StagingMode = "auto",
+    **options: Unpack[BuildOptions],
 ) -> Payload:
     """Build a ``.hyper`` payload from one DataFrame or a mapping of table name → DataFrame.
 
@@ -157,20 +152,34 @@ def build_payload(
                                                    op_column="_change_type",
                                                    order_by="_commit_version"))
         payload.upload().apply(target_table="Orders")
+
+    ``options`` are :class:`~tabhyper_update.builder.options.BuildOptions` (the payload's
+    ``schema``, ``max_payload_mb``, ``staging``, its folders, ...), also taken whole
+    (``build_payload(df, **opts)``) by the sink, ``Republish`` and the command line.
     """
-    options = _Options(schema, database_version, complex_as_json, max_payload_mb, staging)
-    _check_arguments(changes, options, table, staging_dir, output_dir)
+    given = check_build_options(options, "build_payload()")
+    schema = given.get("schema", DEFAULT_SCHEMA)
+    staging_dir, output_dir = given.get("staging_dir"), given.get("output_dir")
+    progress = given.get("progress")
+    options_ = _Options(
+        schema,
+        given.get("database_version", DEFAULT_DATABASE_VERSION),
+        given.get("complex_as_json", False),
+        given.get("max_payload_mb", DEFAULT_MAX_PAYLOAD_MB),
+        given.get("staging", "auto"),
+    )
+    _check_arguments(changes, options_, table, staging_dir, output_dir)
     started = time.perf_counter()
     frames = _frames_of(source, table)
     change_sets = resolve_change_sets(list(frames), changes)
     # Plan every column before any Spark job or file write: bad types fail here.
-    spark_frames = _plan_frames(frames, change_sets, options)
+    spark_frames = _plan_frames(frames, change_sets, options_)
     with span("build", tables=len(spark_frames)) as current:
         parts, owned = _build_parts(
             spark_frames,
             staging_dir,
             output_dir,
-            options,
+            options_,
             progress,
             drop_empty=change_sets is not None,
         )
@@ -179,7 +188,7 @@ def build_payload(
     payload = Payload(
         parts,
         schema=schema,
-        keep_files=keep_files,
+        keep_files=given.get("keep_files", False),
         change_set=changes if isinstance(changes, ChangeSet) else None,
         change_sets=change_sets if isinstance(changes, Mapping) else None,
         _owned_dir=owned,

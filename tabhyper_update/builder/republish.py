@@ -11,7 +11,7 @@ changes being in the snapshot, and the feed goes on with the next one.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from ..update.publish import publish
 from ..values.errors import ArgumentTypeError
 from ..values.redaction import get_logger
 from .build import build_payload
+from .options import BuildOptions, check_build_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -33,10 +34,12 @@ log = get_logger("tabhyper_update")
 @dataclass(frozen=True)
 class Republish:
     """Republish from ``snapshot`` (a DataFrame, or a function returning one, called when
-    the schema changed) with the data source's table name ``table`` [``Extract``]."""
+    the schema changed) with the data source's table name ``table`` [``Extract``], built
+    with ``build`` (:class:`~.options.BuildOptions`; one file unless it says otherwise)."""
 
     snapshot: DataFrame | Callable[[], DataFrame]
     table: str = "Extract"
+    build: BuildOptions = field(default_factory=lambda: BuildOptions())
 
     def __post_init__(self) -> None:
         if not callable(self.snapshot) and not hasattr(self.snapshot, "schema"):
@@ -44,6 +47,7 @@ class Republish:
                 f"Republish takes a DataFrame or a function returning one, got {self.snapshot!r}",
                 argument="snapshot",
             )
+        check_build_options(self.build, "Republish(build=...)")
 
     def republish(
         self, client: RestSession, target: DataSourceRef, state_dir: Path
@@ -54,7 +58,8 @@ class Republish:
             "the source's schema changed: publishing its snapshot over data source %r",
             target.label,
         )
-        with build_payload(frame, table=self.table, max_payload_mb=None) as payload:
+        options: BuildOptions = {"max_payload_mb": None, **self.build}
+        with build_payload(frame, table=self.table, **options) as payload:
             return publish(
                 client,
                 payload,

@@ -1,12 +1,8 @@
 """The ``tabhyper-update`` command.
 
-Exit codes: 0 success; 1 invalid input (a batch, a payload, a change set, an update record,
-a request the command cannot carry out as asked); 2 usage error (options, folders, a missing
-package, TABLEAU_* variables); 3 server or network error; 4 not found; 5 the job failed, was
-cancelled, ended with an unknown outcome or did not finish in time; 6 ``verify`` found drift
-(the data source differs from its source); 130 interrupted (Ctrl-C
-or SIGTERM, after removing what the command had created). With ``--json`` every outcome,
-failures included, is one JSON object on standard output.
+Exit codes are declared once, with their meanings, in ``exit_codes.py`` (``--help`` shows
+the table). With ``--json`` every outcome, failures included, is one JSON object on standard
+output.
 
 The command lives in four modules: ``parser.py`` (commands, options, help), ``commands.py``
 (what each does, imported when a command runs), ``failures.py`` (its own errors, and
@@ -25,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..local.folders import check_folder
 from ..values.errors import (
     ApiError,
+    AuthenticationError,
     ConfigurationError,
     InvalidArgumentError,
     JobCancelledError,
@@ -37,8 +34,10 @@ from ..values.errors import (
     UnsupportedServerError,
 )
 from .exit_codes import (
+    EXIT_AUTH,
     EXIT_DRIFT,
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_JOB,
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -95,9 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as err:
         return _fail(args, err, EXIT_USAGE)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except NotFoundError as err:
         return _fail(args, err, EXIT_NOT_FOUND)
+    except AuthenticationError as err:
+        return _fail(args, err, EXIT_AUTH)
     except (JobFailedError, JobCancelledError, JobOutcomeUnknownError, JobTimeoutError) as err:
         return _fail(args, err, EXIT_JOB)
     except (TransportError, ApiError, UnsupportedServerError) as err:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..builder.build import build_payload
+from ..builder.options import BuildOptions
 from ..client import TableauClient
 from ..local.folders import LEASE_NAME, check_folder
 from ..local.optional import available
@@ -202,10 +203,7 @@ def _read_input(spark: Any, args: argparse.Namespace) -> Any:
 
 def _build_with(spark: Any, args: argparse.Namespace, out: Path) -> int:
     df = _read_input(spark, args)
-    payload = build_payload(
-        df,
-        args.change_set,
-        table=args.name,
+    options = BuildOptions(
         database_version=args.database_version,
         max_payload_mb=args.max_payload_mb,
         complex_as_json=args.complex_as_json,
@@ -213,6 +211,12 @@ def _build_with(spark: Any, args: argparse.Namespace, out: Path) -> int:
         output_dir=out,
         keep_files=True,
         progress=False if args.json or args.quiet else None,  # bars only on a terminal
+    )
+    payload = build_payload(
+        df,
+        args.change_set,
+        table=args.name,
+        **options,
     )
     if payload.is_empty:
         _emit(args, {"parts": [], "empty": True}, "empty change set: no payload written")

@@ -49,9 +49,10 @@ from typing import TYPE_CHECKING, Any
 import tabhyper_update.values.errors as errors
 
 from ..builder.build import build_payload
-from ..builder.staging import StagingMode, check_staging
+from ..builder.options import BuildOptions, check_build_options
+from ..builder.staging import check_staging
 from ..local.folders import check_folder, make_private, refuse_symlink
-from ..payload.model import DEFAULT_MAX_PAYLOAD_MB, Payload
+from ..payload.model import Payload
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
 from ..update.chain import upload_payload
@@ -130,6 +131,9 @@ class TableauSink:
     batch). ``on_schema_change``: what a batch whose columns no longer fit the data source
     does: ``"fail"`` (the default), ``"ignore"`` (leave out the columns the data source
     lacks) or ``Republish(snapshot)`` (see :mod:`tabhyper_update.update.schema_change`).
+    ``build``: how each batch's payload is built, a
+    :class:`~tabhyper_update.builder.options.BuildOptions` (``max_payload_mb``, ``staging``,
+    ``staging_dir``, ...).
     """
 
     def __init__(
@@ -143,11 +147,9 @@ class TableauSink:
         target_table: str | None = None,
         target_schema: str | None = None,
         sink_id: str | None = None,
-        max_payload_mb: float | None = DEFAULT_MAX_PAYLOAD_MB,
-        staging_dir: str | os.PathLike[str] | None = None,
+        build: BuildOptions | None = None,
         state_dir: str | os.PathLike[str] | None = None,
         timeout: float | None = None,
-        staging: StagingMode = "auto",
         reset: bool = False,
         check: bool = True,
         on_schema_change: Any = "fail",
@@ -193,10 +195,17 @@ class TableauSink:
         self.on_schema_change = on_schema_change
         self._claim: Claim | None = None
         self.sink_id = sink_id
-        self.max_payload_mb = max_payload_mb
-        self.staging_dir = staging_dir
-        check_staging(staging)
-        self.staging = staging
+        #: How each batch's payload is built (without ``progress`` and ``keep_files``: a
+        #: sink shows no bars and keeps no files).
+        self.build = check_build_options(build or {}, "TableauSink(build=...)")
+        for owned in ("progress", "keep_files", "output_dir"):
+            if owned in self.build:
+                raise InvalidArgumentError(
+                    f"TableauSink(build=...) does not take {owned!r}: the sink builds each "
+                    "batch in a folder of its own, shows no bars and keeps no files",
+                    argument=owned,
+                )
+        check_staging(self.build.get("staging", "auto"))
         self.state_dir = state_dir
         self.timeout = timeout
         self._target = target
@@ -239,7 +248,7 @@ class TableauSink:
     def check(self) -> DataSourceRef:
         """Check, before the query starts, what every batch needs: the folders, the sign-in and
         the target data source (raises the SDK's error, e.g. :class:`NotFoundError`)."""
-        check_folder(self.staging_dir, "staging_dir", create=False)
+        check_folder(self.build.get("staging_dir"), "staging_dir", create=False)
         check_folder(self.state_dir, "state_dir", create=False)
         with self._lock:
             target = self._target
@@ -389,14 +398,8 @@ class TableauSink:
             self._claim = claim_sink(self._sinks_folder(), sink_id, query_id, reset=self.reset)
         frames = self.prepare(batch) if self.prepare is not None else batch
         source, change_sets = self._source(frames)
-        payload = build_payload(
-            source,
-            change_sets,
-            max_payload_mb=self.max_payload_mb,
-            staging_dir=self.staging_dir,
-            staging=self.staging,
-            progress=False,
-        )
+        options: BuildOptions = {**self.build, "progress": False}
+        payload = build_payload(source, change_sets, **options)
         with payload:
             actions = self.actions
             if actions is not None:

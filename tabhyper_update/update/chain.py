@@ -37,7 +37,7 @@ from ..values.errors import (
 from ..values.parts import NoPayload, PayloadLike
 from ..values.redaction import get_logger
 from .identity import MAX_REQUEST_ID, open_record
-from .options import ApplyOptions, BindOptions, UpdateOptions, split_options
+from .options import ApplyOptions, BindOptions, UpdateOptions, check_options, split_options
 from .oversize import OversizeSplitter
 from .resplit import key_columns
 from .results import PartUpdate, UpdateResult
@@ -140,6 +140,7 @@ class BoundPayload:
         parts apply in order); then call ``.wait()`` on the result. The options are
         :class:`~tabhyper_update.update.options.ApplyOptions`.
         """
+        check_options(options, ApplyOptions, "apply()")
         given = ActionBatch.coerce(actions) if actions is not None else None
         table = derived_target(
             self.payload, given, options.get("target_table"), options.get("target_schema")
@@ -254,6 +255,7 @@ def upload_payload(
 ) -> BoundPayload:
     """:meth:`Payload.upload`: bind the payload to its target, look the target up and upload
     the first part (unless ``upload_first=False``: then nothing is sent before ``apply()``)."""
+    check_options(options, BindOptions, "upload()")
     if payload.parts and any(not p.path.exists() for p in payload.parts):
         raise PayloadError("the payload's files were already removed (cleanup() ran)")
     if not isinstance(target, DataSourceRef):
@@ -276,6 +278,7 @@ def update_datasource(
 ) -> UpdateResult:
     """:meth:`TableauClient.update_datasource`: bind, upload and apply in one call, every
     argument checked before the first request."""
+    check_options(options, UpdateOptions, "update_datasource()")
     if payload is not None and not isinstance(payload, PayloadLike):
         hint = (
             "; pass an action batch as actions=..."

@@ -10,20 +10,25 @@
 
 from __future__ import annotations
 
+import difflib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, cast
 
-from typing_extensions import TypedDict
+from typing_extensions import Required, TypedDict
 
 from ..rest.projects import Project
+from ..values.errors import ArgumentTypeError
+from ..values.parts import PayloadLike
 
 __all__ = [
     "ApplyOptions",
     "BindOptions",
+    "BootstrapOptions",
     "PublishMode",
     "PublishOptions",
     "UpdateOptions",
+    "check_options",
     "split_options",
 ]
 
@@ -68,6 +73,18 @@ class UpdateOptions(ApplyOptions, BindOptions, total=False):
     """Both: the options of the one-call verbs."""
 
 
+class BootstrapOptions(UpdateOptions, total=False):
+    """``bootstrap``'s: ``snapshot`` and ``changes`` (functions that build the payload to
+    publish, or the change set to apply: only the one needed is built), the ``project``,
+    ``full_refresh`` (publish over the data source even when it exists), and the update's
+    options."""
+
+    snapshot: Required[Callable[[], PayloadLike]]
+    changes: Required[Callable[[], PayloadLike]]
+    project: str | Project | None
+    full_refresh: bool
+
+
 class PublishOptions(TypedDict, total=False):
     """How a payload or ``.hyper`` file is published.
 
@@ -85,6 +102,19 @@ class PublishOptions(TypedDict, total=False):
     as_job: bool | None
     timeout: float | None
     state_dir: str | os.PathLike[str] | None
+
+
+def check_options(options: Mapping[str, Any], declared: Any, where: str) -> None:
+    """Refuse a keyword ``where`` does not take (a typo would otherwise be ignored), naming
+    the nearest it does take."""
+    known = sorted(declared.__optional_keys__ | declared.__required_keys__)
+    for name in options:
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f" (it takes {', '.join(known)})"
+            raise ArgumentTypeError(
+                f"{where} got an unexpected keyword argument {name!r}{hint}", argument=name
+            )
 
 
 def split_options(options: UpdateOptions) -> tuple[BindOptions, ApplyOptions]:

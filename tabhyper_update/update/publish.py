@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tableauhyperapi import HyperException, Nullability
 from typing_extensions import Unpack
@@ -39,7 +39,13 @@ from ..values.errors import (
 from ..values.parts import ColumnInfo, PayloadLike, TableInfo, sql_type_text
 from ..values.redaction import get_logger
 from .chain import update_datasource
-from .options import PublishMode, PublishOptions, UpdateOptions
+from .options import (
+    BootstrapOptions,
+    PublishMode,
+    PublishOptions,
+    UpdateOptions,
+    check_options,
+)
 from .results import UpdateResult
 from .schema import record_schema
 from .state import StateStore
@@ -141,6 +147,7 @@ def publish(
     **options: Unpack[PublishOptions],
 ) -> DataSourceRef:
     """:meth:`TableauClient.publish`."""
+    check_options(options, PublishOptions, "publish()")
     mode: PublishMode = options.get("mode", "create")
     if not isinstance(name, str) or not name.strip() or "\x00" in name:
         raise InvalidArgumentError(f"a data source name is required, got {name!r}")
@@ -259,16 +266,16 @@ class BootstrapResult:
 
 
 def bootstrap(
-    client: RestSession,
-    name: str,
-    *,
-    snapshot: Callable[[], PayloadLike],
-    changes: Callable[[], PayloadLike],
-    project: str | Project | None = None,
-    full_refresh: bool = False,
-    **options: Unpack[UpdateOptions],
+    client: RestSession, name: str, **options: Unpack[BootstrapOptions]
 ) -> BootstrapResult:
     """:meth:`TableauClient.bootstrap`."""
+    check_options(options, BootstrapOptions, "bootstrap()")
+    snapshot, changes = options.get("snapshot"), options.get("changes")
+    project = options.get("project")
+    full_refresh = options.get("full_refresh", False)
+    update_options = cast(
+        UpdateOptions, {k: v for k, v in options.items() if k in UpdateOptions.__optional_keys__}
+    )
     for what, fn in (("snapshot", snapshot), ("changes", changes)):
         if not callable(fn):
             raise InvalidArgumentError(
@@ -300,5 +307,6 @@ def bootstrap(
             payload.cleanup()
         return BootstrapResult(ref, published=True)
     log.info("data source %r exists: applying the change set", name)
-    update = update_datasource(client, existing, changes(), **options)
+    made = changes()
+    update = update_datasource(client, existing, made, **update_options)
     return BootstrapResult(existing, published=False, update=update)

@@ -1,0 +1,65 @@
+"""Options that travel together are one object, and a keyword no call takes is refused by
+name (a typo is never silently ignored), before anything is built or sent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tabhyper_update import Insert, Payload, Republish, TableauSink, build_payload
+from tabhyper_update.errors import ArgumentTypeError, InvalidArgumentError
+from tabhyper_update.testing import FakeTableauServer, make_hyper
+from tabhyper_update.types import BuildOptions
+
+from ._util import PAT, client_for
+
+
+def test_a_misspelt_build_option_is_refused_before_spark(tmp_path: Path) -> None:
+    options: Any = {"max_paylod_mb": 5}
+    with pytest.raises(ArgumentTypeError, match="'max_paylod_mb'; did you mean 'max_payload_mb'"):
+        build_payload(object(), output_dir=tmp_path, **options)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_misspelt_update_option_is_refused_before_any_request(tmp_path: Path) -> None:
+    hyper = make_hyper(tmp_path / "p.hyper", {"Extract": ("id BIGINT", ["(1)"])})
+    with FakeTableauServer(pats=dict([PAT]), directory=tmp_path / "srv") as server:
+        server.add_datasource(
+            "Orders", make_hyper(tmp_path / "t.hyper", {"Extract": ("id BIGINT", [])})
+        )
+        with client_for(server) as client:
+            bound = Payload.from_hyper(hyper).upload(
+                "Orders", client=client, state_dir=tmp_path / "s"
+            )
+            before = sum(server.counts.values())
+            typo: Any = {"verfy": True}
+            with pytest.raises(ArgumentTypeError, match="'verfy'; did you mean 'verify'"):
+                bound.apply(**typo)
+            typo = {"stat_dir": "x"}
+            with pytest.raises(ArgumentTypeError, match="'stat_dir'; did you mean 'state_dir'"):
+                client.update_datasource("Orders", Payload.from_hyper(hyper), **typo)
+            assert sum(server.counts.values()) == before
+
+
+def test_build_options_are_taken_whole_and_checked(tmp_path: Path) -> None:
+    insert = [Insert(source_table="Extract", target_table="Extract")]
+    options = BuildOptions(max_payload_mb=5, staging="driver")
+    with (
+        FakeTableauServer(pats=dict([PAT]), directory=tmp_path / "srv") as server,
+        client_for(server) as client,
+    ):
+        sink = TableauSink("Orders", actions=insert, build=options, check=False, client=client)
+        assert sink.build == options
+        with pytest.raises(InvalidArgumentError, match="does not take 'keep_files'"):
+            TableauSink(
+                "Orders",
+                actions=insert,
+                build=BuildOptions(keep_files=True),
+                check=False,
+                client=client,
+            )
+    bad: Any = {"stagin": "driver"}
+    with pytest.raises(ArgumentTypeError, match="did you mean 'staging'"):
+        Republish(lambda: None, build=bad)  # type: ignore[arg-type, return-value]
