@@ -83,6 +83,26 @@ def test_ignore_leaves_out_the_columns_the_data_source_lacks_and_says_which(
     assert again.deduplicated
 
 
+def test_ignore_after_upload_sends_the_part_without_the_columns_left_out(
+    spark: SparkSession,
+    server: FakeTableauServer,
+    client: TableauClient,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The README's chain: upload() uploads part 1 (with 'tier') before apply() knows the
+    # policy; that upload must not be the one sent.
+    bound = build_payload(wider(spark), BY_ID).upload(
+        "Orders", client=client, state_dir=tmp_path, progress=False
+    )
+    assert server.counts["append"] >= 1
+    with caplog.at_level(logging.WARNING):
+        result = bound.apply(on_schema_change="ignore")
+    assert result.done
+    assert "holds the columns on_schema_change left out: it is not sent" in caplog.text
+    assert rows(server) == [(2, "B", 21), (3, "c", 30), (4, "d", 40)]
+
+
 def test_ignore_does_not_hide_a_type_that_changed(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
 ) -> None:

@@ -46,6 +46,7 @@ from ..values.actions import (
 )
 from ..values.conditions import And, Comparison, Const, Or, condition_columns
 from ..values.errors import ApplyError
+from ..values.narrowing import ColumnType, losses
 from ..values.parts import PayloadLike
 from ..values.redaction import get_logger
 from .hyper import connect, quote_literal, quote_name
@@ -219,46 +220,48 @@ def _check_insertable(source: _Table, target: _Table) -> list[str]:
     return list(source.columns)
 
 
-_INTEGER_RANGE = {
-    TypeTag.SMALL_INT: (-(2**15), 2**15 - 1),
-    TypeTag.INT: (-(2**31), 2**31 - 1),
-    TypeTag.BIG_INT: (-(2**63), 2**63 - 1),
+_TYPE_NAMES = {
+    TypeTag.SMALL_INT: "SMALLINT",
+    TypeTag.INT: "INTEGER",
+    TypeTag.BIG_INT: "BIGINT",
+    TypeTag.NUMERIC: "NUMERIC",
 }
-_INTEGER_DIGITS = {TypeTag.SMALL_INT: 5, TypeTag.INT: 10, TypeTag.BIG_INT: 19}
-#: The largest integer a double holds exactly.
-_EXACT_IN_DOUBLE = 2**53
+
+
+def _column_type(t: SqlType) -> ColumnType:
+    kind = _category(t.tag)
+    return ColumnType(
+        kind,
+        _TYPE_NAMES.get(t.tag, str(t.tag.name)),
+        t.precision,
+        t.scale,
+        t.max_length if kind == "text" else None,
+    )
 
 
 def _loses(name: str, stype: SqlType, ttype: SqlType) -> tuple[str, str] | None:
     """Hyper SQL that holds for a source value of column ``name`` the target column cannot
-    keep as it is, and what it means; None when every value fits. Reads alias ``s``."""
+    keep as it is, and what it means; None when every value fits (the rules:
+    :mod:`tabhyper_update.values.narrowing`). Reads alias ``s``."""
     col = f"s.{quote_name(name)}"
-    s, t = _category(stype.tag), _category(ttype.tag)
-    if t == "integer" and s == "integer":
-        low, high = _INTEGER_RANGE.get(ttype.tag, _INTEGER_RANGE[TypeTag.BIG_INT])
-        if _INTEGER_RANGE.get(stype.tag, (0, 0)) == (low, high):
-            return None
-        return f"({col} < {low} OR {col} > {high})", f"out of the range of {ttype}"
-    if t == "numeric" and s in ("integer", "numeric"):
-        digits = (ttype.precision or 18) - (ttype.scale or 0)
-        if s == "integer":
-            held = _INTEGER_DIGITS.get(stype.tag, 19)
-        else:
-            held = (stype.precision or 18) - (stype.scale or 0)
-        narrower = s == "numeric" and (stype.scale or 0) > (ttype.scale or 0)
-        tests = [f"ABS({col}) >= CAST(1E{digits} AS DOUBLE PRECISION)"] if held > digits else []
-        if narrower:
-            tests.append(f"{col} <> ROUND({col}, {ttype.scale or 0})")
-        if not tests:
-            return None
-        return f"({' OR '.join(tests)})", f"more digits than {ttype} keeps"
-    if t == "float" and s == "integer" and stype.tag == TypeTag.BIG_INT:
-        return f"ABS({col}) > {_EXACT_IN_DOUBLE}", f"not exact in {ttype}"
-    if t == "float" and s == "numeric":
-        return None  # a double's own rounding, as the data type says
-    if t == "text" and ttype.max_length is not None:
-        return f"CHAR_LENGTH({col}) > {ttype.max_length}", f"longer than {ttype} holds"
-    return None
+    tests: list[str] = []
+    said: list[str] = []
+    for loss in losses(_column_type(stype), _column_type(ttype)) or ():
+        said.append(loss.says)
+        if loss.what == "range":
+            tests.append(f"{col} < {loss.low} OR {col} > {loss.limit}")
+        elif loss.what == "whole_digits":
+            tests.append(f"ABS({col}) >= CAST(1E{loss.limit} AS DOUBLE PRECISION)")
+        elif loss.what == "scale":
+            tests.append(f"{col} <> ROUND({col}, {loss.limit})")
+        elif loss.what == "length":
+            tests.append(f"CHAR_LENGTH({col}) > {loss.limit}")
+        elif _category(stype.tag) == "integer":  # inexact: an integer past 2^53
+            tests.append(f"ABS({col}) > {loss.limit}")
+        # A decimal into a double: the double's own rounding, as the column's type says.
+    if not tests:
+        return None
+    return f"({' OR '.join(tests)})", f"more than {ttype} keeps ({'; '.join(said)})"
 
 
 def _key_pairs(condition: Condition | bool) -> list[tuple[str, str]] | None:

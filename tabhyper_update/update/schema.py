@@ -28,6 +28,7 @@ from ..rest.caller import RestCaller
 from ..rest.refs import DataSourceRef
 from ..values.actions import ActionBatch
 from ..values.errors import ApiError, SchemaDriftError, TabHyperError
+from ..values.narrowing import ColumnType, losses
 from ..values.parts import ColumnInfo, PayloadLike, TableInfo
 from ..values.redaction import get_logger
 from .state import StateStore
@@ -153,7 +154,6 @@ def _ask_service(client: RestCaller, target: DataSourceRef) -> TargetSchema | No
 # -- the check -------------------------------------------------------------------------------
 
 _TYPE = re.compile(r"^\s*([A-Z][A-Z ]*?)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$")
-_INTEGER_DIGITS = {"SMALLINT": 5, "INTEGER": 10, "INT": 10, "BIGINT": 19}
 _KINDS = {
     "SMALLINT": "integer",
     "INTEGER": "integer",
@@ -204,40 +204,26 @@ def _parse(text: str) -> _Type | None:
     return _Type(kind, name, precision, scale)
 
 
-def _whole_digits(t: _Type) -> int | None:
-    if t.kind == "integer":
-        return _INTEGER_DIGITS.get(t.name, 19)
-    if t.kind == "numeric":
-        return (t.precision or 18) - (t.scale or 0)
-    return None
+def _column_type(t: _Type) -> ColumnType:
+    name = "INTEGER" if t.name == "INT" else t.name
+    if t.kind == "text":
+        return ColumnType(t.kind, name, length=t.precision)
+    return ColumnType(t.kind, name, t.precision, t.scale)
 
 
 def compare_types(payload: str, target: str) -> tuple[str, str] | None:
     """``("narrows", why)`` when the target column keeps less than the payload's type,
-    ``("differs", why)`` when it is another kind of value, None when it takes it whole."""
+    ``("differs", why)`` when it is another kind of value, None when it takes it whole
+    (the rules: :mod:`tabhyper_update.values.narrowing`)."""
     p, t = _parse(payload), _parse(target)
     if p is None or t is None or payload.replace(" ", "") == target.replace(" ", ""):
         return None
-    if p.kind == t.kind == "text":
-        if t.precision is not None and (p.precision is None or p.precision > t.precision):
-            return "narrows", f"{payload} into {target} cuts text longer than {t.precision}"
-        return None
-    if p.kind == t.kind == "integer" or (p.kind in ("integer", "numeric") and t.kind == "numeric"):
-        pw, tw = _whole_digits(p), _whole_digits(t)
-        if (p.scale or 0) > (t.scale or 0):
-            return "narrows", f"{payload} into {target} rounds to {t.scale or 0} decimal places"
-        if pw is not None and tw is not None and pw > tw:
-            return "narrows", f"{payload} into {target} holds {tw} whole digits, not {pw}"
-        return None
-    if t.kind == "float" and p.kind in ("integer", "numeric"):
-        if p.kind == "integer" and p.name == "BIGINT":
-            return "narrows", f"{payload} into {target} is exact only up to 2^53"
-        if p.kind == "numeric" and (p.precision or 18) > 15:
-            return "narrows", f"{payload} into {target} keeps about 15 significant digits"
-        return None
-    if p.kind == t.kind:
-        return None
-    return "differs", f"{payload} in the payload, {target} in the data source"
+    found = losses(_column_type(p), _column_type(t))
+    if found is None:
+        return "differs", f"{payload} in the payload, {target} in the data source"
+    if found:
+        return "narrows", f"{payload} into {target} {found[0].says}"
+    return None
 
 
 def check_schema(

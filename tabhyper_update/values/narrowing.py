@@ -1,0 +1,125 @@
+"""The narrowing rules, stated once: what a value of one column type can lose in a column of
+another, and what Hyper does with a value that does not fit.
+
+The schema check (:mod:`tabhyper_update.update.schema`) reads them from the type names the
+payload and the data source declare, to refuse a narrower target before anything is sent;
+the local engine (:mod:`tabhyper_update.local.engine`) reads them from Hyper's own types, to
+find the values a batch would change (and, under strict semantics, refuse them).
+
+Hyper (measured with tableauhyperapi 0.0.26963 and its SQL reference): a decimal with more
+decimal places than the column keeps is rounded; a text longer than ``VARCHAR(n)`` is cut
+to ``n`` characters; an integer outside the column's range, or a decimal with more whole
+digits than it keeps, fails the statement; a double keeps about 15 significant digits (an
+integer exactly up to 2^53).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["ColumnType", "Loss", "losses"]
+
+Kind = Literal["integer", "numeric", "float", "text"]
+#: What Hyper does with a value the target column cannot keep as it is.
+Outcome = Literal["refuses", "rounds", "truncates"]
+
+#: The range of each integer type, and its decimal digits.
+INTEGER_RANGE = {
+    "SMALLINT": (-(2**15), 2**15 - 1),
+    "INTEGER": (-(2**31), 2**31 - 1),
+    "BIGINT": (-(2**63), 2**63 - 1),
+}
+INTEGER_DIGITS = {"SMALLINT": 5, "INTEGER": 10, "BIGINT": 19}
+#: The largest integer a double holds exactly, and the significant digits it keeps.
+EXACT_IN_DOUBLE = 2**53
+DOUBLE_DIGITS = 15
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """A column's type as the rules read it: its ``kind`` (``integer``, ``numeric``,
+    ``float``, ``text``, or another name: then only the same kind fits), its ``name``
+    (``SMALLINT``, ``INTEGER``, ``BIGINT``, ``NUMERIC``, ``VARCHAR``, ...), a numeric's
+    ``precision`` and ``scale``, a text's ``length`` (None: unlimited)."""
+
+    kind: str
+    name: str
+    precision: int | None = None
+    scale: int | None = None
+    length: int | None = None
+
+    @property
+    def whole_digits(self) -> int | None:
+        if self.kind == "integer":
+            return INTEGER_DIGITS.get(self.name, 19)
+        if self.kind == "numeric":
+            return (self.precision or 18) - (self.scale or 0)
+        return None
+
+
+@dataclass(frozen=True)
+class Loss:
+    """One way a value can fail to fit: ``what`` (``range`` of an integer, ``whole_digits``
+    or ``scale`` of a decimal, ``length`` of a text, ``inexact`` in a double), the ``limit``
+    the target keeps (for ``range``, its ``low``..``limit``), what Hyper does with such a
+    value, and the words that say so."""
+
+    what: Literal["range", "whole_digits", "scale", "length", "inexact"]
+    limit: int
+    hyper: Outcome
+    says: str
+    low: int = 0
+
+
+def losses(source: ColumnType, target: ColumnType) -> tuple[Loss, ...] | None:
+    """What a ``source`` value can lose in a ``target`` column: nothing (``()``), the ways
+    it can (narrowing), or ``None`` when the target holds another kind of value."""
+    s, t = source, target
+    if s.kind == t.kind == "text":
+        if t.length is not None and (s.length is None or s.length > t.length):
+            return (Loss("length", t.length, "truncates", f"cuts text longer than {t.length}"),)
+        return ()
+    if s.kind == t.kind == "integer":
+        low, high = INTEGER_RANGE.get(t.name, INTEGER_RANGE["BIGINT"])
+        if INTEGER_RANGE.get(s.name, INTEGER_RANGE["BIGINT"]) == (low, high) or (
+            (s.whole_digits or 19) < (t.whole_digits or 19)
+        ):
+            return ()
+        return (
+            Loss(
+                "range",
+                high,
+                "refuses",
+                f"holds {t.whole_digits} whole digits, not {s.whole_digits}",
+                low=low,
+            ),
+        )
+    if s.kind in ("integer", "numeric") and t.kind == "numeric":
+        found: list[Loss] = []
+        if (s.scale or 0) > (t.scale or 0):
+            found.append(
+                Loss("scale", t.scale or 0, "rounds", f"rounds to {t.scale or 0} decimal places")
+            )
+        held, kept = s.whole_digits, t.whole_digits
+        if held is not None and kept is not None and held > kept:
+            found.append(
+                Loss("whole_digits", kept, "refuses", f"holds {kept} whole digits, not {held}")
+            )
+        return tuple(found)
+    if t.kind == "float" and s.kind in ("integer", "numeric"):
+        if s.kind == "integer" and s.name == "BIGINT":
+            return (Loss("inexact", EXACT_IN_DOUBLE, "rounds", "is exact only up to 2^53"),)
+        if s.kind == "numeric" and (s.precision or 18) > DOUBLE_DIGITS:
+            return (
+                Loss(
+                    "inexact",
+                    DOUBLE_DIGITS,
+                    "rounds",
+                    f"keeps about {DOUBLE_DIGITS} significant digits",
+                ),
+            )
+        return ()
+    if s.kind == t.kind or (s.kind, t.kind) == ("float", "float"):
+        return ()
+    return None
