@@ -16,7 +16,6 @@ from ..builder.build import build_payload
 from ..builder.options import BuildOptions
 from ..client import TableauClient
 from ..local.folders import LEASE_NAME, check_folder
-from ..local.optional import available
 from ..payload.model import Payload
 from ..update.results import PartUpdate
 from ..update.state import StateStore, UpdateRecord
@@ -556,10 +555,14 @@ def _cmd_serve_local(args: argparse.Namespace) -> int:
 
 
 def _require_pyspark(why: str) -> None:
-    if not available("pyspark.sql"):
+    # Asked afresh (not the process's cached answer): cheap once imported, and right when
+    # an embedding application made it unimportable since.
+    try:
+        import pyspark.sql  # noqa: F401 - only whether it can be imported
+    except Exception:
         raise UsageError(
             f"{why} with Spark: pip install 'tabhyper-update[spark]' (and have Java 17+)"
-        )
+        ) from None
 
 
 #: Each subcommand's function, by the name the parser gives it.
