@@ -315,7 +315,10 @@ def run_two_producers(
         root / "guarded.hyper",
         {
             "Extract": (f"{COLUMNS}, _commit_version BIGINT", []),
-            "Extract_positions": ("id BIGINT NOT NULL, _commit_version BIGINT", []),
+            "Extract_positions": (
+                "id BIGINT NOT NULL, _commit_version BIGINT, guarded BOOLEAN NOT NULL",
+                [],
+            ),
         },
     )
     luid = target.server.add_datasource(f"Guarded {root.name}", start)

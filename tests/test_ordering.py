@@ -4,6 +4,7 @@ happens."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,19 +27,23 @@ CHANGES = "id long, v string, op string, seq long"
 START = ["(1, 'start', 1)", "(2, 'two', 1)"]
 
 
-@pytest.fixture
-def fake(tmp_path: Path) -> Iterator[FakeTableauServer]:
+@pytest.fixture(params=["hyper", "strict"])
+def fake(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[FakeTableauServer]:
     start = make_hyper(
         tmp_path / "start.hyper",
         {
             "Extract": ("id BIGINT NOT NULL, v TEXT, seq BIGINT", START),
             # Where each update records its keys' positions, deleted keys included.
-            "Extract_positions": ("id BIGINT NOT NULL, seq BIGINT", ["(1, 1)", "(2, 1)"]),
+            "Extract_positions": (
+                "id BIGINT NOT NULL, seq BIGINT, guarded BOOLEAN NOT NULL",
+                ["(1, 1, TRUE)", "(2, 1, TRUE)"],
+            ),
         },
     )
     # A busy server: each job waits in the queue, so a second producer's update arrives
-    # while the first's is still queued.
-    with FakeTableauServer(pats=dict([PAT]), job_delay=0.6) as server:
+    # while the first's is still queued. Under both semantics: the guard rests on NOT NULL,
+    # which Hyper enforces, not on a stricter server.
+    with FakeTableauServer(pats=dict([PAT]), job_delay=0.6, semantics=request.param) as server:
         server.add_datasource("Orders", start)
         yield server
 
@@ -109,7 +114,7 @@ def test_a_key_a_later_update_deleted_is_not_inserted_again_by_an_older_one(
             spark, client, tmp_path, (1, None, "D", 10), (1, "old", "U", 5), guard=True
         )
     assert rows(fake) == [(2, "two", 1)]  # no row holds key 1; its position still does
-    assert rows(fake, "Extract_positions") == [(1, 10), (2, 1)]
+    assert rows(fake, "Extract_positions") == [(1, 10, True), (2, 1, True)]
 
 
 def test_an_older_delete_is_refused_too(
@@ -136,7 +141,7 @@ def test_updates_in_order_apply_with_the_guard(
             progress=False,
         )
     assert rows(fake) == [(1, "new", 10), (3, "three", 10)]
-    assert rows(fake, "Extract_positions") == [(1, 10), (2, 7), (3, 10)]
+    assert rows(fake, "Extract_positions") == [(1, 10, True), (2, 7, True), (3, 10, True)]
 
 
 def test_the_guard_needs_one_numeric_position_the_data_source_holds(
@@ -153,3 +158,58 @@ def test_the_guard_needs_one_numeric_position_the_data_source_holds(
         client.update_datasource(
             "Lacking", change(spark, (1, "x", "U", 1), guard=True), progress=False
         )
+
+
+def test_three_producers_in_random_order_end_with_each_keys_latest_position(
+    spark: SparkSession, fake: FakeTableauServer, tmp_path: Path
+) -> None:
+    """Nine change sets of three producers reach the server in a random order; a refused
+    one is rebuilt from the data source's positions on (its stale keys dropped) and sent
+    again. The data source ends as "each key's latest position wins, deleted keys absent",
+    and its positions never go backwards."""
+    rng = random.Random(50)
+    keys = list(range(1, 13))
+    changes: list[tuple[int, str | None, str, int]] = []
+    for seq in range(2, 38):  # later than the start's positions (1)
+        key = rng.choice(keys)
+        deleted = rng.random() < 0.25
+        changes.append((key, None if deleted else f"v{seq}", "D" if deleted else "U", seq))
+    batches: list[list[tuple[int, str | None, str, int]]] = [[] for _ in range(9)]
+    for i, c in enumerate(changes):
+        batches[i % 9].append(c)
+    rng.shuffle(batches)
+    refused = 0
+    seen: dict[int, int] = {1: 1, 2: 1}
+    with client_for(fake) as client:
+        for n, batch in enumerate(batches):
+            pending = batch
+            for attempt in range(3):
+                try:
+                    client.update_datasource(
+                        "Orders",
+                        change(spark, *pending, guard=True),
+                        state_dir=tmp_path / f"s{n}-{attempt}",
+                        progress=False,
+                    )
+                    break
+                except OutOfOrderError:
+                    refused += 1
+                    held = {k: p for k, p, _ in rows(fake, "Extract_positions")}
+                    pending = [c for c in pending if c[3] > held.get(c[0], 0)]
+                    if not pending:
+                        break
+            positions = {k: p for k, p, _ in rows(fake, "Extract_positions")}
+            assert all(positions[k] >= p for k, p in seen.items()), "a position went back"
+            seen = positions
+    latest: dict[int, tuple[int, str | None, str, int]] = {}
+    for c in changes:
+        if c[0] not in latest or c[3] > latest[c[0]][3]:
+            latest[c[0]] = c
+    model = {1: (1, "start", 1), 2: (2, "two", 1)}
+    for key, (_, v, op, seq) in latest.items():
+        if op == "D":
+            model.pop(key, None)
+        else:
+            model[key] = (key, v, seq)
+    assert refused > 0, "no batch met the guard: the order did not test it"
+    assert rows(fake) == sorted(model.values())

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..local.hyper import connect, quote_literal, quote_name, table_ref
+from ..values.changeset import GUARD_COLUMN
 from ..values.errors import PayloadError
 from ..values.parts import BUCKETS, ColumnInfo, PayloadPart, RowDigest, TableInfo
 from ..values.redaction import get_logger
@@ -174,9 +175,11 @@ class Staged:
     #: Hyper SQL: a staged row's size estimate (:func:`size_sql`); empty: of this table's
     #: own columns. A change set's deletes share their upserts' rows and estimate.
     size_of: str = ""
-    #: How many times each row is written (a guard's positions are written twice, so that
-    #: a key holding a later position is matched twice and fails the update).
+    #: How many times each row is written.
     copies: int = 1
+    #: Constant BOOLEAN columns after the staged ones: (name, SQL value) (a guarded change
+    #: set's ``guarded`` column: NULL in the guard's table, TRUE in the positions').
+    constants: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.size_of:
@@ -340,13 +343,19 @@ def _write_part(
             if expected == 0 and drop_empty:
                 continue
             ref = table_ref(schema, t.name)
-            columns = ", ".join(f"{quote_name(p.name)} {p.sql_definition_type}" for p in t.plans)
+            columns = ", ".join(
+                [f"{quote_name(p.name)} {p.sql_definition_type}" for p in t.plans]
+                + [f"{quote_name(name)} BOOLEAN" for name, _ in t.constants]
+            )
             conn.execute_command(f"CREATE TABLE {ref} ({columns})")
             rows = 0
             if expected:
                 select = ", ".join(
-                    p.hyper_expression(quote_name(s))
-                    for p, s in zip(t.plans, t.staged_names, strict=True)
+                    [
+                        p.hyper_expression(quote_name(s))
+                        for p, s in zip(t.plans, t.staged_names, strict=True)
+                    ]
+                    + [f"CAST({value} AS BOOLEAN)" for _, value in t.constants]
                 )
                 where = t.rows_where(
                     "" if (lo, hi) == (0, BUCKETS - 1) else f"{t.bucket_of} BETWEEN {lo} AND {hi}"
@@ -368,7 +377,8 @@ def _write_part(
             tables[t.name] = TableInfo(
                 schema,
                 t.name,
-                tuple(ColumnInfo(p.name, p.hyper_type, p.nullable) for p in t.plans),
+                tuple(ColumnInfo(p.name, p.hyper_type, p.nullable) for p in t.plans)
+                + tuple(ColumnInfo(name, "BOOLEAN", True) for name, _ in t.constants),
                 rows,
                 str(digest) if rows else "",
             )
@@ -544,8 +554,9 @@ def guard_staged(
     key_idx: list[int],
 ) -> list[Staged]:
     """The positions of a guarded change set (``ChangeSet(guard=True)``): each upserted or
-    deleted key with its position, twice (the guard's table) and once (what the update
-    records in the data source's positions table)."""
+    deleted key with its position, in the guard's table (``guarded`` NULL: set on a key
+    that holds a later position, it fails the batch) and in the positions the update
+    records in the data source's positions table (``guarded`` TRUE)."""
     if spec.guard_table is None or spec.positions_table is None:
         return []
     at = next(i for i, p in enumerate(plans) if p.name == spec.order_by[0])
@@ -571,7 +582,7 @@ def guard_staged(
             buckets=None if merged is None else dict(merged),
             where=f"({kind_is(KIND_UPSERT)}) OR ({kind_is(KIND_DELETE)})",
             bucket_of=STAGED_BUCKET,
-            copies=copies,
+            constants=((GUARD_COLUMN, value),),
         )
-        for name, copies in ((spec.guard_table, 2), (spec.positions_table, 1))
+        for name, value in ((spec.guard_table, "NULL"), (spec.positions_table, "TRUE"))
     ]

@@ -3,13 +3,12 @@
 >>> from tabhyper_update import local
 >>> local.apply(batch, target="orders.hyper", payload="payload.hyper")  # doctest: +SKIP
 
-Semantics (the fake server runs exactly this):
+Semantics (the fake server runs exactly this), in one of two modes:
 
 * actions run in order in one transaction; any failure rolls the whole batch back and
   names the failing action's index and the reason;
 * columns are matched by exact name; insert fills target columns the source lacks with
-  NULL; update and upsert set every source column on the matching target rows, and a
-  target row matched by more than one source row is an error;
+  NULL; update and upsert set every source column on the matching target rows;
 * delete removes the target rows the condition matches (for some source row, when a source
   table is given, which may hold only the columns the condition names);
 * replace empties the target and inserts the source; names and types must match exactly
@@ -19,6 +18,17 @@ Semantics (the fake server runs exactly this):
 * ``eq neq gt lt gte lte`` follow SQL (NULL never matches), ``is`` is ``IS NOT DISTINCT
   FROM``, ``has`` is substring containment. Datetime constants are instants: a TIMESTAMP
   column is compared in UTC wall-clock time, a DATE column as midnight of that date.
+
+``semantics="hyper"`` (the default) does what Hyper documents and nothing stricter, as a
+server applying the batch with Hyper would: a target row matched by several source rows
+takes one of them (by key equality, one chosen by ``seed``: the same one for the same
+seed, not always the first; under another condition, the one Hyper picks); a decimal with
+more decimal places than its column is rounded, a text longer than its ``VARCHAR(n)`` cut;
+an integer out of range, a decimal with too many whole digits and a NULL into a NOT NULL
+column fail the batch (Hyper refuses them). ``semantics="strict"`` refuses, naming the
+table, the column and the value, every batch whose outcome would depend on which source row
+is used or that would change a value (the narrowing rules of
+:mod:`tabhyper_update.values.narrowing`).
 
 Every identifier and constant is quoted by Hyper's own escaping, so no table name, column
 name or string value can change the SQL.
@@ -30,7 +40,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from tableauhyperapi import HyperException, Name, SqlType, TableName, TypeTag
 
@@ -44,7 +54,7 @@ from ..values.actions import (
     Upsert,
     _Action,
 )
-from ..values.conditions import And, Comparison, Const, Or, condition_columns
+from ..values.conditions import And, Comparison, Const, Or, condition_columns, key_pairs
 from ..values.errors import ApplyError
 from ..values.narrowing import ColumnType, losses
 from ..values.parts import PayloadLike
@@ -56,7 +66,7 @@ if TYPE_CHECKING:
 
     from ..values.conditions import Condition
 
-__all__ = ["apply"]
+__all__ = ["SEMANTICS", "Semantics", "apply", "check_semantics"]
 
 log = get_logger("tabhyper_update")
 
@@ -264,27 +274,24 @@ def _loses(name: str, stype: SqlType, ttype: SqlType) -> tuple[str, str] | None:
     return f"({' OR '.join(tests)})", f"more than {ttype} keeps ({'; '.join(said)})"
 
 
-def _key_pairs(condition: Condition | bool) -> list[tuple[str, str]] | None:
-    """(target, source) column pairs when the condition is a conjunction of column equalities."""
-    if isinstance(condition, Comparison):
-        if condition.op == "eq" and condition.target_col and condition.source_col:
-            return [(condition.target_col, condition.source_col)]
-        return None
-    if isinstance(condition, And):
-        pairs: list[tuple[str, str]] = []
-        for arg in condition.args:
-            sub = _key_pairs(arg)
-            if sub is None:
-                return None
-            pairs += sub
-        return pairs
-    return None
+Semantics = Literal["hyper", "strict"]
+SEMANTICS: tuple[Semantics, ...] = ("hyper", "strict")
+
+
+def check_semantics(semantics: object) -> Semantics:
+    if semantics not in SEMANTICS:
+        raise ApplyError(f"semantics must be 'hyper' or 'strict', got {semantics!r}")
+    return semantics
 
 
 class _Engine:
-    def __init__(self, conn: Connection, payload_attached: bool) -> None:
+    def __init__(
+        self, conn: Connection, payload_attached: bool, semantics: Semantics, seed: int
+    ) -> None:
         self.conn = conn
         self.payload_attached = payload_attached
+        self.strict = semantics == "strict"
+        self.seed = seed
 
     def run(self, sql: str) -> int:
         log.debug("hyper: %s", sql)
@@ -309,7 +316,7 @@ class _Engine:
     def check_single_match(
         self, sql: _Sql, target: _Table, source: _Table, condition: Condition | bool, where: str
     ) -> None:
-        pairs = _key_pairs(condition)
+        pairs = key_pairs(condition)
         if pairs is not None:
             # Key equality: only duplicated source keys can match a target row twice.
             src_cols = ", ".join(quote_name(s) for _, s in pairs)
@@ -359,11 +366,35 @@ class _Engine:
 
     def update(self, sql: _Sql, target: _Table, source: _Table, condition: Condition | bool) -> int:
         columns = _check_insertable(source, target)
-        self.refuse_losses(source, target)
+        if self.strict:
+            self.refuse_losses(source, target)
         where = sql.condition(condition)
-        self.check_single_match(sql, target, source, condition, where)
+        if self.strict:
+            self.check_single_match(sql, target, source, condition, where)
+        rows = source.ref if self.strict else self.one_per_key(source, condition)
         sets = ", ".join(f"{quote_name(c)} = s.{quote_name(c)}" for c in columns)
-        return self.run(f"UPDATE {target.ref} AS t SET {sets} FROM {source.ref} AS s WHERE {where}")
+        return self.run(f"UPDATE {target.ref} AS t SET {sets} FROM {rows} AS s WHERE {where}")
+
+    def one_per_key(self, source: _Table, condition: Condition | bool) -> str:
+        """The source as Hyper's ``UPDATE ... FROM`` may use it: under a key-equality
+        condition, one row per key, chosen by the seed (by the rows' values, ascending or
+        descending as the seed says, so the same seed picks the same row and not always
+        the first); under any other condition, the source as it is (the row Hyper picks)."""
+        pairs = key_pairs(condition)
+        if pairs is None:
+            return source.ref
+        keys = ", ".join(quote_name(s) for _, s in pairs)
+        others = [c for c in source.columns if c not in {s for _, s in pairs}] or list(
+            source.columns
+        )
+        direction = "DESC" if self.seed % 2 else "ASC"
+        order = ", ".join(f"CAST({quote_name(c)} AS TEXT) {direction} NULLS LAST" for c in others)
+        cols = ", ".join(quote_name(c) for c in source.columns)
+        return (
+            f"(SELECT {cols} FROM (SELECT {cols}, ROW_NUMBER() OVER (PARTITION BY {keys} "
+            f"ORDER BY {order}) AS tabhyper_pick FROM {source.ref}) AS ranked "
+            "WHERE tabhyper_pick = 1)"
+        )
 
     def apply(self, index: int, action: _Action) -> int:
         target, source = self.tables(action)
@@ -371,7 +402,8 @@ class _Engine:
         if isinstance(action, Insert):
             assert source is not None
             cols = ", ".join(quote_name(c) for c in _check_insertable(source, target))
-            self.refuse_losses(source, target)
+            if self.strict:
+                self.refuse_losses(source, target)
             return self.run(f"INSERT INTO {target.ref} ({cols}) SELECT {cols} FROM {source.ref}")
         if isinstance(action, Replace):
             assert source is not None
@@ -442,13 +474,18 @@ def apply(
     *,
     target: str | os.PathLike[str],
     payload: str | os.PathLike[str] | PayloadLike | None = None,
+    semantics: Semantics = "hyper",
+    seed: int = 0,
 ) -> list[int]:
     """Apply ``batch`` to the ``.hyper`` file ``target`` in one transaction.
 
     Source tables are read from ``payload`` (a ``.hyper`` path or a single-part
     :class:`~tabhyper_update.Payload`). Returns the rows each action affected. Any error
-    leaves ``target`` exactly as it was and raises :class:`ApplyError`.
+    leaves ``target`` exactly as it was and raises :class:`ApplyError`. ``semantics``:
+    ``"hyper"`` (what Hyper does) or ``"strict"`` (see the module docstring); ``seed``
+    chooses which of several source rows a key takes under ``"hyper"``.
     """
+    check_semantics(semantics)
     checked = ActionBatch.coerce(batch)
     target_path = Path(target)
     if not target_path.is_file():
@@ -463,7 +500,7 @@ def apply(
             conn.catalog.attach_database(os.path.abspath(target_path), alias=Name(TARGET_DB))
             if payload_path is not None:
                 conn.catalog.attach_database(os.path.abspath(payload_path), alias=Name(SOURCE_DB))
-            engine = _Engine(conn, payload_path is not None)
+            engine = _Engine(conn, payload_path is not None, semantics, seed)
             conn.execute_command("BEGIN TRANSACTION")
             committed = False
             try:

@@ -12,12 +12,13 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..local.folders import check_folder
+from ..local.hyper import connect, quote_name, table_ref
 from ..values.changeset import ChangeSet
 from ..values.errors import PayloadAppliedError, PayloadError, TabHyperError
 from ..values.parts import BUCKETS, ColumnInfo, PayloadPart, TableInfo, file_sha256, sql_type_text
@@ -117,8 +118,6 @@ def write_manifest(
 def read_hyper(path: str | os.PathLike[str], schema: str | None) -> tuple[PayloadPart, str]:
     """:meth:`Payload.from_hyper`: the file as one part, and the schema of its tables."""
     from tableauhyperapi import Nullability
-
-    from ..local.hyper import connect
 
     file = Path(path)
     if not file.is_file():
@@ -268,3 +267,20 @@ def _part_file(manifest: Path, doc: dict[str, Any], name: Any) -> Path:
             f"payload part {str(file)!r} is missing (moved or removed since the payload was saved)"
         )
     return file
+
+
+def duplicated_keys(
+    path: Path, schema: str, table: str, columns: Sequence[str], *, shown: int = 3
+) -> tuple[int, list[str]]:
+    """How many keys (on ``columns``) ``table`` of the ``.hyper`` file holds more than once,
+    and up to ``shown`` of them as text: one query on the file."""
+    keys = ", ".join(quote_name(c) for c in columns)
+    text = " || ', ' || ".join(f"COALESCE(CAST({quote_name(c)} AS TEXT), 'NULL')" for c in columns)
+    with connect(path) as conn:
+        rows = conn.execute_list_query(
+            f"SELECT {text}, COUNT(*) OVER () FROM {table_ref(schema, table)} "
+            f"GROUP BY {keys} HAVING COUNT(*) > 1 LIMIT {int(shown)}"
+        )
+    if not rows:
+        return 0, []
+    return int(rows[0][1]), [str(r[0]) if len(columns) == 1 else f"({r[0]})" for r in rows]

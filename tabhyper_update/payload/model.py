@@ -44,8 +44,15 @@ from ..values.actions import (
     Upsert,
     _Action,
 )
-from ..values.changeset import ChangeSet
-from ..values.conditions import all_of, condition_columns, keys_match, source, target
+from ..values.changeset import GUARD_COLUMN, ChangeSet
+from ..values.conditions import (
+    all_of,
+    condition_columns,
+    key_pairs,
+    keys_match,
+    source,
+    target,
+)
 from ..values.errors import (
     InvalidActionBatchError,
     InvalidArgumentError,
@@ -54,7 +61,14 @@ from ..values.errors import (
 )
 from ..values.parts import BUCKETS, ColumnInfo, PayloadPart, RowDigest, TableInfo
 from ..values.redaction import get_logger
-from .manifest import MANIFEST, note_applied, read_hyper, read_manifest, write_manifest
+from .manifest import (
+    MANIFEST,
+    duplicated_keys,
+    note_applied,
+    read_hyper,
+    read_manifest,
+    write_manifest,
+)
 
 __all__ = [
     "BUCKETS",
@@ -198,7 +212,11 @@ class Payload:
                 actions.append(
                     position_guard(
                         cs.key,
-                        part.tables[cs.guard_table].column_names[-1],
+                        next(
+                            c
+                            for c in part.tables[cs.guard_table].column_names
+                            if c not in cs.key and c != GUARD_COLUMN
+                        ),
                         target_schema=target_schema,
                         target_table=f"{table}_positions",
                         source_schema=self.schema,
@@ -304,8 +322,44 @@ class Payload:
                         "api.server.update_uploaded_file.max_size_in_mb",
                     )
                 )
+        problems += self._duplicate_keys(batch)
         if problems:
             raise InvalidActionBatchError(problems)
+
+    def _duplicate_keys(self, batch: ActionBatch) -> list[Problem]:
+        """An update or upsert by key equality whose payload table holds a key twice in one
+        part: which row the server uses for it is not determined (Hyper uses one, not
+        predictably), so the batch is refused. One query per table and part, on the file."""
+        problems: list[Problem] = []
+        for i, action in enumerate(batch.actions):
+            if not isinstance(action, (Update, Upsert)) or action.source_table is None:
+                continue
+            pairs = key_pairs(action.condition) if action.condition is not None else None
+            info = self.tables.get(action.source_table)
+            if pairs is None or info is None or not info.row_count:
+                continue
+            columns = [s for _, s in pairs]
+            if any(c not in info.column_names for c in columns):
+                continue  # reported above
+            for part in self.parts:
+                if action.source_table not in part.tables:
+                    continue
+                found, examples = duplicated_keys(
+                    part.path, self.schema, action.source_table, columns
+                )
+                if found:
+                    shown = ", ".join(examples)
+                    problems.append(
+                        Problem(
+                            f"$.actions[{i}].source-table",
+                            f"payload table {action.source_table!r} holds {found} key(s) "
+                            f"more than once on {', '.join(map(repr, columns))} (e.g. {shown}): "
+                            f"which of their rows the {action.action} uses is not determined "
+                            "(the server uses one, not predictably); keep one row per key",
+                        )
+                    )
+                    break
+        return problems
 
     # -- manifest (for the command line) ------------------------------------------------------
     MANIFEST = MANIFEST
@@ -422,10 +476,11 @@ def position_guard(
     guard_table: str,
 ) -> Update:
     """The guard of a change set's update: an update of the data source's positions table
-    (``target_table``) whose source holds each touched key with its position twice,
-    matching the rows that hold a later position. None match: it changes nothing. One does:
-    it is matched twice, which fails the whole batch before the changes (a target row
-    matched by more than one source row is an error)."""
+    (``target_table``) from each touched key's position (``guarded`` NULL), matching the
+    keys that hold a later position. None match: it changes nothing. One does: it would set
+    that key's NOT NULL ``guarded`` column to NULL, which Hyper refuses, failing the whole
+    atomic batch before any change. It rests on NOT NULL alone (never on how a key matched
+    twice is treated)."""
     return Update(
         target_schema=target_schema,
         target_table=target_table,

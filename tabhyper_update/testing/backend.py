@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import random
 import shutil
 import tempfile
 import threading
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing_extensions import Unpack
 
 from ..local.engine import apply as apply_locally
+from ..local.engine import check_semantics
 from ..local.hyper import connect
 from ..values.actions import ActionBatch, Insert
 from ..values.errors import ApplyError
@@ -156,6 +158,10 @@ class FakeBackend(SignIns):
         self.upload_seconds_per_mb = settings.get("upload_seconds_per_mb", 0.0)
         self.max_upload_mb = settings.get("max_upload_mb", profile.max_upload_mb)
         self.busy_conflicts = settings.get("busy_conflicts", profile.busy_conflicts)
+        #: How jobs apply their batches ("hyper" or "strict"), and the seed that picks one of
+        #: several source rows for a key under "hyper".
+        self.semantics = check_semantics(settings.get("semantics", profile.semantics))
+        self.seed = settings.get("seed", random.SystemRandom().randrange(2**31))
         self.limits = Limits(
             calls_per_window=settings.get("rest_calls_per_window", profile.rest_calls_per_window),
             queries_per_window=settings.get("service_query_quota", profile.service_query_quota),
@@ -443,7 +449,13 @@ class FakeBackend(SignIns):
                 assert job.batch is not None
                 if self.job_seconds_per_mb and job.upload is not None:
                     time.sleep(job.upload.stat().st_size / MB * self.job_seconds_per_mb)
-                apply_locally(job.batch, target=source.path, payload=job.upload)
+                apply_locally(
+                    job.batch,
+                    target=source.path,
+                    payload=job.upload,
+                    semantics=self.semantics,
+                    seed=self.seed,
+                )
                 code, notes = 0, None
             except ApplyError as err:
                 code, notes = 1, str(err)

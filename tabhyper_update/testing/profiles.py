@@ -3,7 +3,8 @@
 A profile sets what differs between Tableau Server releases and Tableau Cloud: the REST API
 version, the update payload cap, the VizQL Data Service release (and so the query options it
 takes) or its absence, the service's query quota, REST rate limits and concurrency, and
-whether an update is refused while another job of the data source runs (409093)::
+whether an update is refused while another job of the data source runs (409093), and how
+batches are applied (``semantics``: as Hyper does, or strictly)::
 
     FakeTableauServer(profile="cloud", pats={"ci": "s"})
     FakeTableauServer(profile="server-2021.4", max_upload_mb=5)   # a setting wins
@@ -50,6 +51,9 @@ class ServerProfile:
     rest_calls_per_window: int | None = None
     max_concurrent: int | None = None
     busy_conflicts: bool = False
+    #: How batches are applied: ``"hyper"`` (what Hyper documents) or ``"strict"`` (refuse
+    #: what depends on which source row is used or changes a value).
+    semantics: str = "hyper"
 
 
 PROFILES: dict[str, ServerProfile] = {
@@ -57,6 +61,8 @@ PROFILES: dict[str, ServerProfile] = {
     for p in (
         # The fake's own default: the newest service, no limits at all.
         ServerProfile("ideal", "2024.2.0", "3.24", 100, "20261"),
+        # The same, refusing what Hyper would decide silently (the fake's earlier default).
+        ServerProfile("strict", "2024.2.0", "3.24", 100, "20261", semantics="strict"),
         # Before 2022.1 the update cap defaults to 10 MB; no VizQL Data Service.
         ServerProfile("server-2021.4", "2021.4.0", "3.14", 10, None),
         # The service's first release (2025-02).

@@ -34,6 +34,13 @@ class BackendSettings(TypedDict, total=False):
     ``job_seconds_per_mb``: how long a job runs per MB of its upload, and
     ``upload_seconds_per_mb``: how long an upload's chunk takes to arrive per MB (a server's
     work and a network's pace, modelled) [0].
+
+    ``semantics``: how a job applies its batch, ``"hyper"`` (as Hyper documents: a key
+    matched by several source rows takes one of them, decimals are rounded and text cut to
+    fit, overflows and NULLs into NOT NULL fail) or ``"strict"`` (each of those refused,
+    naming the table, column and value) [the profile's: ``"hyper"`` but for ``strict``];
+    ``seed``: which of several source rows a key takes under ``"hyper"`` [random per
+    server, so that no test comes to rely on which].
     """
 
     pats: Mapping[str, str] | None
@@ -59,3 +66,5 @@ class BackendSettings(TypedDict, total=False):
     service_truncates_at: int | None
     job_seconds_per_mb: float
     upload_seconds_per_mb: float
+    semantics: str
+    seed: int

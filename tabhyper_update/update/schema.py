@@ -27,6 +27,7 @@ from ..readback.dataservice import DataService
 from ..rest.caller import RestCaller
 from ..rest.refs import DataSourceRef
 from ..values.actions import ActionBatch
+from ..values.changeset import GUARD_COLUMN
 from ..values.errors import ApiError, SchemaDriftError, TabHyperError
 from ..values.narrowing import ColumnType, losses
 from ..values.parts import ColumnInfo, PayloadLike, TableInfo
@@ -226,6 +227,15 @@ def compare_types(payload: str, target: str) -> tuple[str, str] | None:
     return None
 
 
+def _is_guard(action: object, column: str) -> bool:
+    """The guard's own NULL (``ChangeSet(guard=True)``): meant to meet NOT NULL."""
+    return (
+        column == GUARD_COLUMN
+        and getattr(action, "action", None) == "update"
+        and str(getattr(action, "source_table", "")).endswith("_guard")
+    )
+
+
 def check_schema(
     schema: TargetSchema,
     payload: PayloadLike,
@@ -250,7 +260,7 @@ def check_schema(
             table = payload.tables[str(source)]
             for column in table.columns:
                 mark = (action.target_table, str(source), column.name)
-                if mark in seen:
+                if mark in seen or _is_guard(action, column.name):
                     continue
                 seen.add(mark)
                 found = columns.get(column.name)

@@ -26,6 +26,7 @@ from .positions import OrderAs, check_order_as
 
 __all__ = [
     "DEFAULT_OP_MAP",
+    "GUARD_COLUMN",
     "METADATA_COLUMNS",
     "MISSING_OP",
     "RESERVED_PREFIX",
@@ -99,6 +100,11 @@ def _names(value: Any, what: str, *, allow_none: bool = False) -> tuple[str, ...
     )
 
 
+#: The positions table's NOT NULL column that a stale update's guard sets to NULL (which
+#: fails the atomic batch: Hyper enforces NOT NULL).
+GUARD_COLUMN = "guarded"
+
+
 @dataclass(frozen=True, init=False)
 class ChangeSet:
     """How to read a DataFrame as a change set: pass it to :func:`build_payload`.
@@ -120,10 +126,12 @@ class ChangeSet:
 
     ``guard=True``: updates that reach the server out of source order never leave an older
     value. The one ``order_by`` column is kept in the payload; the data source holds it too,
-    and a table ``<target table>_positions`` (the key and that column) where each update
-    records the position of every key it touched, deleted keys included. Every update first
-    checks there, in the same atomic batch, that no key it touches holds a later position;
-    if one does, the whole update fails and applies nothing
+    and a table ``<target table>_positions`` (the key, that column, and a ``guarded``
+    BOOLEAN NOT NULL column) where each update records the position of every key it
+    touched, deleted keys included. Every update first checks there, in the same atomic
+    batch, that no key it touches holds a later position: its first action sets
+    ``guarded`` to NULL on every key that does, which the NOT NULL column refuses, so the
+    whole update fails and applies nothing
     (:class:`~tabhyper_update.values.errors.OutOfOrderError`).
     """
 
@@ -188,12 +196,14 @@ class ChangeSet:
 
     @property
     def guard_table(self) -> str:
-        """The payload table of the positions the guard checks (each key's twice)."""
+        """The payload table of the positions the guard checks (each key once, its
+        ``guarded`` column NULL)."""
         return f"{self.upsert_table}_guard"
 
     @property
     def positions_table(self) -> str:
-        """The payload table of the positions the update records (each key's once)."""
+        """The payload table of the positions the update records (each key once, its
+        ``guarded`` column TRUE)."""
         return f"{self.upsert_table}_positions"
 
     def to_dict(self) -> dict[str, Any]:

@@ -60,6 +60,7 @@ __all__ = [
     "all_of",
     "any_of",
     "condition_columns",
+    "key_pairs",
     "keys_match",
     "parse_datetime_constant",
     "source",
@@ -536,3 +537,21 @@ def condition_columns(condition: Condition) -> tuple[set[str], set[str]]:
         else:
             stack.extend(node.args)
     return targets, sources
+
+
+def key_pairs(condition: Condition | bool) -> list[tuple[str, str]] | None:
+    """The (target, source) column pairs when ``condition`` is key equality (one column
+    equality, or a conjunction of them); ``None`` for any other condition."""
+    if isinstance(condition, Comparison):
+        if condition.op == "eq" and condition.target_col and condition.source_col:
+            return [(condition.target_col, condition.source_col)]
+        return None
+    if isinstance(condition, And):
+        pairs: list[tuple[str, str]] = []
+        for arg in condition.args:
+            sub = key_pairs(arg)
+            if sub is None:
+                return None
+            pairs += sub
+        return pairs
+    return None
