@@ -205,7 +205,7 @@ def test_three_producers_in_random_order_end_with_each_keys_latest_position(
     for c in changes:
         if c[0] not in latest or c[3] > latest[c[0]][3]:
             latest[c[0]] = c
-    model = {1: (1, "start", 1), 2: (2, "two", 1)}
+    model: dict[int, tuple[int, str | None, int]] = {1: (1, "start", 1), 2: (2, "two", 1)}
     for key, (_, v, op, seq) in latest.items():
         if op == "D":
             model.pop(key, None)
