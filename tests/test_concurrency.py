@@ -14,11 +14,14 @@ import pytest
 
 from tabhyper_update import (
     ChangeSet,
+    Insert,
     NotFoundError,
+    Payload,
     PersonalAccessToken,
     TableauClient,
     build_payload,
 )
+from tabhyper_update.rest import session as rest_session
 from tabhyper_update.rest.session import SESSION_RECOVERIES
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper
@@ -111,9 +114,11 @@ def test_a_shared_pat_storm_ends_in_an_error_that_says_so(
             client.job("any")
 
 
-def test_two_threads_sharing_a_pat_fail_only_with_that_error(
-    shared_pat_server: FakeTableauServer,
+def test_two_processes_sharing_a_pat_fail_only_with_that_error(
+    shared_pat_server: FakeTableauServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Two threads whose clients share nothing, as two processes' clients cannot.
+    monkeypatch.setattr(rest_session, "shared_token", lambda *a: None)
     errors: list[BaseException] = []
     deadline = time.monotonic() + 20
 
@@ -144,3 +149,44 @@ def test_two_threads_sharing_a_pat_fail_only_with_that_error(
     for err in errors:
         assert isinstance(err, AuthenticationError), err
         assert "same personal access token" in str(err)
+
+
+def test_sixteen_clients_of_one_pat_in_one_process_share_its_session(tmp_path: Path) -> None:
+    """Sixteen threads, a client each, one PAT, ten updates each to a data source of their
+    own: every data source exact, one sign-in between them (none signs another out)."""
+    start = make_hyper(tmp_path / "start.hyper", {"Extract": ("id BIGINT, v TEXT", [])})
+    errors: list[BaseException] = []
+    with FakeTableauServer(pats={"shared": "one-secret"}, directory=tmp_path / "srv") as server:
+        luids = [server.add_datasource(f"DS{i}", start) for i in range(16)]
+
+        def work(i: int) -> None:
+            try:
+                with TableauClient(
+                    server.url, "", PersonalAccessToken("shared", "one-secret")
+                ) as client:
+                    for n in range(10):
+                        rows = make_hyper(
+                            tmp_path / f"rows-{i}-{n}.hyper",
+                            {"Extract": ("id BIGINT, v TEXT", [f"({n}, 't{i}')"])},
+                        )
+                        client.update_datasource(
+                            f"DS{i}",
+                            Payload.from_hyper(rows),
+                            actions=[Insert(source_table="Extract", target_table="Extract")],
+                            state_dir=tmp_path / f"state-{i}",
+                            progress=False,
+                        )
+            except BaseException as err:
+                errors.append(err)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=240)
+        assert errors == []
+        for i, luid in enumerate(luids):
+            got = sorted(read_rows(server.datasource_path(luid), "Extract"))
+            assert got == [(n, f"t{i}") for n in range(10)]
+        assert server.counts["signin"] == 1
+        assert server.counts["signout"] == 1  # by the last client to close

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tabhyper_update import ApiError, ChangeSet, Insert, build_payload
+from tabhyper_update.rest import session as rest_session
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper
 
@@ -290,8 +291,14 @@ def test_too_many_requests_at_once_are_retried(
 
 # -- one PAT, one session
 def test_two_processes_sharing_a_pat_both_finish_and_are_warned(
-    spark: SparkSession, tmp_path: Path, start_file: Path, caplog: pytest.LogCaptureFixture
+    spark: SparkSession,
+    tmp_path: Path,
+    start_file: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Two threads whose clients share nothing, as two processes' clients cannot.
+    monkeypatch.setattr(rest_session, "shared_token", lambda *a: None)
     server = served(start_file)
     try:
         server.add_datasource("Returns", start_file)

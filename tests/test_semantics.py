@@ -132,3 +132,72 @@ def test_the_sdks_own_change_sets_hold_each_key_once(spark: Any) -> None:
             for table in part.tables:
                 assert duplicated_keys(part.path, p.schema, table, ["id"]) == (0, [])
         assert p.validate(p.derived_actions())  # the check passes its own actions
+
+
+@pytest.mark.parametrize("replay", ["original", "new_job", "refuse"])
+def test_a_repeated_request_id_applies_nothing_twice_and_says_so(
+    tmp_path: Path, replay: str
+) -> None:
+    """Whatever a server answers a repeated RequestID with (the original job, a new job that
+    applies nothing, a 409 naming the duplicate), an insert sent again from a fresh state
+    folder (another machine, a minute later) adds nothing and is reported as deduplicated.
+    (Job times have whole seconds: an original job answered within the clock-skew allowance
+    of its creation cannot be told from a new one by its time; it is followed all the same,
+    so nothing is applied twice.)"""
+    start = make_hyper(tmp_path / "start.hyper", {"Extract": ("id INT, code TEXT", [])})
+    rows_file = make_hyper(
+        tmp_path / "rows.hyper", {"Extract": ("id INT, code TEXT", ["(1, 'a')"])}
+    )
+    insert = [Insert(target_table="Extract", source_table="Extract")]
+    with FakeTableauServer(pats=dict([PAT]), directory=tmp_path / "srv", replay=replay) as srv:
+        luid = srv.add_datasource("Orders", start)
+        results = []
+        with client_for(srv) as client:
+            for machine in ("a", "b"):
+                srv.age_jobs(60)
+                results.append(
+                    client.update_datasource(
+                        "Orders",
+                        Payload.from_hyper(rows_file),
+                        actions=insert,
+                        request_id="orders-2026-11-26",
+                        state_dir=tmp_path / machine,
+                    )
+                )
+        srv.wait_idle()
+        assert read_table(srv.datasource_path(luid), "Extract") == [(1, "a")]
+    assert not results[0].deduplicated
+    assert results[1].deduplicated
+
+
+def test_a_connected_app_asks_for_each_calls_scope_and_a_403_names_the_missing_one(
+    tmp_path: Path,
+) -> None:
+    from tabhyper_update import ConnectedAppJWT, TableauClient
+    from tabhyper_update.errors import ApiError
+    from tabhyper_update.rest.scopes import DEFAULT_JWT_SCOPES
+
+    from ._util import CONNECTED_APP
+
+    start = make_hyper(tmp_path / "start.hyper", {"Extract": ("id INT, code TEXT", [])})
+    rows = make_hyper(tmp_path / "rows.hyper", {"Extract": ("id INT, code TEXT", ["(1, 'a')"])})
+    insert = [Insert(target_table="Extract", source_table="Extract")]
+    app = {k: CONNECTED_APP[k] for k in ("client_id", "secret_id", "secret_value")}
+    assert "tableau:hyper_data:update" in DEFAULT_JWT_SCOPES  # as Tableau's clients name it
+    with FakeTableauServer(connected_app=CONNECTED_APP, directory=tmp_path / "srv") as srv:
+        luid = srv.add_datasource("Orders", start)
+        lacking = tuple(s for s in DEFAULT_JWT_SCOPES if s != "tableau:hyper_data:update")
+        auth = ConnectedAppJWT(**app, username="ana", scopes=lacking)
+        with TableauClient(srv.url, "", auth) as client, pytest.raises(ApiError) as caught:
+            client.update_datasource(
+                "Orders", Payload.from_hyper(rows), actions=insert, state_dir=tmp_path / "a"
+            )
+        assert caught.value.status == 403
+        assert "needs the connected-app scope 'tableau:hyper_data:update'" in str(caught.value)
+        assert "add it to ConnectedAppJWT(scopes=...)" in str(caught.value)
+        with TableauClient(srv.url, "", ConnectedAppJWT(**app, username="ana")) as client:
+            client.update_datasource(
+                "Orders", Payload.from_hyper(rows), actions=insert, state_dir=tmp_path / "b"
+            )
+        srv.wait_idle()
+        assert read_table(srv.datasource_path(luid), "Extract") == [(1, "a")]

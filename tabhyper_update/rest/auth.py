@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from ..values.errors import ConfigurationError
 from ..values.redaction import remember
+from .scopes import DEFAULT_JWT_SCOPES
 
 __all__ = [
     "DEFAULT_JWT_SCOPES",
@@ -28,15 +29,6 @@ __all__ = [
     "PersonalAccessToken",
     "UsernamePassword",
 ]
-
-#: Scopes a connected-app token needs for the calls this SDK makes (REST API scope names).
-DEFAULT_JWT_SCOPES: tuple[str, ...] = (
-    "tableau:datasources:read",
-    "tableau:datasources:update",
-    "tableau:file_uploads:create",
-    "tableau:jobs:read",
-    "tableau:jobs:update",
-)
 
 
 class _Credentials(BaseModel):

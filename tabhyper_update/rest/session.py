@@ -27,6 +27,7 @@ from typing_extensions import Self
 
 from ..values.actions import BatchLike
 from ..values.errors import (
+    ApiError,
     AuthenticationError,
     ConfigurationError,
     InvalidArgumentError,
@@ -35,12 +36,14 @@ from ..values.errors import (
 )
 from ..values.policies import JobTimes, PollPolicy
 from ..values.redaction import get_logger, remember
-from .auth import Credentials, PersonalAccessToken
+from .auth import ConnectedAppJWT, Credentials, PersonalAccessToken
 from .datasources import find_datasource
 from .environment import check_verify, client_settings
 from .jobs import Job, get_job
 from .projects import Project
 from .refs import DataSourceRef
+from .scopes import scope_for
+from .shared_tokens import shared_token
 from .transport import RetryPolicy, Transport, as_list
 from .updates import update_data
 from .uploads import MAX_CHUNK_MB, MB, ProgressCallback, append_chunk, initiate_upload, upload_file
@@ -125,6 +128,10 @@ class RestSession:
         )
         self._token: str | None = None
         self._site_id: str | None = None
+        #: The session of this PAT shared with the process's other clients (None for other
+        #: credentials), and the last token that was ended under this client.
+        self._shared = shared_token(server, site, auth)
+        self._ended: str | None = None
         self._recoveries: deque[float] = deque()
         #: Data sources looked up by name (or LUID), project and connection: a name names the
         #: same LUID until the data source is deleted or renamed, and a call answering 404
@@ -216,7 +223,27 @@ class RestSession:
         return self.api_version
 
     def sign_in(self) -> None:
-        """Sign in now (otherwise the first call that needs a session does)."""
+        """Sign in now (otherwise the first call that needs a session does). A client of a
+        personal access token another client of this process signed in with adopts that
+        session (see :mod:`.shared_tokens`)."""
+        shared = self._shared
+        if shared is None:
+            self._sign_in()
+            return
+        with shared.lock:
+            if shared.token is not None and shared.token != self._ended:
+                with self._lock:
+                    self._token, self._site_id = shared.token, shared.site_id
+                    self.api_version = self.api_version or shared.api_version
+                shared.users.add(id(self))
+                log.info("using this process's session of the same personal access token")
+                return
+            self._sign_in()
+            shared.token, shared.site_id = self._token, self._site_id
+            shared.api_version = self.api_version
+            shared.users.add(id(self))
+
+    def _sign_in(self) -> None:
         with self._lock:
             version = self.negotiate_version()
             body_in = self.auth.credentials(self.site)
@@ -241,11 +268,20 @@ class RestSession:
             log.info("signed in to site %r", self.site)
 
     def sign_out(self) -> None:
-        """Sign out (best-effort: errors are logged, not raised)."""
+        """Sign out (best-effort: errors are logged, not raised). A session shared with
+        other clients of the process is signed out by the last of them only."""
         with self._lock:
             token, self._token = self._token, None
         if token is None or self.api_version is None:
             return
+        shared = self._shared
+        if shared is not None:
+            with shared.lock:
+                shared.users.discard(id(self))
+                if shared.token == token and shared.users:
+                    return  # others still use it
+                if shared.token == token:
+                    shared.token = None
         try:
             self._http.send_once(
                 "POST", f"api/{self.api_version}/auth/signout", token=token, expected=(200, 204)
@@ -298,17 +334,38 @@ class RestSession:
                         "access token (one PAT holds one session); give each process its own "
                         "PAT, or use a connected app"
                     ) from None
+            except ApiError as err:
+                if err.status == 403 and isinstance(self.auth, ConnectedAppJWT):
+                    raise self._scope_refused(err, method, path()) from None
+                raise
             self._recovered()
             if round_:
                 self.sleep(0.2 * round_)  # let the other process's call finish first
             with self._lock:
                 if self._token == token:
                     self._token = None
+                self._ended = token
             token = self._ensure_signed_in()
             body = kwargs.get("data")
             if body is not None and hasattr(body, "seek"):
                 body.seek(0)  # a streamed body is replayed from its start
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _scope_refused(self, err: ApiError, method: str, path: str) -> ApiError:
+        """A 403 under a connected app: the error naming the scope the call needs, and
+        whether the token asked for it."""
+        assert isinstance(self.auth, ConnectedAppJWT)
+        needed = scope_for(method, path)
+        if needed is None:
+            return err
+        if needed in self.auth.scopes:
+            why = (
+                "the token asked for it: the connected app itself (or the user) may not be "
+                "allowed it; check the app's access level and the user's permissions"
+            )
+        else:
+            why = "the token did not ask for it: add it to ConnectedAppJWT(scopes=...)"
+        return err.with_hint(f"{method} needs the connected-app scope {needed!r}; {why}")
 
     def _forget(self, rest: str) -> None:
         """Forget the looked-up data sources whose LUID ``rest`` names (it answered 404)."""

@@ -162,6 +162,13 @@ class FakeBackend(SignIns):
         #: several source rows for a key under "hyper".
         self.semantics = check_semantics(settings.get("semantics", profile.semantics))
         self.seed = settings.get("seed", random.SystemRandom().randrange(2**31))
+        #: How a repeated RequestID is answered: "original" (the first request's job),
+        #: "new_job" (a new job that applies nothing) or "refuse" (409, naming the duplicate).
+        self.replay = settings.get("replay", "original")
+        if self.replay not in ("original", "new_job", "refuse"):
+            raise ValueError(
+                f"replay must be 'original', 'new_job' or 'refuse', got {self.replay!r}"
+            )
         self.limits = Limits(
             calls_per_window=settings.get("rest_calls_per_window", profile.rest_calls_per_window),
             queries_per_window=settings.get("service_query_quota", profile.service_query_quota),
@@ -403,6 +410,18 @@ class FakeBackend(SignIns):
                 "Conflict",
                 f"{what} of data source '{source.name}' is running; try again when it ends",
             )
+
+    def ignored_job(self, earlier: Job) -> Job:
+        """A new job, finished at once, that applies nothing: a repeated RequestID's answer
+        under ``replay="new_job"`` (its notes say why)."""
+        job = Job(str(uuid.uuid4()), earlier.datasource, earlier.connection, None, None, now_iso())
+        job.started_at = job.completed_at = now_iso()
+        job.began_at = job.finished_at = time.time()
+        job.finish_code, job.progress = 0, 100
+        job.notes = f"duplicate request: job {earlier.id} had the same RequestID; nothing applied"
+        with self.lock:
+            self.jobs[job.id] = job
+        return job
 
     def job_for_request(self, request_id: str) -> Job | None:
         """The job an earlier request with this RequestID created, within the window."""

@@ -111,6 +111,7 @@ class Handlers:
 
     def _auth(self, request: Request, site: str | None = None) -> None:
         session = self.backend.authorise(request.headers.get("x-tableau-auth"), site)
+        self.backend.check_scope(session, request.method, request.path)
         self.backend.limits.call(session.user_id)
 
     # -- server and sessions -----------------------------------------------------------------
@@ -279,7 +280,18 @@ class Handlers:
             raise bad_request("the RequestID header is required")
         earlier = self.backend.job_for_request(request_id)
         if earlier is not None:
-            # A repeated RequestID is not run again: answer with the original job.
+            # A repeated RequestID is not run again; how it is answered is a setting.
+            if self.backend.replay == "refuse":
+                raise ApiFailure(
+                    409,
+                    "409000",
+                    "Conflict",
+                    f"duplicate request: RequestID '{request_id}' was received before",
+                )
+            if self.backend.replay == "new_job":
+                return Response(
+                    202, {"job": job_body(self.backend.ignored_job(earlier), brief=True)}
+                )
             return Response(202, {"job": job_body(earlier, brief=True)})
         try:
             # The wire format exactly as Tableau takes it: a lenient reader here would let a
@@ -312,6 +324,13 @@ class Handlers:
         if mode == "absent":  # an older server: no such endpoint
             raise not_found("404000", f"no endpoint {request.method} {request.path}")
         session = self.backend.authorise(request.headers.get("x-tableau-auth"))
+        if session.scopes is not None and "tableau:viz_data_service:read" not in session.scopes:
+            raise ServiceFailure(
+                403,
+                "403000",
+                "Forbidden",
+                "the connected app's token does not grant the scope this call needs",
+            )
         if mode == "denied":
             raise ServiceFailure(
                 403,

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..rest.scopes import scope_for
 from .wire import ApiFailure
 
 __all__ = ["Session", "SignIns"]
@@ -25,6 +26,8 @@ class Session:
     user_id: str
     credential: str  # PAT name, user name or connected-app subject
     expires_at: float
+    #: The scopes a connected app's token granted (``None``: not a connected app).
+    scopes: frozenset[str] | None = None
 
 
 def _b64url_decode(part: str) -> bytes:
@@ -54,12 +57,14 @@ class SignIns:
                     self.secrets_seen.add(str(creds[key]))
         site = (creds.get("site") or {}).get("contentUrl", "")
         who: str | None = None
+        scopes: frozenset[str] | None = None
         if "personalAccessTokenName" in creds:
             name = creds.get("personalAccessTokenName")
             if self.pats.get(str(name)) == creds.get("personalAccessTokenSecret"):
                 who = f"pat:{name}"
         elif "jwt" in creds:
-            who = f"jwt:{self._check_jwt(str(creds['jwt']))}"
+            subject, scopes = self._check_jwt(str(creds["jwt"]))
+            who = f"jwt:{subject}"
         elif "name" in creds and self.users.get(str(creds["name"])) == creds.get("password"):
             who = f"user:{creds['name']}"
         if who is None or site != self.site:
@@ -71,7 +76,7 @@ class SignIns:
             )
         token = uuid.uuid4().hex + uuid.uuid4().hex
         user_id = str(uuid.uuid5(uuid.NAMESPACE_OID, who))
-        session = Session(token, user_id, who, time.time() + self.token_lifetime)
+        session = Session(token, user_id, who, time.time() + self.token_lifetime, scopes)
         with self.lock:
             self.secrets_seen.add(token)
             if who.startswith("pat:"):
@@ -112,7 +117,20 @@ class SignIns:
             for session in self.sessions.values():
                 session.expires_at = 0
 
-    def _check_jwt(self, token: str) -> str:
+    def check_scope(self, session: Session, method: str, path: str) -> None:
+        """Refuse (403) a connected app's call its token's scopes do not grant."""
+        if session.scopes is None:
+            return
+        needed = scope_for(method, path)
+        if needed is not None and needed not in session.scopes:
+            raise ApiFailure(
+                403,
+                "403000",
+                "Forbidden",
+                "the connected app's token does not grant the scope this call needs",
+            )
+
+    def _check_jwt(self, token: str) -> tuple[str, frozenset[str]]:
         app = self.connected_app
         try:
             head_b64, claims_b64, sig_b64 = token.split(".")
@@ -136,4 +154,5 @@ class SignIns:
         )
         if not ok:
             raise ApiFailure(401, "401001", "Signin Error", "the JWT was not accepted")
-        return str(claims.get("sub"))
+        granted = claims.get("scp") or []
+        return str(claims.get("sub")), frozenset(str(g) for g in granted)

@@ -40,7 +40,10 @@ class BackendSettings(TypedDict, total=False):
     fit, overflows and NULLs into NOT NULL fail) or ``"strict"`` (each of those refused,
     naming the table, column and value) [the profile's: ``"hyper"`` but for ``strict``];
     ``seed``: which of several source rows a key takes under ``"hyper"`` [random per
-    server, so that no test comes to rely on which].
+    server, so that no test comes to rely on which]; ``replay``: how a repeated RequestID
+    (within ``dedup_window``) is answered: ``"original"`` (202 with the first request's
+    job), ``"new_job"`` (202 with a new job that applies nothing, its notes saying so) or
+    ``"refuse"`` (409 naming the duplicate) ["original"].
     """
 
     pats: Mapping[str, str] | None
@@ -68,3 +71,4 @@ class BackendSettings(TypedDict, total=False):
     upload_seconds_per_mb: float
     semantics: str
     seed: int
+    replay: str

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from .results import UpdateResult
     from .uploading import PartUploader
 
-__all__ = ["MAX_ATTEMPTS_PER_RUN", "UpdateRun"]
+__all__ = ["MAX_ATTEMPTS_PER_RUN", "UpdateRun", "duplicate_refused", "ignored_as_repeat"]
 
 log = get_logger("tabhyper_update")
 #: How many new attempts one run makes for a part whose earlier job had failed.
@@ -111,6 +111,10 @@ class UpdateRun:
                 update = self.part_update(state, part, batch)
                 try:
                     self.submit(state, part, batch, update)
+                    if update.job is None:  # the server refused a repeat of this request
+                        updates.append(update)
+                        index += 1
+                        continue
                     if wait or index < len(record.parts) - 1:
                         self.uploader.ahead(record, units, index + 1)
                         self.wait_part(state, update, timeout)
@@ -169,7 +173,13 @@ class UpdateRun:
         ):
             return
         for _ in range(MAX_ATTEMPTS_PER_RUN + 1):
-            job, sent_at = self._send_part(state, part, batch, update)
+            try:
+                job, sent_at = self._send_part(state, part, batch, update)
+            except ApiError as err:
+                if not duplicate_refused(err):
+                    raise
+                self._refused_as_repeat(state, update, err)
+                return
             earlier = job.id in state.jobs_seen or created_before(job.created_at, sent_at)
             if job.id not in state.jobs_seen:
                 state.jobs_seen.append(job.id)
@@ -234,6 +244,23 @@ class UpdateRun:
         update.seconds["submit"] = time.perf_counter() - started
         return job, sent_at
 
+    def _refused_as_repeat(self, state: PartState, update: PartUpdate, err: ApiError) -> None:
+        """The server refused the request as a repeat of one it had (its answer names the
+        duplicate): this run applies nothing, and the part is the earlier request's."""
+        log.warning(
+            "part %d/%d: the server refused RequestID %s as a repeat of a request it already "
+            "had (%s): %s was submitted before (deduplicated); nothing was sent again, and "
+            "its outcome is that earlier request's",
+            state.index + 1,
+            len(self.record.parts),
+            state.request_id,
+            err.code,
+            self.record.label,
+        )
+        update.deduplicated = update.applied = True
+        state.status = "applied"
+        self.store.save(self.record)
+
     def _send_update(self, state: PartState, batch: ActionBatch) -> Job:
         return step(
             f"update request of part {state.index + 1}",
@@ -285,6 +312,16 @@ class UpdateRun:
                     raise refused from err
                 raise
         update.seconds["wait"] = time.perf_counter() - started
+        if ignored_as_repeat(update.job):
+            log.warning(
+                "part %d/%d: job %s says it applied nothing, its RequestID %s being a "
+                "repeat (deduplicated)",
+                update.part + 1,
+                len(record.parts),
+                update.job.id,
+                state.request_id,
+            )
+            update.deduplicated = True
         update.applied = True
         state.status = "applied"
         self.store.save(record)
@@ -307,6 +344,19 @@ class UpdateRun:
             report_metrics(result)
         finally:
             self.cleanup()
+
+
+def duplicate_refused(err: ApiError) -> bool:
+    """Whether the server refused a request as a repeat of one it already had (a 409 or
+    400 whose words name a duplicate request)."""
+    said = f"{err.summary or ''} {err.detail or ''}".lower()
+    return err.status in (400, 409) and "duplicate" in said and "request" in said
+
+
+def ignored_as_repeat(job: Job) -> bool:
+    """Whether a finished job says it applied nothing because its request was a repeat."""
+    notes = (job.notes or "").lower()
+    return job.succeeded and "duplicate" in notes and "nothing applied" in notes
 
 
 def _guard_table(batch: ActionBatch) -> str | None:
