@@ -53,7 +53,10 @@ def test_status_shows_the_last_update_what_is_unfinished_and_each_sink(
     assert sum(server.counts.values()) == counts_before  # no request
     (orders,) = found["datasources"]
     assert orders["datasource_id"] == client.datasource("Orders").id
+    assert orders["datasource"] == "Orders"
     assert orders["last_applied"]["jobs"]  # the sink's batch, applied last
+    assert orders["last_applied"]["position"] == {"sink_id": "orders-feed", "batch_id": 0}
+    assert found["problems"] == []
     assert job not in orders["last_applied"]["jobs"]
     (unfinished,) = orders["unfinished"]
     assert unfinished["applied"] == 0
@@ -69,6 +72,33 @@ def test_status_shows_the_last_update_what_is_unfinished_and_each_sink(
     assert "unfinished" in text
     assert "a re-run resumes it" in text
     assert "sink orders-feed: batch 0 applied" in text
+    assert "data source 'Orders' (" in text
+    assert 'position {"sink_id": "orders-feed", "batch_id": 0}' in text
+
+    # What it cannot read is named with the reason, and the exit code asks for a look;
+    # nothing is changed.
+    records = state / "records"
+    first = sorted(records.glob("[0-9a-f]*.json"))[0]
+    (records / ("f" * 64 + ".json")).symlink_to(first)
+    (records / ("e" * 64 + ".json")).write_text(first.read_text()[:40])
+    (state / "sinks" / "orders-feed.json").write_text('{"sink_id": "orders-fe')
+    listing = sorted(p.name for p in records.iterdir())
+    assert main(["status", "--state-dir", str(state), "--json"]) == 1
+    problems = {
+        Path(p["path"]).name: p["reason"] for p in json.loads(capsys.readouterr().out)["problems"]
+    }
+    assert "a symbolic link" in problems["f" * 64 + ".json"]
+    assert "truncated" in problems["e" * 64 + ".json"]
+    assert "truncated" in problems["orders-feed.json"]
+    assert sorted(p.name for p in records.iterdir()) == listing
+    # A records folder that is a link: refused, named, not silently empty.
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "records").symlink_to(records)
+    assert main(["status", "--state-dir", str(linked)]) == 1
+    out = capsys.readouterr().out
+    assert f"could not read {linked / 'records'}: a symbolic link" in out
+    assert "nothing in it was read" in out
 
     assert main(["status", "--state-dir", str(tmp_path / "empty")]) == 0
     assert "nothing recorded" in capsys.readouterr().out

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tabhyper_update import ChangeSet, TableauClient, TableauSink, build_payload
+from tabhyper_update import ChangeSet, TableauClient, TableauSink, __version__, build_payload
+from tabhyper_update.local.telemetry import SCHEMA_URL
 from tabhyper_update.testing import FakeTableauServer
 
 if TYPE_CHECKING:
@@ -106,10 +107,26 @@ def test_an_update_yields_its_figures_a_log_line_spans_and_metrics(
     assert rows["upsert"] >= 2
     assert rows["delete"] >= 1
     assert {
-        "tabhyper_update.bytes",
+        "tabhyper_update.uploaded",
         "tabhyper_update.update.duration",
         "tabhyper_update.lag",
+        "http.client.request.duration",
     } <= set(found)
+    # Units as units, never in a name; the scope carries the SDK's version and schema URL.
+    assert found["tabhyper_update.uploaded"].unit == "By"
+    assert found["http.client.request.duration"].unit == "s"
+    scopes = [sm.scope for rm in data.resource_metrics for sm in rm.scope_metrics]
+    ours = [sc for sc in scopes if sc.name == "tabhyper_update"]
+    assert ours[0].version == __version__
+    assert ours[0].schema_url == SCHEMA_URL
+    # One HTTP client span per attempt, by the semantic conventions, under the update.
+    http = [s for s in spans.get_finished_spans() if "http.request.method" in s.attributes]
+    patch = [s for s in http if s.attributes["http.request.method"] == "PATCH"]
+    assert len(patch) == 1
+    assert patch[0].attributes["http.response.status_code"] == 202
+    assert patch[0].attributes["server.address"] == "127.0.0.1"
+    assert "?" not in patch[0].attributes["url.full"]
+    assert patch[0].parent.span_id == update.context.span_id
 
 
 def test_a_sink_batch_carries_its_position(
@@ -121,6 +138,42 @@ def test_a_sink_batch_carries_its_position(
     figures = sink.last_result.metrics()
     assert figures["position"] == {"sink_id": "feed", "batch_id": 3}
     assert figures["rows"] == {"delete": 1, "upsert": 2}
+
+
+def test_a_replay_adds_nothing_to_the_counters_and_says_so(
+    spark: SparkSession,
+    server: FakeTableauServer,
+    client: TableauClient,
+    tmp_path: Path,
+    exporters: tuple[Any, Any],
+) -> None:
+    _, reader = exporters
+
+    def counted() -> tuple[dict[tuple[Any, ...], int], dict[tuple[Any, ...], int]]:
+        rows: dict[tuple[Any, ...], int] = {}
+        sent: dict[tuple[Any, ...], int] = {}
+        for rm in reader.get_metrics_data().resource_metrics:
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    into = {"tabhyper_update.rows": rows, "tabhyper_update.uploaded": sent}
+                    if m.name in into:
+                        for point in m.data.data_points:
+                            key = tuple(sorted(point.attributes.items()))
+                            into[m.name][key] = point.value
+        return rows, sent
+
+    frame = spark.createDataFrame(CHANGES, DDL)
+    first = client.update_datasource("Orders", build_payload(frame, BY_ID), state_dir=tmp_path)
+    rows_before, sent_before = counted()
+    again = client.update_datasource("Orders", build_payload(frame, BY_ID), state_dir=tmp_path)
+    rows_after, sent_after = counted()
+    assert first.metrics()["bytes"] > 0
+    assert again.deduplicated
+    assert again.metrics()["bytes"] == 0  # nothing was uploaded
+    assert again.metrics()["rows"] == {}
+    assert sum(rows_after.values()) == sum(rows_before.values())
+    assert sum(sent_after.values()) == sum(sent_before.values())
+    assert any(("tabhyper_update.deduplicated", True) in key for key in sent_after)
 
 
 def test_without_opentelemetry_nothing_is_traced(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -509,7 +509,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     found = status(args.state_dir)
     _emit(args, found, describe_status(found))
-    return EXIT_OK
+    # Files it could not read: the state folder needs a look (nothing was changed).
+    return EXIT_FAILED if found["problems"] else EXIT_OK
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

@@ -43,6 +43,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from .._version import __version__
+from ..local.telemetry import http_request
 from ..values.errors import (
     ApiError,
     AuthenticationError,
@@ -329,8 +330,10 @@ class Transport:
         params: Mapping[str, str] | None = None,
         expected: tuple[int, ...] = (200,),
         timeout: float | None = None,
+        resend_count: int = 0,
     ) -> tuple[requests.Response, dict[str, Any] | None]:
-        """One request, no retry. Errors come back as our exceptions."""
+        """One request, no retry (``resend_count``: how many attempts of it went before, for
+        its HTTP span). Errors come back as our exceptions."""
         url = self.url(path)
         shown = _without_fragment(url)
         all_headers = dict(headers or {})
@@ -342,18 +345,20 @@ class Transport:
         started = time.perf_counter()
         limit = timeout or self.timeout
         size = len(data) if isinstance(data, (bytes, str)) or hasattr(data, "__len__") else 0
-        response = self._send_following(
-            _Outgoing(
-                method,
-                url,
-                shown,
-                data,
-                all_headers,
-                params,
-                limit=limit,
-                deadline=limit + size / _BODY_BYTES_PER_SECOND,
+        with http_request(method, shown, resend_count) as answer:
+            response = self._send_following(
+                _Outgoing(
+                    method,
+                    url,
+                    shown,
+                    data,
+                    all_headers,
+                    params,
+                    limit=limit,
+                    deadline=limit + size / _BODY_BYTES_PER_SECOND,
+                )
             )
-        )
+            answer["status"] = response.status_code
         log.debug(
             "%s %s -> %s in %.3f s",
             method,
@@ -561,7 +566,9 @@ class Transport:
                     # No attempt outlives the call's own bound.
                     remaining = policy.max_total_seconds - (self.clock() - start)
                     limit = max(0.05, min(own_timeout, remaining))
-                    return self.send_once(method, path, timeout=limit, **kwargs)
+                    return self.send_once(
+                        method, path, timeout=limit, resend_count=attempts - 1, **kwargs
+                    )
         except TabHyperError as err:
             err.attempts = attempts
             raise

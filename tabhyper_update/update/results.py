@@ -91,6 +91,8 @@ class UpdateResult:
         from that commit to the data being in Tableau."""
         rows: dict[str, int] = {}
         for p in self.parts:
+            if p.deduplicated or p.skipped:
+                continue  # applied nothing new: counted by the run that applied it
             for action in p.actions.actions:
                 source = getattr(action, "source_table", None)
                 if source is None or action.target_table.endswith("_positions"):
@@ -117,7 +119,8 @@ class UpdateResult:
             "deduplicated": self.deduplicated,
             "republished": self.republished,
             "rows": rows,
-            "bytes": sum(p.size_bytes for p in self.parts),
+            # What the server received from this run: the parts it uploaded.
+            "bytes": sum(p.size_bytes for p in self.parts if "upload" in p.seconds),
             "seconds": steps,
             "total_seconds": (
                 round(self.finished_at - self.started_at, 3)
@@ -255,4 +258,6 @@ def report_metrics(result: UpdateResult) -> None:
         seconds=figures["total_seconds"] or 0.0,
         lag=figures["lag_seconds"],
         datasource=str(result.datasource or ""),
+        deduplicated=result.deduplicated,
+        skipped=bool(result.parts) and all(p.skipped for p in result.parts),
     )

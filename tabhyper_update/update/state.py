@@ -106,6 +106,10 @@ class UpdateRecord:
     explicit_id: bool = False
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
+    #: The data source's name when it was looked up, and where in the source the update's
+    #: changes end (``apply(position=...)``, a sink's batch), for ``tabhyper-update status``.
+    datasource_name: str | None = None
+    position: Any = None
 
     @property
     def finished(self) -> bool:
@@ -153,6 +157,8 @@ class UpdateRecord:
             explicit_id=bool(data.get("explicit_id", False)),
             created_at=float(data.get("created_at", 0)),
             updated_at=float(data.get("updated_at", 0)),
+            datasource_name=data.get("datasource_name"),
+            position=data.get("position"),
         )
 
 

@@ -1,16 +1,22 @@
 """What the state folder knows, for people and schedulers (``tabhyper-update status``): per
-data source the last update applied and what is unfinished, and each streaming sink's
-progress. It reads files only: no sign-in, no request."""
+data source (its name beside its LUID) the last update applied, its position, jobs and time,
+and what is unfinished; each streaming sink's last batch; and every file it could not read,
+with the reason (a symbolic link, a truncated or foreign file, another owner's file). It
+reads files only: no sign-in, no request, nothing changed."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from .state import StateStore, UpdateRecord
+
+_RECORD = re.compile(r"^[0-9a-f]{64}\.json$")
 
 __all__ = ["describe_status", "status"]
 
@@ -25,6 +31,7 @@ def _update(record: UpdateRecord) -> dict[str, Any]:
     applied = [p for p in record.parts if p.status == "applied"]
     return {
         "label": record.label,
+        "position": record.position,
         "identity": record.identity,
         "parts": len(record.parts),
         "applied": len(applied),
@@ -34,18 +41,82 @@ def _update(record: UpdateRecord) -> dict[str, Any]:
     }
 
 
-def _sinks(folder: Path) -> list[dict[str, Any]]:
+def _read_json(path: Path, problems: list[dict[str, str]]) -> Any:
+    """A JSON file of the SDK's, or ``None`` after noting why it could not be read."""
+
+    def problem(reason: str) -> None:
+        problems.append({"path": str(path), "reason": reason})
+
+    try:
+        info = os.lstat(path)
+    except OSError as err:
+        problem(f"cannot be read: {err.strerror}")
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        problem("a symbolic link: the SDK keeps its records only as files it wrote; not read")
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        problem("not a file; not read")
+        return None
+    if info.st_uid != os.getuid():
+        problem(f"owned by another user (uid {info.st_uid}); not read")
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as err:
+        problem(f"cannot be read: {err.strerror}")
+    except ValueError as err:
+        problem(f"not complete JSON (truncated?): {err}")
+    return None
+
+
+def _folder_ok(folder: Path, problems: list[dict[str, str]]) -> bool:
+    if folder.is_symlink():
+        problems.append(
+            {
+                "path": str(folder),
+                "reason": "a symbolic link: the SDK keeps its records only in a folder it "
+                "made itself; nothing in it was read",
+            }
+        )
+        return False
+    return folder.is_dir()
+
+
+def _records(store: StateStore, problems: list[dict[str, str]]) -> list[UpdateRecord]:
+    folder = store.records_dir
+    found: list[UpdateRecord] = []
+    if not _folder_ok(folder, problems):
+        return found
+    for path in sorted(folder.iterdir()):
+        if not _RECORD.match(path.name):
+            continue  # the columns the SDK published, files being written
+        data = _read_json(path, problems)
+        if data is None:
+            continue
+        try:
+            found.append(UpdateRecord.from_json(data))
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
+            problems.append(
+                {"path": str(path), "reason": f"not an update record of this version ({err})"}
+            )
+    return found
+
+
+def _sinks(folder: Path, problems: list[dict[str, str]]) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
-    if not folder.is_dir():
+    if not _folder_ok(folder, problems):
         return found
     for path in sorted(folder.glob("*.json")):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            continue  # a claim or a file being written: not a progress record
+        if path.name.endswith(".claim.json"):
+            continue  # which query owns the sink id, not its progress
+        data = _read_json(path, problems)
+        if data is None:
+            continue
         if not isinstance(data, dict) or "last_batch" not in data:
+            problems.append({"path": str(path), "reason": "not a sink's progress record"})
             continue
         data["updated_at"] = _when(data.get("updated_at"))
         found.append(data)
@@ -53,16 +124,24 @@ def _sinks(folder: Path) -> list[dict[str, Any]]:
 
 
 def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Per data source the last update applied (its position or label, jobs, when) and the
-    updates unfinished (in flight, or interrupted: a re-run resumes them), and each sink's
-    progress, as plain JSON values."""
+    """Per data source (its name and LUID) the last update applied (its position or label,
+    jobs, when) and the updates unfinished (in flight, or interrupted: a re-run resumes
+    them), each sink's progress, and the files that could not be read and why, as plain JSON
+    values."""
     store = StateStore(state_dir)
+    problems: list[dict[str, str]] = []
     by_source: dict[str, dict[str, Any]] = {}
-    for record in sorted(store.records(), key=lambda r: r.updated_at):
+    for record in sorted(_records(store, problems), key=lambda r: r.updated_at):
         entry = by_source.setdefault(
             record.datasource_id,
-            {"datasource_id": record.datasource_id, "last_applied": None, "unfinished": []},
+            {
+                "datasource_id": record.datasource_id,
+                "datasource": record.datasource_name,
+                "last_applied": None,
+                "unfinished": [],
+            },
         )
+        entry["datasource"] = record.datasource_name or entry["datasource"]
         if record.finished:
             entry["last_applied"] = _update(record)
         else:
@@ -70,7 +149,8 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     return {
         "directory": str(store.directory),
         "datasources": list(by_source.values()),
-        "sinks": _sinks(store.directory / "sinks"),
+        "sinks": _sinks(store.directory / "sinks", problems),
+        "problems": problems,
     }
 
 
@@ -79,10 +159,17 @@ def describe_status(found: dict[str, Any]) -> str:
     lines: list[str] = []
     for ds in found["datasources"]:
         last = ds["last_applied"]
+        name = (
+            f"{ds['datasource']!r} ({ds['datasource_id']})"
+            if ds["datasource"]
+            else ds["datasource_id"]
+        )
+        at = f", position {json.dumps(last['position'])}" if last and last["position"] else ""
         lines.append(
-            f"data source {ds['datasource_id']}: "
+            f"data source {name}: "
             + (
-                f"last applied {last['label']} at {last['when']} (jobs {', '.join(last['jobs'])})"
+                f"last applied {last['label']}{at} at {last['when']} "
+                f"(jobs {', '.join(last['jobs'])})"
                 if last
                 else "nothing applied on record"
             )
@@ -103,4 +190,6 @@ def describe_status(found: dict[str, Any]) -> str:
         if error:
             line += f"; failed: {error.get('message') if isinstance(error, dict) else error}"
         lines.append(line)
+    for problem in found["problems"]:
+        lines.append(f"could not read {problem['path']}: {problem['reason']}")
     return "\n".join(lines) or f"nothing recorded in {found['directory']}"
