@@ -113,6 +113,15 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture(autouse=True)
+def _sessions_of_this_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients of one PAT share its session within a process: each test starts with none
+    shared, as a new process would."""
+    from tabhyper_update.rest import shared_tokens
+
+    monkeypatch.setattr(shared_tokens, "_shared", {})
+
+
+@pytest.fixture(autouse=True)
 def _secrets_of_this_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """The SDK scrubs every secret its clients held in the process: each test starts with
     none, so one test's credentials (some tests use plain words) never blank another's."""
