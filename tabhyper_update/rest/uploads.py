@@ -30,9 +30,11 @@ from ..values.redaction import get_logger
 from .caller import ProgressCallback, RestCaller
 
 __all__ = [
+    "MAX_BLOCKS",
     "MAX_CHUNK_MB",
     "ProgressCallback",
     "append_chunk",
+    "block_size",
     "initiate_upload",
     "multipart_framing",
     "upload_file",
@@ -43,6 +45,33 @@ log = get_logger("tabhyper_update")
 MB = 1024 * 1024
 #: The server refuses requests larger than 64 MB.
 MAX_CHUNK_MB = 64
+#: Tableau's REST reference limits a file upload to 1,000 appended blocks.
+MAX_BLOCKS = 1000
+
+
+def block_size(total: int, chunk_size: int, name: str) -> int:
+    """The block size for a file of ``total`` bytes: ``chunk_size``, grown so that the file
+    fits in :data:`MAX_BLOCKS` blocks, within the 64 MB request cap; a file that cannot fit
+    is refused before anything is sent."""
+    # The append body adds a few hundred bytes of framing to each block.
+    largest = MAX_CHUNK_MB * MB - 4096
+    needed = -(-total // MAX_BLOCKS)
+    if needed > largest:
+        raise PayloadError(
+            f"{name} is {total / MB:,.0f} MB: more than {MAX_BLOCKS} blocks of the largest "
+            f"request the server takes ({MAX_CHUNK_MB} MB) hold; nothing was sent. Build the "
+            "payload in smaller parts (max_payload_mb)"
+        )
+    if needed > chunk_size:
+        log.info(
+            "uploading %s in blocks of %.1f MB (not %.1f MB): a file takes at most %d blocks",
+            name,
+            needed / MB,
+            chunk_size / MB,
+            MAX_BLOCKS,
+        )
+        return needed
+    return chunk_size
 
 
 def multipart_framing(boundary: str, filename: str = "payload.hyper") -> tuple[bytes, bytes]:
@@ -175,6 +204,7 @@ def upload_file(
         raise PayloadError(f"cannot upload {str(path)!r}: {err.strerror or err}") from None
     if total == 0:
         raise PayloadError(f"{str(path)!r} is empty: nothing to upload")
+    chunk_size = block_size(total, chunk_size, path.name)
     restarts = 0
     while True:
         try:
