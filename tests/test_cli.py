@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,83 @@ def test_a_refused_sign_in_has_its_own_exit_code(
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["class"] == "AuthenticationError"
     assert "wrong-secret" not in error["message"]
+
+
+def test_serve_local_prints_what_to_export_and_listens_on_the_port_asked(tmp_path: Path) -> None:
+    import os
+    import shlex
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = str(Path(sys.executable).parent / "tabhyper-update")
+    proc = subprocess.Popen(
+        [
+            command,
+            "serve-local",
+            "--port",
+            str(port),
+            "--duration",
+            "60",
+            "--directory",
+            str(tmp_path / "fake"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        exports: dict[str, str] = {}
+        deadline = time.monotonic() + 30
+        while len(exports) < 4 and time.monotonic() < deadline:
+            line = proc.stdout.readline().strip()
+            if line.startswith("export "):
+                name, _, value = shlex.split(line[len("export ") :])[0].partition("=")
+                exports[name] = value
+        assert exports["TABLEAU_SERVER_URL"] == f"http://127.0.0.1:{port}"
+        env = {**os.environ, **exports}
+        done = subprocess.run(
+            [command, "job", "status", "no-such-job"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 4, done.stderr  # signed in with what it printed; no job
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_an_empty_build_is_an_empty_payload_that_apply_reports_as_nothing_to_update(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tabhyper_update import ChangeSet, Payload
+    from tabhyper_update.testing import make_hyper
+
+    # What `build` writes for an empty change set (a manifest without parts).
+    folder = tmp_path / "payload"
+    folder.mkdir()
+    Payload([], change_set=ChangeSet("id", op_column="op", order_by="seq")).save_manifest(folder)
+    start = make_hyper(tmp_path / "start.hyper", {"Extract": ("id BIGINT, v TEXT", [])})
+    with FakeTableauServer(pats={"ci": "pat-secret"}, directory=tmp_path / "srv") as server:
+        server.add_datasource("Orders", start)
+        monkeypatch.setenv("TABLEAU_SERVER_URL", server.url)
+        monkeypatch.setenv("TABLEAU_PAT_NAME", "ci")
+        monkeypatch.setenv("TABLEAU_PAT_SECRET", "pat-secret")
+        code = main(
+            [
+                "apply",
+                "--payload",
+                str(folder),
+                "--datasource",
+                "Orders",
+                "--state-dir",
+                str(tmp_path / "state"),
+                "--json",
+            ]
+        )
+        assert server.counts["update"] == 0
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["empty"] is True

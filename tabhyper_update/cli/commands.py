@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -217,14 +218,19 @@ def _build_with(spark: Any, args: argparse.Namespace, out: Path) -> int:
         table=args.name,
         **options,
     )
-    if payload.is_empty:
-        _emit(args, {"parts": [], "empty": True}, "empty change set: no payload written")
-        return EXIT_OK
     manifest = payload.save_manifest(out)  # moves the parts from the build's subfolder
     for emptied in out.glob(f"tabhyper-payload-{os.getpid()}-*"):
         with contextlib.suppress(OSError):
             (emptied / LEASE_NAME).unlink(missing_ok=True)
             emptied.rmdir()
+    if payload.is_empty:
+        _emit(
+            args,
+            {"parts": [], "empty": True, "manifest": str(manifest)},
+            f"empty change set: an empty payload in {manifest.parent} "
+            "(`apply` reports nothing to update)",
+        )
+        return EXIT_OK
     data = {
         "manifest": str(manifest),
         "parts": [
@@ -532,12 +538,21 @@ def _cmd_serve_local(args: argparse.Namespace) -> int:
     from ..testing import FakeTableauServer
 
     pats = dict(item.split(":", 1) for item in args.pat)
-    with FakeTableauServer(
+    if any(not name or not secret for name, secret in pats.items()):
+        raise UsageError("--pat takes NAME:SECRET")
+    server_ = FakeTableauServer(
         pats=pats,
         site=args.site_url,
         directory=args.directory,
         store_uploads=not args.discard_uploads,
-    ) as server:
+        port=args.port,
+    )
+    try:
+        server_.start()
+    except OSError as err:
+        server_.stop()
+        raise UsageError(f"--port {args.port}: cannot listen on it ({err.strerror})") from None
+    with server_ as server:
         for item in args.datasource:
             name, _, path = item.partition("=")
             if not path:
@@ -545,7 +560,18 @@ def _cmd_serve_local(args: argparse.Namespace) -> int:
             luid = server.add_datasource(name, path, project=args.project)
             print(f"data source {name!r}: {luid}")
         print(f"keeping files in {server.directory}")
-        print(f"serving on {server.url} (site {args.site_url!r}); Ctrl-C stops", flush=True)
+        print(f"serving on {server.url} (site {args.site_url!r}); Ctrl-C stops")
+        # A local test server's own made-up credentials: shown so that a job can use them.
+        name, secret = next(iter(pats.items()))
+        print("to point a job or the command line at it:")
+        for line in (
+            f"TABLEAU_SERVER_URL={server.url}",
+            f"TABLEAU_SITE={args.site_url}",
+            f"TABLEAU_PAT_NAME={name}",
+            f"TABLEAU_PAT_SECRET={secret}",
+        ):
+            print(f"  export {shlex.quote(line)}")
+        sys.stdout.flush()
         deadline = time.monotonic() + args.duration if args.duration else None
         try:
             while deadline is None or time.monotonic() < deadline:

@@ -356,6 +356,9 @@ def _add_serve_local(sub: Any) -> None:
     )
     p.add_argument("--project", default="Default", help="project of the data sources")
     p.add_argument("--site-url", default="", help="the site's content URL")
+    p.add_argument(
+        "--port", type=int, default=0, help="the port on 127.0.0.1 (default: a free one)"
+    )
     p.add_argument("--duration", type=float, help="stop after this many seconds")
     p.add_argument(
         "--directory",

@@ -96,9 +96,11 @@ def write_manifest(
     change_set: ChangeSet | None,
     change_sets: Mapping[str, ChangeSet] | None,
 ) -> tuple[Path, list[PayloadPart]]:
-    """:meth:`Payload.save_manifest`: the manifest's path, and the parts where they now are."""
-    if not parts:
-        raise PayloadError("an empty payload has no files to describe")
+    """:meth:`Payload.save_manifest`: the manifest's path, and the parts where they now are.
+    An empty payload (an empty change set) is a manifest without parts, in ``directory``:
+    loading it gives an empty payload, which an update reports as nothing to update."""
+    if not parts and directory is None:
+        raise PayloadError("an empty payload has no files: give the folder for its manifest")
     where = Path(directory) if directory is not None else parts[0].path.parent
     check_folder(where, "directory")
     parts = _moved_into(where, parts)

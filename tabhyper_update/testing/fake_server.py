@@ -101,7 +101,8 @@ class FakeTableauServer:
     It serves a :class:`~.backend.FakeBackend`, the state behind it (for tests that look
     inside): the one given, or one made from ``settings``
     (:class:`~.backend.BackendSettings`: credentials, versions, limits, the VizQL Data
-    Service). ``serve=False`` opens no socket (for :meth:`mock_requests`).
+    Service). ``serve=False`` opens no socket (for :meth:`mock_requests`); ``port``: the
+    port on 127.0.0.1 (a free one by default).
     """
 
     def __init__(
@@ -109,6 +110,7 @@ class FakeTableauServer:
         backend: FakeBackend | None = None,
         *,
         serve: bool = True,
+        port: int = 0,
         **settings: Unpack[BackendSettings],
     ) -> None:
         if backend is not None and settings:
@@ -116,6 +118,7 @@ class FakeTableauServer:
         self.backend = backend if backend is not None else FakeBackend(**settings)
         self.handlers = Handlers(self.backend)
         self._serve = serve
+        self._port = port
         self._faults: list[Fault] = []
         self._faults_lock = threading.Lock()
         #: Requests per route name (see :mod:`.routes`).
@@ -128,7 +131,7 @@ class FakeTableauServer:
     def start(self) -> FakeTableauServer:
         if self._serve and self._httpd is None:
             handler = type("Handler", (_Handler,), {"app": self})
-            self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            self._httpd = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
             self._httpd.daemon_threads = True
             port = self._httpd.server_address[1]
             self.url = f"http://127.0.0.1:{port}"
