@@ -27,7 +27,8 @@ means for the update::
     ├── TargetMismatchError
     ├── TransportError
     │   ├── ConnectionFailedError (also ConnectionError)
-    │   │   └── TlsVerificationError
+    │   │   ├── TlsVerificationError
+    │   │   └── UnknownHostError
     │   └── RequestTimeoutError (also TimeoutError)
     ├── UnsupportedServerError
     └── UpdateStateError
@@ -77,6 +78,7 @@ from .values.errors import (
     TargetMismatchError,
     TlsVerificationError,
     TransportError,
+    UnknownHostError,
     UnsupportedServerError,
     UpdateProgress,
     UpdateStateError,
@@ -110,6 +112,7 @@ __all__ = [
     "TargetMismatchError",
     "TlsVerificationError",
     "TransportError",
+    "UnknownHostError",
     "UnsupportedServerError",
     "UpdateProgress",
     "UpdateStateError",

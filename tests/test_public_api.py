@@ -268,7 +268,7 @@ def test_every_exception_is_in_the_errors_module_and_its_drawn_tree() -> None:
         if isinstance(value, type) and issubclass(value, internal.TabHyperError)
     }
     assert raised <= set(errors.__all__)
-    assert len(raised) == 28
+    assert len(raised) == 29
     drawn = "\n".join("    " + line for line in errors.tree().splitlines())
     assert drawn in (errors.__doc__ or "")
     for name in raised:

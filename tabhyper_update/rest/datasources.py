@@ -5,11 +5,18 @@ connection to update when it has several.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..values.errors import ApiError, InvalidArgumentError, NotFoundError, TargetMismatchError
+from ..values.errors import (
+    ApiError,
+    InvalidArgumentError,
+    NotFoundError,
+    TabHyperError,
+    TargetMismatchError,
+)
 from .projects import LUID, Project, find_project
 from .refs import DataSourceRef, ref_from_item
 from .transport import as_list
@@ -55,10 +62,12 @@ def find_datasource(
     found = _find_by_name(client, name_or_luid, home)
     if not found:
         where = f" in project {home.path!r}" if home is not None else ""
+        near = _near_names(client, name_or_luid)
         raise NotFoundError(
             status=None,
             summary="Data source not found",
             detail=f"no data source named {name_or_luid!r}{where} on site {client.site!r}",
+            hint=f"did you mean {' or '.join(map(repr, near))}?" if near else None,
         )
     if len(found) > 1:
         projects = ", ".join(sorted(repr(r.project) for r in found))
@@ -70,6 +79,30 @@ def find_datasource(
             hint="pass project= to pick one",
         )
     return replace(_with_connection(client, found[0], connection), client=client)
+
+
+#: How many data source names a "did you mean" reads (one listing page, one request).
+NEAR_NAMES_PAGE = 1000
+
+
+def _near_names(client: RestCaller, name: str) -> list[str]:
+    """Up to three names on the site close to ``name`` (one request, best effort: a
+    failure to list them leaves the error as it was)."""
+    try:
+        _, body = client.request(
+            "GET",
+            "datasources",
+            retry=False,
+            params={"pageSize": str(NEAR_NAMES_PAGE), "pageNumber": "1", "fields": "name"},
+        )
+    except TabHyperError:
+        return []
+    listed = ((body or {}).get("datasources") or {}).get("datasource") or []
+    names = {str(i.get("name")) for i in (listed if isinstance(listed, list) else [listed])}
+    names.discard("None")
+    by_fold = {n.casefold(): n for n in names}
+    close = difflib.get_close_matches(name.casefold(), list(by_fold), n=3, cutoff=0.6)
+    return [by_fold[c] for c in close]
 
 
 def _find_by_name(client: RestCaller, name: str, project: Project | None) -> list[DataSourceRef]:

@@ -53,6 +53,7 @@ from ..values.errors import (
     TabHyperError,
     TlsVerificationError,
     TransportError,
+    UnknownHostError,
 )
 from ..values.policies import RetryPolicy
 from ..values.redaction import get_logger, scrub
@@ -469,11 +470,40 @@ class Transport:
         if isinstance(err, requests.Timeout):
             message = f"{where}: no answer within {out.limit:g} s"
             return RequestTimeoutError(message, method=out.method, url=out.shown)
-        if isinstance(err, (requests.exceptions.SSLError, ssl.SSLError)):
+        parts = urlsplit(out.url)
+        host = parts.hostname or "?"
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        check = "check the server URL (TABLEAU_SERVER_URL, or the server= you passed)"
+        causes = _causes(err)
+        if isinstance(err, (requests.exceptions.SSLError, ssl.SSLError)) or any(
+            isinstance(c, ssl.SSLError) for c in causes
+        ):
+            reason = _tls_reason(err)
+            if "WRONG_VERSION_NUMBER" in str(err) or "wrong version number" in str(err):
+                return TlsVerificationError(
+                    f"{where}: the server at {host}:{port} does not speak TLS (https) there: "
+                    "use an http:// URL for it, or the port it serves https on; " + check,
+                    method=out.method,
+                    url=out.shown,
+                )
             return TlsVerificationError(
-                f"{where}: TLS verification failed ({_tls_reason(err)}); if the server uses a "
-                "private certificate authority, pass verify='/path/to/ca-bundle.pem' (or set "
-                "TABLEAU_VERIFY_TLS to that path)",
+                f"{where}: TLS verification failed ({reason}); if the server uses a private "
+                "certificate authority, set TABLEAU_VERIFY_TLS to its CA bundle's path (or "
+                "pass verify='/path/to/ca-bundle.pem'); only for a test server, "
+                "TABLEAU_VERIFY_TLS=false",
+                method=out.method,
+                url=out.shown,
+            )
+        if any(isinstance(c, socket.gaierror) for c in causes):
+            return UnknownHostError(
+                f"{where}: the host {host!r} does not resolve (unknown host); {check}",
+                method=out.method,
+                url=out.shown,
+            )
+        if any(isinstance(c, ConnectionRefusedError) for c in causes):
+            return ConnectionFailedError(
+                f"{where}: connection refused by {host}:{port} (nothing listens there); {check}"
+                " and that the server is running",
                 method=out.method,
                 url=out.shown,
             )
@@ -482,7 +512,7 @@ class Transport:
         if not isinstance(err, requests.RequestException):
             detail += f": {err}"
         return ConnectionFailedError(
-            f"{where}: connection failed ({detail})", method=out.method, url=out.shown
+            f"{where}: connection failed ({detail}); {check}", method=out.method, url=out.shown
         )
 
     def _error(
@@ -573,6 +603,20 @@ class Transport:
             err.attempts = attempts
             raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    """``err`` and what it wraps (causes, contexts, urllib3's ``reason``, exception args),
+    at most a few levels deep."""
+    seen: list[BaseException] = []
+    todo: list[object] = [err]
+    while todo and len(seen) < 20:
+        item = todo.pop()
+        if not isinstance(item, BaseException) or any(item is s for s in seen):
+            continue
+        seen.append(item)
+        todo += [item.__cause__, item.__context__, getattr(item, "reason", None), *item.args]
+    return seen
 
 
 def _tls_reason(err: BaseException) -> str:

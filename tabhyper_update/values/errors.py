@@ -51,6 +51,7 @@ __all__ = [
     "TargetMismatchError",
     "TlsVerificationError",
     "TransportError",
+    "UnknownHostError",
     "UnsupportedServerError",
     "UpdateProgress",
     "UpdateStateError",
@@ -318,6 +319,11 @@ class ConnectionFailedError(TransportError, ConnectionError):
 
 class TlsVerificationError(ConnectionFailedError):
     """The server's TLS certificate could not be verified (never retried)."""
+
+
+class UnknownHostError(ConnectionFailedError):
+    """The server's host name does not resolve (never retried: a typo in the URL does not
+    fix itself)."""
 
 
 class RequestTimeoutError(TransportError, TimeoutError):

@@ -22,6 +22,7 @@ from .errors import (
     InvalidArgumentError,
     RequestTimeoutError,
     TlsVerificationError,
+    UnknownHostError,
 )
 
 __all__ = ["JobTimes", "PollPolicy", "RetryPolicy"]
@@ -55,7 +56,7 @@ class RetryPolicy:
         return float(base * jitter)
 
     def is_retryable(self, error: BaseException) -> bool:
-        if isinstance(error, TlsVerificationError):
+        if isinstance(error, (TlsVerificationError, UnknownHostError)):
             return False
         if isinstance(error, (ConnectionFailedError, RequestTimeoutError)):
             return True
