@@ -85,3 +85,89 @@ def test_connection_failures_say_which_and_what_to_check(
     ):
         client.sign_in()
     assert looked_up == ["tableau.example.invalid"]
+
+
+def test_a_url_pasted_from_the_browser_names_the_server_and_its_site(tmp_path: Path) -> None:
+    from tabhyper_update import PersonalAccessToken, TableauClient
+    from tabhyper_update.errors import ConfigurationError
+
+    pat = PersonalAccessToken("ci", "pat-secret")
+    with FakeTableauServer(pats={"ci": "pat-secret"}, site="mysite", directory=tmp_path) as srv:
+        pasted = f"{srv.url}/#/site/mysite/datasources"
+        with TableauClient(pasted, "", pat) as client:
+            assert client.site == "mysite"
+            client.sign_in()  # on the server's own URL, site mysite
+        with pytest.raises(ConfigurationError, match="names site 'mysite'"):
+            TableauClient(pasted, "other", pat)
+
+
+def test_ctrl_c_in_apply_says_what_stays_and_that_the_same_command_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tabhyper_update import TableauClient
+    from tabhyper_update.cli import main
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(TableauClient, "update_datasource", stopped)
+    monkeypatch.setenv("TABLEAU_SERVER_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("TABLEAU_PAT_NAME", "ci")
+    monkeypatch.setenv("TABLEAU_PAT_SECRET", "pat-secret")
+    payload = make_hyper(tmp_path / "p.hyper", {"Extract": ("id BIGINT", ["(1)"])})
+    batch = tmp_path / "batch.json"
+    batch.write_text(
+        '{"actions": [{"action": "insert", "source-table": "Extract", "target-table": "Extract"}]}'
+    )
+    code = main(
+        [
+            "apply",
+            "--payload",
+            str(payload),
+            "--actions",
+            str(batch),
+            "--datasource",
+            "Orders",
+            "--state-dir",
+            str(tmp_path / "state"),
+        ]
+    )
+    assert code == 130
+    said = capsys.readouterr().err
+    assert "apply interrupted" in said
+    assert "running the same command again resumes" in said
+
+
+def test_build_checks_paths_and_change_set_columns_before_starting_spark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tabhyper_update.cli import main
+    from tabhyper_update.local import spark as local_spark_module
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark was started before the input was checked")
+
+    monkeypatch.setattr(local_spark_module, "own_spark", no_spark)
+    out = tmp_path / "out"
+    assert main(["build", "--input", str(tmp_path / "nope.parquet"), "--output-dir", str(out)]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    changes = tmp_path / "changes.csv"
+    changes.write_text("id,v,op\n1,a,U\n")
+    code = main(
+        [
+            "build",
+            "--input",
+            str(changes),
+            "--format",
+            "csv",
+            "--key",
+            "id",
+            "--op-column",
+            "op",
+            "--output-dir",
+            str(out),
+        ]
+    )
+    assert code == 2
+    assert "--order-by is required to pick the last change per key" in capsys.readouterr().err
+    assert not out.exists()

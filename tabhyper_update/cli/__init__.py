@@ -94,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as err:
         return _fail(args, err, EXIT_USAGE)
     except KeyboardInterrupt:
+        print(_interrupted(getattr(args.func, "name", "")), file=sys.stderr)
         return EXIT_INTERRUPTED
     except NotFoundError as err:
         return _fail(args, err, EXIT_NOT_FOUND)
@@ -110,6 +111,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:  # a file named on the command line
         return _fail(args, err, EXIT_USAGE)
     return code
+
+
+def _interrupted(command: str) -> str:
+    """What a stopped command says: what it left, and how to go on."""
+    if command in ("apply", "publish"):
+        return (
+            f"tabhyper-update: {command} interrupted. Parts applied before the stop stay "
+            "applied and are recorded in the state folder (`tabhyper-update status` shows "
+            "them); running the same command again resumes where it stopped and applies "
+            "nothing twice"
+        )
+    return f"tabhyper-update: {command or 'command'} interrupted; what it had created was removed"
 
 
 def _fail(args: argparse.Namespace, err: BaseException, code: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import json
 import os
 import shlex
@@ -25,6 +26,7 @@ from ..values.changeset import ChangeSet
 from ..values.errors import (
     InvalidActionBatchError,
     PayloadAppliedError,
+    TabHyperError,
 )
 from .exit_codes import (
     EXIT_DRIFT,
@@ -124,6 +126,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if bool(args.input) == bool(args.spark_table):
         raise UsageError("give input files (--input) or a Spark table (--spark-table)")
     args.change_set = _change_set(args)
+    _check_input(args)  # before Spark starts: a wrong path or column is found in a moment
     out = Path(args.output_dir)
     check_folder(args.staging_dir, "--staging-dir", create=False)
     made = not out.exists()
@@ -138,6 +141,46 @@ def _cmd_build(args: argparse.Namespace) -> int:
         if made and not built:
             with contextlib.suppress(OSError):
                 out.rmdir()  # the folder this build made, still empty: gone again
+
+
+def _check_input(args: argparse.Namespace) -> None:
+    """What can be checked of ``--input`` without Spark: every local path exists, and when
+    every input is a file, the change set's columns are among the first file's (a Parquet
+    footer or a CSV header line)."""
+    if not args.input:
+        return
+    local = [Path(i) for i in args.input if "://" not in i and not i.startswith("dbfs:")]
+    missing = [str(p) for p in local if not p.exists()]
+    if missing:
+        raise UsageError(f"--input: no such file or folder: {', '.join(map(repr, missing))}")
+    if (
+        args.change_set is None
+        or len(local) != len(args.input)
+        or not all(p.is_file() for p in local)
+    ):
+        return  # folders (partitions add columns) or remote paths: Spark reads them
+    columns = _file_columns(local[0], args.format)
+    if columns is None:
+        return
+    from ..builder.cdc import CdcSpec
+
+    try:
+        CdcSpec.create(columns, args.change_set)
+    except TabHyperError as err:
+        raise UsageError(f"--input {str(local[0])!r}: {err}") from None
+
+
+def _file_columns(path: Path, fmt: str) -> list[str] | None:
+    """The column names of one input file, read cheaply (``None`` when they cannot be)."""
+    try:
+        if fmt == "csv":
+            with path.open(encoding="utf-8", newline="") as f:
+                return next(csv.reader(f), None)
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(path).names)
+    except Exception:  # unreadable here: Spark will say why
+        return None
 
 
 def _change_set(args: argparse.Namespace) -> ChangeSet | None:

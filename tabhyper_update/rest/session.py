@@ -14,6 +14,7 @@ is this session with the workflows (update, publish, bootstrap) on top.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -65,6 +66,27 @@ PAGE_SIZE = 100
 MAX_PAGES = 50
 
 
+_BROWSER_SITE = re.compile(r"#/site/([^/?#]+)")
+
+
+def _from_browser_url(server: str, site: str) -> tuple[str, str]:
+    """A URL pasted from the browser (``https://host/#/site/NAME/datasources``): the
+    server's own URL, and the site it names (unless another site was given)."""
+    if "#" not in server:
+        return server, site
+    found = _BROWSER_SITE.search(server)
+    base = server.split("#", 1)[0].rstrip("/")
+    named = found.group(1) if found else ""
+    if named and site and site != named:
+        raise ConfigurationError(
+            f"the server URL names site {named!r} (#/site/{named}) but the site given is "
+            f"{site!r}: give the server's URL ({base}) and one site"
+        )
+    if named and not site:
+        log.info("site %r taken from the browser URL's #/site/%s", named, named)
+    return base, site or named
+
+
 class RestSession:
     """A session with one site of a Tableau server: sign-in, the calls, and the REST
     resources an update uses (data sources, uploads, the update request, jobs).
@@ -93,6 +115,7 @@ class RestSession:
     ) -> None:
         if not server or not server.startswith(("http://", "https://")):
             raise ConfigurationError(f"server must be an http(s) URL, got {server!r}")
+        server, site = _from_browser_url(server, site)
         if auth is None:
             raise ConfigurationError(
                 "auth is required: PersonalAccessToken, UsernamePassword or ConnectedAppJWT"
