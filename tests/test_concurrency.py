@@ -151,20 +151,27 @@ def test_two_processes_sharing_a_pat_fail_only_with_that_error(
         assert "same personal access token" in str(err)
 
 
-def test_sixteen_clients_of_one_pat_in_one_process_share_its_session(tmp_path: Path) -> None:
-    """Sixteen threads, a client each, one PAT, ten updates each to a data source of their
-    own: every data source exact, one sign-in between them (none signs another out)."""
+@pytest.mark.parametrize(
+    ("threads", "updates"),
+    [(4, 3), pytest.param(16, 10, marks=pytest.mark.slow)],
+)
+def test_clients_of_one_pat_in_one_process_share_its_session(
+    tmp_path: Path, threads: int, updates: int
+) -> None:
+    """Threads with a client each, one PAT, updates each to a data source of their own
+    (sixteen threads of ten updates under ``-m slow``): every data source exact, one sign-in
+    between them (none signs another out)."""
     start = make_hyper(tmp_path / "start.hyper", {"Extract": ("id BIGINT, v TEXT", [])})
     errors: list[BaseException] = []
     with FakeTableauServer(pats={"shared": "one-secret"}, directory=tmp_path / "srv") as server:
-        luids = [server.add_datasource(f"DS{i}", start) for i in range(16)]
+        luids = [server.add_datasource(f"DS{i}", start) for i in range(threads)]
 
         def work(i: int) -> None:
             try:
                 with TableauClient(
                     server.url, "", PersonalAccessToken("shared", "one-secret")
                 ) as client:
-                    for n in range(10):
+                    for n in range(updates):
                         rows = make_hyper(
                             tmp_path / f"rows-{i}-{n}.hyper",
                             {"Extract": ("id BIGINT, v TEXT", [f"({n}, 't{i}')"])},
@@ -179,14 +186,14 @@ def test_sixteen_clients_of_one_pat_in_one_process_share_its_session(tmp_path: P
             except BaseException as err:
                 errors.append(err)
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
-        for t in threads:
+        running = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        for t in running:
             t.start()
-        for t in threads:
+        for t in running:
             t.join(timeout=240)
         assert errors == []
         for i, luid in enumerate(luids):
             got = sorted(read_rows(server.datasource_path(luid), "Extract"))
-            assert got == [(n, f"t{i}") for n in range(10)]
+            assert got == [(n, f"t{i}") for n in range(updates)]
         assert server.counts["signin"] == 1
         assert server.counts["signout"] == 1  # by the last client to close

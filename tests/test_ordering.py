@@ -29,6 +29,16 @@ START = ["(1, 'start', 1)", "(2, 'two', 1)"]
 
 @pytest.fixture(params=["hyper", "strict"])
 def fake(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[FakeTableauServer]:
+    yield from _served(tmp_path, request.param, job_delay=0.6)
+
+
+@pytest.fixture(params=["hyper", "strict"])
+def prompt(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[FakeTableauServer]:
+    """The same data source on a server that runs each job at once."""
+    yield from _served(tmp_path, request.param, job_delay=0.0)
+
+
+def _served(tmp_path: Path, semantics: str, *, job_delay: float) -> Iterator[FakeTableauServer]:
     start = make_hyper(
         tmp_path / "start.hyper",
         {
@@ -40,10 +50,10 @@ def fake(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[FakeTableau
             ),
         },
     )
-    # A busy server: each job waits in the queue, so a second producer's update arrives
-    # while the first's is still queued. Under both semantics: the guard rests on NOT NULL,
-    # which Hyper enforces, not on a stricter server.
-    with FakeTableauServer(pats=dict([PAT]), job_delay=0.6, semantics=request.param) as server:
+    # A busy server (``job_delay``): each job waits in the queue, so a second producer's
+    # update arrives while the first's is still queued. Under both semantics: the guard
+    # rests on NOT NULL, which Hyper enforces, not on a stricter server.
+    with FakeTableauServer(pats=dict([PAT]), job_delay=job_delay, semantics=semantics) as server:
         server.add_datasource("Orders", start)
         yield server
 
@@ -161,7 +171,7 @@ def test_the_guard_needs_one_numeric_position_the_data_source_holds(
 
 
 def test_three_producers_in_random_order_end_with_each_keys_latest_position(
-    spark: SparkSession, fake: FakeTableauServer, tmp_path: Path
+    spark: SparkSession, prompt: FakeTableauServer, tmp_path: Path
 ) -> None:
     """Nine change sets of three producers reach the server in a random order; a refused
     one is rebuilt from the data source's positions on (its stale keys dropped) and sent
@@ -180,7 +190,7 @@ def test_three_producers_in_random_order_end_with_each_keys_latest_position(
     rng.shuffle(batches)
     refused = 0
     seen: dict[int, int] = {1: 1, 2: 1}
-    with client_for(fake) as client:
+    with client_for(prompt) as client:
         for n, batch in enumerate(batches):
             pending = batch
             for attempt in range(3):
@@ -194,11 +204,11 @@ def test_three_producers_in_random_order_end_with_each_keys_latest_position(
                     break
                 except OutOfOrderError:
                     refused += 1
-                    held = {k: p for k, p, _ in rows(fake, "Extract_positions")}
+                    held = {k: p for k, p, _ in rows(prompt, "Extract_positions")}
                     pending = [c for c in pending if c[3] > held.get(c[0], 0)]
                     if not pending:
                         break
-            positions = {k: p for k, p, _ in rows(fake, "Extract_positions")}
+            positions = {k: p for k, p, _ in rows(prompt, "Extract_positions")}
             assert all(positions[k] >= p for k, p in seen.items()), "a position went back"
             seen = positions
     latest: dict[int, tuple[int, str | None, str, int]] = {}
@@ -212,4 +222,4 @@ def test_three_producers_in_random_order_end_with_each_keys_latest_position(
         else:
             model[key] = (key, v, seq)
     assert refused > 0, "no batch met the guard: the order did not test it"
-    assert rows(fake) == sorted(model.values())
+    assert rows(prompt) == sorted(model.values())
