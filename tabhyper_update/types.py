@@ -21,7 +21,13 @@ from .rest.jobs import Job
 from .rest.projects import Project
 from .rest.refs import DataSourceRef
 from .update.chain import BoundPayload
-from .update.options import ApplyOptions, BindOptions, PublishOptions, UpdateOptions
+from .update.options import (
+    ApplyOptions,
+    BindOptions,
+    BootstrapOptions,
+    PublishOptions,
+    UpdateOptions,
+)
 from .update.publish import BootstrapResult
 from .update.results import PartUpdate, UpdateResult
 from .update.schema_change import SchemaChange
@@ -35,6 +41,7 @@ __all__ = [
     "And",
     "ApplyOptions",
     "BindOptions",
+    "BootstrapOptions",
     "BootstrapResult",
     "BoundPayload",
     "BuildOptions",

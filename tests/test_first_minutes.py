@@ -171,3 +171,25 @@ def test_build_checks_paths_and_change_set_columns_before_starting_spark(
     assert code == 2
     assert "--order-by is required to pick the last change per key" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_tests_against_the_fake_keep_records_out_of_the_users_state_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tabhyper_update import Insert, Payload
+
+    home_state = tmp_path / "xdg"
+    monkeypatch.setenv("XDG_STATE_HOME", str(home_state))
+    start = make_hyper(tmp_path / "start.hyper", {"Extract": ("id BIGINT", [])})
+    rows = make_hyper(tmp_path / "rows.hyper", {"Extract": ("id BIGINT", ["(1)"])})
+    with FakeTableauServer(pats={"ci": "pat-secret"}, directory=tmp_path / "srv") as server:
+        server.add_datasource("Orders", start)
+        with client_for(server) as client:
+            client.update_datasource(
+                "Orders",
+                Payload.from_hyper(rows),
+                actions=[Insert(source_table="Extract", target_table="Extract")],
+                request_id="first",  # a position: its record stays
+            )
+        assert list((tmp_path / "srv" / "client-state" / "records").glob("*.json"))
+    assert not home_state.exists()

@@ -126,13 +126,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if bool(args.input) == bool(args.spark_table):
         raise UsageError("give input files (--input) or a Spark table (--spark-table)")
     args.change_set = _change_set(args)
-    _check_input(args)  # before Spark starts: a wrong path or column is found in a moment
+    _require_pyspark("build reads its input")
     out = Path(args.output_dir)
     check_folder(args.staging_dir, "--staging-dir", create=False)
     made = not out.exists()
     lock = _claim_output_dir(out)  # before any work: a busy or used folder is refused now
     built = False
     try:
+        _check_input(args)  # before Spark starts: a wrong path or column is found at once
         code = _build_into(args, out)
         built = True
         return code
@@ -222,7 +223,6 @@ def _pairs(items: Sequence[str] | None, flag: str, shape: str) -> dict[str, str]
 
 
 def _build_into(args: argparse.Namespace, out: Path) -> int:
-    _require_pyspark("build reads its input")
     from ..local.spark import own_spark
 
     with own_spark("tabhyper-update", master="local[*]", verbose=args.verbose > 0) as spark:

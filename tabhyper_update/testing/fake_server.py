@@ -32,6 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from typing_extensions import Unpack
 
+from ..update.state import temporary_default_state_dir
 from ..values.redaction import get_logger
 from .backend import FakeBackend
 from .handlers import Handlers, job_body
@@ -102,7 +103,8 @@ class FakeTableauServer:
     inside): the one given, or one made from ``settings``
     (:class:`~.backend.BackendSettings`: credentials, versions, limits, the VizQL Data
     Service). ``serve=False`` opens no socket (for :meth:`mock_requests`); ``port``: the
-    port on 127.0.0.1 (a free one by default).
+    port on 127.0.0.1 (a free one by default). While it runs, clients of this process given
+    no ``state_dir`` keep their update records in its folder, not the user's state folder.
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class FakeTableauServer:
         self.handlers = Handlers(self.backend)
         self._serve = serve
         self._port = port
+        self._state_stand_in: contextlib.ExitStack | None = None
         self._faults: list[Fault] = []
         self._faults_lock = threading.Lock()
         #: Requests per route name (see :mod:`.routes`).
@@ -129,6 +132,13 @@ class FakeTableauServer:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> FakeTableauServer:
+        if self._state_stand_in is None:
+            # Clients given no state_dir keep their records in the fake's folder, never in
+            # the user's real state folder, while it runs.
+            self._state_stand_in = contextlib.ExitStack()
+            self._state_stand_in.enter_context(
+                temporary_default_state_dir(self.backend.directory / "client-state")
+            )
         if self._serve and self._httpd is None:
             handler = type("Handler", (_Handler,), {"app": self})
             self._httpd = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
@@ -147,6 +157,9 @@ class FakeTableauServer:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+        if self._state_stand_in is not None:
+            self._state_stand_in.close()
+            self._state_stand_in = None
         self.backend.shutdown()
 
     def __enter__(self) -> FakeTableauServer:

@@ -25,7 +25,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -61,9 +61,31 @@ def _schema_name(datasource_id: str) -> str:
     return f"schema-{hashlib.sha256(datasource_id.encode()).hexdigest()}.json"
 
 
+#: Folders that stand in for the default state folder while a test helper runs (the last one
+#: pushed wins): see :func:`temporary_default_state_dir`.
+_stand_ins: list[Path] = []
+
+
 def default_state_dir() -> Path:
+    """Where update records live when no ``state_dir`` is given:
+    ``$XDG_STATE_HOME/tabhyper-update`` (``~/.local/state/tabhyper-update``), or, while a
+    test helper runs (the fake server), a temporary folder of its own."""
+    if _stand_ins:
+        return _stand_ins[-1]
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "tabhyper-update"
+
+
+@contextlib.contextmanager
+def temporary_default_state_dir(folder: Path) -> Iterator[Path]:
+    """Within the block, ``folder`` stands in for the default state folder of this process
+    (a ``state_dir`` given explicitly still wins): tests of a CDC job against the fake keep
+    their records out of the user's real state folder."""
+    _stand_ins.append(folder)
+    try:
+        yield folder
+    finally:
+        _stand_ins.remove(folder)
 
 
 @dataclass
