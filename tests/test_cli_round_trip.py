@@ -138,10 +138,14 @@ def test_build_then_apply_with_derived_actions(
         assert "Specified table does not exist" in failure["message"]
         # An unknown data source: exit 4.
         assert main(["apply", "--actions", str(bad), "--datasource", "Nope"]) == 4
+        # While the fake runs, commands given no --state-dir keep their records in its
+        # folder (never the user's): the change set's record stays there, finished; the
+        # failed run of a plain batch left none.
+        assert main(["state", "list", "--json"]) == 0
+        (record,) = json.loads(capsys.readouterr().out)["records"]
+        assert [p["status"] for p in record["parts"]] == ["applied"]
     assert main(["state", "list", "--json"]) == 0
-    # The change set's record stays, finished; the failed run of a plain batch left none.
-    (record,) = json.loads(capsys.readouterr().out)["records"]
-    assert [p["status"] for p in record["parts"]] == ["applied"]
+    assert json.loads(capsys.readouterr().out)["records"] == []  # the user's folder: none
 
 
 def test_usage_errors_exit_2(
