@@ -4,9 +4,10 @@ Exit codes are declared once, with their meanings, in ``exit_codes.py`` (``--hel
 the table). With ``--json`` every outcome, failures included, is one JSON object on standard
 output.
 
-The command lives in four modules: ``parser.py`` (commands, options, help), ``commands.py``
-(what each does, imported when a command runs), ``failures.py`` (its own errors, and
-messages in its flags) and ``exit_codes.py``; this module runs it.
+The command lives in five modules: ``parser.py`` (commands, options, help), ``commands.py``
+(what each does, imported when a command runs), ``inputs.py`` (what they read, checked before
+Spark starts), ``failures.py`` (its own errors, and messages in its flags) and
+``exit_codes.py``; this module runs it.
 """
 
 from __future__ import annotations

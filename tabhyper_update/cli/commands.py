@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import json
 import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,9 @@ from ..payload.model import Payload
 from ..update.results import PartUpdate
 from ..update.state import StateStore, UpdateRecord
 from ..values.actions import ActionBatch
-from ..values.changeset import ChangeSet
 from ..values.errors import (
     InvalidActionBatchError,
     PayloadAppliedError,
-    TabHyperError,
 )
 from .exit_codes import (
     EXIT_DRIFT,
@@ -36,6 +33,7 @@ from .exit_codes import (
     EXIT_UNCHECKED,
 )
 from .failures import Refused, UsageError
+from .inputs import change_set_of, check_input, read_input, require_pyspark
 
 SCHEMA_ID = "https://tabhyper-update.dev/schemas/action_batch.schema.json"
 
@@ -125,15 +123,15 @@ def _client(args: argparse.Namespace) -> TableauClient:
 def _cmd_build(args: argparse.Namespace) -> int:
     if bool(args.input) == bool(args.spark_table):
         raise UsageError("give input files (--input) or a Spark table (--spark-table)")
-    args.change_set = _change_set(args)
-    _require_pyspark("build reads its input")
+    args.change_set = change_set_of(args)
+    require_pyspark("build reads its input")
     out = Path(args.output_dir)
     check_folder(args.staging_dir, "--staging-dir", create=False)
     made = not out.exists()
     lock = _claim_output_dir(out)  # before any work: a busy or used folder is refused now
     built = False
     try:
-        _check_input(args)  # before Spark starts: a wrong path or column is found at once
+        check_input(args)  # before Spark starts: a wrong path or column is found at once
         code = _build_into(args, out)
         built = True
         return code
@@ -144,84 +142,6 @@ def _cmd_build(args: argparse.Namespace) -> int:
                 out.rmdir()  # the folder this build made, still empty: gone again
 
 
-def _check_input(args: argparse.Namespace) -> None:
-    """What can be checked of ``--input`` without Spark: every local path exists, and when
-    every input is a file, the change set's columns are among the first file's (a Parquet
-    footer or a CSV header line)."""
-    if not args.input:
-        return
-    local = [Path(i) for i in args.input if "://" not in i and not i.startswith("dbfs:")]
-    missing = [str(p) for p in local if not p.exists()]
-    if missing:
-        raise UsageError(f"--input: no such file or folder: {', '.join(map(repr, missing))}")
-    if (
-        args.change_set is None
-        or len(local) != len(args.input)
-        or not all(p.is_file() for p in local)
-    ):
-        return  # folders (partitions add columns) or remote paths: Spark reads them
-    columns = _file_columns(local[0], args.format)
-    if columns is None:
-        return
-    from ..builder.cdc import CdcSpec
-
-    try:
-        CdcSpec.create(columns, args.change_set)
-    except TabHyperError as err:
-        raise UsageError(f"--input {str(local[0])!r}: {err}") from None
-
-
-def _file_columns(path: Path, fmt: str) -> list[str] | None:
-    """The column names of one input file, read cheaply (``None`` when they cannot be)."""
-    try:
-        if fmt == "csv":
-            with path.open(encoding="utf-8", newline="") as f:
-                return next(csv.reader(f), None)
-        import pyarrow.parquet as pq
-
-        return list(pq.read_schema(path).names)
-    except Exception:  # unreadable here: Spark will say why
-        return None
-
-
-def _change_set(args: argparse.Namespace) -> ChangeSet | None:
-    """The change set the options describe (``None`` without ``--key``)."""
-    if not args.key:
-        given = [
-            o
-            for o, v in (
-                ("--op-column", args.op_column),
-                ("--order-by", args.order_by),
-                ("--op-map", args.op_map),
-                ("--order-as", args.order_as),
-            )
-            if v
-        ]
-        if given:
-            raise UsageError(f"{', '.join(given)} describe a change set: give --key too")
-        return None
-    op_map = _pairs(args.op_map, "--op-map", "VALUE=MEANING")
-    order_as = _pairs(args.order_as, "--order-as", "COLUMN=HOW")
-    return ChangeSet(
-        args.key,
-        op_column=args.op_column,
-        order_by=args.order_by,
-        op_map=op_map or None,
-        order_as=order_as or None,
-    )
-
-
-def _pairs(items: Sequence[str] | None, flag: str, shape: str) -> dict[str, str]:
-    """``NAME=VALUE`` items of ``flag`` as a mapping."""
-    found: dict[str, str] = {}
-    for item in items or ():
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"{flag} takes {shape} pairs, got {item!r}")
-        found[name] = value
-    return found
-
-
 def _build_into(args: argparse.Namespace, out: Path) -> int:
     from ..local.spark import own_spark
 
@@ -229,23 +149,8 @@ def _build_into(args: argparse.Namespace, out: Path) -> int:
         return _build_with(spark, args, out)
 
 
-def _read_input(spark: Any, args: argparse.Namespace) -> Any:
-    """The input as a DataFrame; Spark's refusal (a missing path, a table not in the
-    catalog, unreadable files) is a usage error naming the flag."""
-    try:
-        if args.spark_table:
-            return spark.table(args.spark_table)
-        if args.format == "csv":
-            return spark.read.option("header", True).option("inferSchema", True).csv(args.input)
-        return spark.read.parquet(*args.input)
-    except Exception as err:
-        flag = "--spark-table" if args.spark_table else "--input"
-        first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
-        raise UsageError(f"{flag}: Spark cannot read it: {first.strip()}") from None
-
-
 def _build_with(spark: Any, args: argparse.Namespace, out: Path) -> int:
-    df = _read_input(spark, args)
+    df = read_input(spark, args)
     options = BuildOptions(
         database_version=args.database_version,
         max_payload_mb=args.max_payload_mb,
@@ -467,7 +372,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         raise UsageError("--sample must be 0 or more")
     if args.budget is not None and args.budget < 1:
         raise UsageError("--budget must be 1 or more queries")
-    _require_pyspark("verify reads the source with Spark")
+    require_pyspark("verify reads the source with Spark")
     from ..builder.repair import repair
     from ..local.spark import own_spark
     from ..readback.reconcile import reconcile
@@ -476,7 +381,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         _client(args) as client,
         own_spark("tabhyper-update", master="local[*]", verbose=args.verbose > 0) as spark,
     ):
-        source = _read_input(spark, args)
+        source = read_input(spark, args)
         target = client.datasource(args.datasource, project=args.project)
         options: dict[str, Any] = {
             "key": args.key,
@@ -563,7 +468,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    _require_pyspark("the demo builds its change set")
+    require_pyspark("the demo builds its change set")
     from ..demo import run_demo
 
     return (
@@ -622,17 +527,6 @@ def _cmd_serve_local(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
     return EXIT_OK
-
-
-def _require_pyspark(why: str) -> None:
-    # Asked afresh (not the process's cached answer): cheap once imported, and right when
-    # an embedding application made it unimportable since.
-    try:
-        import pyspark.sql  # noqa: F401 - only whether it can be imported
-    except Exception:
-        raise UsageError(
-            f"{why} with Spark: pip install 'tabhyper-update[spark]' (and have Java 17+)"
-        ) from None
 
 
 #: Each subcommand's function, by the name the parser gives it.

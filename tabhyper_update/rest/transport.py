@@ -27,7 +27,6 @@ import contextlib
 import email.utils
 import json
 import socket
-import ssl
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -47,16 +46,13 @@ from ..local.telemetry import http_request
 from ..values.errors import (
     ApiError,
     AuthenticationError,
-    ConnectionFailedError,
     NotFoundError,
-    RequestTimeoutError,
     TabHyperError,
-    TlsVerificationError,
     TransportError,
-    UnknownHostError,
 )
 from ..values.policies import RetryPolicy
 from ..values.redaction import get_logger, scrub
+from .no_answer import no_answer
 
 __all__ = ["RetryPolicy", "Transport", "as_list", "parse_body"]
 
@@ -456,64 +452,11 @@ class Transport:
                 finally:
                     response.close()
             except (requests.RequestException, OSError) as err:
-                raise self._failure(out, err, watchdog.fired) from err
+                raise no_answer(
+                    out.method, out.url, out.shown, out.limit, out.deadline, err, watchdog.fired
+                ) from err
         response._content = b"".join(chunks)
         return response
-
-    @staticmethod
-    def _failure(out: _Outgoing, err: BaseException, cut_off: bool) -> TransportError:
-        """Our error for a request that got no (complete) answer."""
-        where = f"{out.method} {out.shown}"
-        if cut_off:
-            message = f"{where}: no complete answer within {out.deadline:g} s"
-            return RequestTimeoutError(message, method=out.method, url=out.shown)
-        if isinstance(err, requests.Timeout):
-            message = f"{where}: no answer within {out.limit:g} s"
-            return RequestTimeoutError(message, method=out.method, url=out.shown)
-        parts = urlsplit(out.url)
-        host = parts.hostname or "?"
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        check = "check the server URL (TABLEAU_SERVER_URL, or the server= you passed)"
-        causes = _causes(err)
-        if isinstance(err, (requests.exceptions.SSLError, ssl.SSLError)) or any(
-            isinstance(c, ssl.SSLError) for c in causes
-        ):
-            reason = _tls_reason(err)
-            if "WRONG_VERSION_NUMBER" in str(err) or "wrong version number" in str(err):
-                return TlsVerificationError(
-                    f"{where}: the server at {host}:{port} does not speak TLS (https) there: "
-                    "use an http:// URL for it, or the port it serves https on; " + check,
-                    method=out.method,
-                    url=out.shown,
-                )
-            return TlsVerificationError(
-                f"{where}: TLS verification failed ({reason}); if the server uses a private "
-                "certificate authority, set TABLEAU_VERIFY_TLS to its CA bundle's path (or "
-                "pass verify='/path/to/ca-bundle.pem'); only for a test server, "
-                "TABLEAU_VERIFY_TLS=false",
-                method=out.method,
-                url=out.shown,
-            )
-        if any(isinstance(c, socket.gaierror) for c in causes):
-            return UnknownHostError(
-                f"{where}: the host {host!r} does not resolve (unknown host); {check}",
-                method=out.method,
-                url=out.shown,
-            )
-        if any(isinstance(c, ConnectionRefusedError) for c in causes):
-            return ConnectionFailedError(
-                f"{where}: connection refused by {host}:{port} (nothing listens there); {check}"
-                " and that the server is running",
-                method=out.method,
-                url=out.shown,
-            )
-        # requests' own messages repeat the URL with its query; a bare OSError says more.
-        detail = type(err).__name__
-        if not isinstance(err, requests.RequestException):
-            detail += f": {err}"
-        return ConnectionFailedError(
-            f"{where}: connection failed ({detail}); {check}", method=out.method, url=out.shown
-        )
 
     def _error(
         self, response: requests.Response, method: str, url: str, body: dict[str, Any] | None = None
@@ -603,29 +546,6 @@ class Transport:
             err.attempts = attempts
             raise
         raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _causes(err: BaseException) -> list[BaseException]:
-    """``err`` and what it wraps (causes, contexts, urllib3's ``reason``, exception args),
-    at most a few levels deep."""
-    seen: list[BaseException] = []
-    todo: list[object] = [err]
-    while todo and len(seen) < 20:
-        item = todo.pop()
-        if not isinstance(item, BaseException) or any(item is s for s in seen):
-            continue
-        seen.append(item)
-        todo += [item.__cause__, item.__context__, getattr(item, "reason", None), *item.args]
-    return seen
-
-
-def _tls_reason(err: BaseException) -> str:
-    text = str(err)
-    for marker in ("certificate verify failed", "hostname mismatch", "self-signed", "expired"):
-        if marker in text:
-            start = text.index(marker)
-            return text[start : start + 80].split(")")[0].split("'")[0].strip()
-    return type(err).__name__
 
 
 def _text(value: Any) -> str | None:
