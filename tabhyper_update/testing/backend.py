@@ -83,7 +83,9 @@ class Job:
     notes: str | None = None
     progress: int = 0
     cancel_requested: bool = False
-    #: When the job began and finished running, on ``time.time()`` (for measurements).
+    #: When the job was queued, began and finished running, on ``time.time()`` (for
+    #: measurements).
+    queued_at: float = field(default_factory=time.time)
     began_at: float | None = None
     finished_at: float | None = None
 

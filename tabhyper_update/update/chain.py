@@ -15,7 +15,6 @@ first part not yet applied and never applies one twice.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from functools import partial
@@ -44,7 +43,7 @@ from .resplit import key_columns
 from .results import PartUpdate, UpdateResult
 from .run import UpdateRun
 from .schema_change import SchemaCheck, check_policy, republished
-from .state import StateStore, UpdateRecord
+from .state import StateStore
 from .targets import (
     derived_target,
     refuse_replace_from_nothing,
@@ -172,8 +171,9 @@ class BoundPayload:
                 self._uploads.first = None
         # Read before the files go: what the update must leave, to be read back after it.
         expected = expected_changes(self.payload, sample) if sample is not None else None
-        record = open_record(self.state, self.payload, self.target, units, request_id)
-        _note_for_status(record, self.target, options.get("position"), self.state)
+        record = open_record(
+            self.state, self.payload, self.target, units, request_id, options.get("position")
+        )
         keys = key_columns(self.payload, units[0].batch, derived=given is None)
         units = self._splitter.as_recorded(units, record, keys)
         run = UpdateRun(
@@ -245,20 +245,6 @@ class BoundPayload:
         if not self.payload.keep_files:
             self.payload.cleanup()
         self._derived.remove()
-
-
-def _note_for_status(
-    record: UpdateRecord, target: DataSourceRef, position: object, store: StateStore
-) -> None:
-    """What ``tabhyper-update status`` shows beside the record's parts: the data source's
-    name and the update's position (when JSON can hold it)."""
-    try:
-        json.dumps(position)
-    except (TypeError, ValueError):
-        position = str(position)
-    if (record.datasource_name, record.position) != (target.name, position):
-        record.datasource_name, record.position = target.name, position
-        store.save(record)
 
 
 def upload_payload(

@@ -25,6 +25,7 @@ number.
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -221,9 +222,16 @@ def open_record(
     target: DataSourceRef,
     units: Sequence[tuple[PayloadPart | None, ActionBatch]],
     request_id: str | None,
+    position: object = None,
 ) -> UpdateRecord:
     """The record of the update of ``payload`` (split into ``units``) on ``target``: the one
-    an interrupted run left, or a new one (saved)."""
+    an interrupted run left, or a new one (saved). ``position`` (what ``status`` shows beside
+    the data source's name) goes into the record's first write; a record found is written
+    again only when it differs there."""
+    try:
+        json.dumps(position)
+    except (TypeError, ValueError):
+        position = str(position)
     kind: RecordKind = "position" if (request_id is not None or payload.is_cdc) else "run"
     digest = payload.digest if payload.parts else ""
     plan = [
@@ -245,12 +253,16 @@ def open_record(
         plan=plan,
         label=label,
     )
+    fresh.datasource_name, fresh.position = target.name, position
     state.sweep_if_due()
     record = state.load(fresh.key)
     if record is None:
         state.save(fresh)
         return fresh
     if planned(record) == plan:
+        if (record.datasource_name, record.position) != (target.name, position):
+            record.datasource_name, record.position = target.name, position
+            state.save(record)
         if record.finished and record.kind == "run":
             log.info("%s finished before its record was removed: nothing to resend", label)
         elif record.started:
