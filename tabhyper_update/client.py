@@ -15,6 +15,7 @@ best-effort, when used as a context manager.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from typing_extensions import Unpack
 
@@ -23,6 +24,7 @@ from .rest.session import RestSession, client_for
 from .rest.versions import MIN_API_VERSION
 from .update.chain import update_datasource
 from .update.options import BootstrapOptions, PublishOptions, UpdateOptions
+from .update.probe import ProbeResult, probe
 from .update.publish import BootstrapResult, bootstrap, publish
 from .update.results import UpdateResult
 from .values.actions import BatchLike
@@ -87,3 +89,27 @@ class TableauClient(RestSession):
         :class:`~tabhyper_update.update.options.BootstrapOptions`).
         """
         return bootstrap(self, name, **options)
+
+    def probe(
+        self,
+        *,
+        project: str,
+        keep: bool = False,
+        cap: bool = False,
+        state_dir: str | os.PathLike[str] | None = None,
+        on_step: Callable[[str], None] | None = None,
+    ) -> ProbeResult:
+        """Measure what this server does where Tableau's documentation is silent: publish a
+        small canary data source into ``project``, run scripted updates whose outcomes
+        differ by semantics (a key matched twice, NULL into NOT NULL, a narrowed decimal, a
+        repeated RequestID, a stale update under the ordering guard), read each outcome
+        back from the canary's rows, remove the canary (unless ``keep``), and remember the
+        result per server and site in the state folder. ``cap``: also find the update cap
+        with a bounded upload. At most 200 requests; nothing but the canary is touched.
+
+        ``ChangeSet(guard=True)`` is sent only to a server whose probe found the guard
+        working. See :mod:`tabhyper_update.update.probe`.
+        """
+        return probe(
+            self, project=project, keep=keep, cap=cap, state_dir=state_dir, on_step=on_step
+        )

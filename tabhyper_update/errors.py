@@ -24,6 +24,7 @@ means for the update::
     ├── PayloadError (also ValueError)
     │   ├── PayloadAppliedError
     │   └── SchemaDriftError
+    ├── ProbeError
     ├── TargetMismatchError
     ├── TransportError
     │   ├── ConnectionFailedError (also ConnectionError)
@@ -70,6 +71,7 @@ from .values.errors import (
     PayloadAppliedError,
     PayloadArgumentError,
     PayloadError,
+    ProbeError,
     Problem,
     QueryBudgetError,
     RequestTimeoutError,
@@ -104,6 +106,7 @@ __all__ = [
     "PayloadAppliedError",
     "PayloadArgumentError",
     "PayloadError",
+    "ProbeError",
     "Problem",
     "QueryBudgetError",
     "RequestTimeoutError",

@@ -322,6 +322,7 @@ def run_two_producers(
         },
     )
     luid = target.server.add_datasource(f"Guarded {root.name}", start)
+    target.server.remember_probe(target.state)  # the guard is sent only where probed
     source = DeltaSource(root / "delta")
     guarded = ChangeSet("id", guard=True)
 

@@ -55,6 +55,7 @@ def _served(tmp_path: Path, semantics: str, *, job_delay: float) -> Iterator[Fak
     # rests on NOT NULL, which Hyper enforces, not on a stricter server.
     with FakeTableauServer(pats=dict([PAT]), job_delay=job_delay, semantics=semantics) as server:
         server.add_datasource("Orders", start)
+        server.remember_probe(tmp_path / "probed")  # the guard is sent only where probed
         yield server
 
 

@@ -363,6 +363,29 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_probe(args: argparse.Namespace) -> int:
+    quiet = getattr(args, "json", False)
+    with _client(args) as client:
+        found = client.probe(
+            project=args.project,
+            keep=args.keep,
+            cap=args.cap,
+            state_dir=args.state_dir,
+            on_step=None if quiet else lambda what: print(f"probing: {what}", file=sys.stderr),
+        )
+    data = found.as_dict()
+    shown = ["multi_match", "not_null", "narrowing", "replay", "guard", "data_service"]
+    lines = [f"probe of {found.server} (site {found.site!r}), {found.requests} requests:"]
+    lines += [f"  {k:<13} {data[k]}" for k in shown]
+    if found.cap_mb is not None:
+        lines.append(f"  {'cap_mb':<13} {found.cap_mb:g}")
+    if found.scopes:
+        lines += [f"  scope refused: {s['scope']} ({s['case']})" for s in found.scopes]
+    lines.append(f"  canary {found.canary!r} " + ("kept" if found.kept else "removed"))
+    _emit(args, data, "\n".join(lines))
+    return EXIT_OK
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     if bool(args.input) == bool(args.spark_table):
         raise UsageError(
@@ -536,6 +559,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "build": _cmd_build,
     "apply": _cmd_apply,
     "publish": _cmd_publish,
+    "probe": _cmd_probe,
     "verify": _cmd_verify,
     "job": _cmd_job,
     "state": _cmd_state,

@@ -115,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_build(sub)
     _add_apply(sub)
     _add_publish(sub)
+    _add_probe(sub)
     _add_verify(sub)
     _add_job(sub)
     _add_state(sub)
@@ -290,6 +291,32 @@ def _add_publish(sub: Any) -> None:
     _add_connection_options(p)
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_Command("publish"))
+
+
+def _add_probe(sub: Any) -> None:
+    p = sub.add_parser(
+        "probe",
+        help="measure what the server does where Tableau's docs are silent (on a canary)",
+        description="Publishes a small canary data source into --project, runs scripted "
+        "updates whose outcomes differ by semantics (a key matched twice, NULL into NOT NULL, "
+        "a narrowed decimal, a repeated RequestID, a stale update under the ordering guard), "
+        "reads each back from the canary's rows, removes the canary (unless --keep) and "
+        "remembers the result per server and site in the state folder. At most 200 requests; "
+        "nothing but the canary is touched. ChangeSet(guard=True) is sent only to a server "
+        "whose probe found the guard working.",
+    )
+    p.add_argument("--project", required=True, help="the project the canary is published into")
+    p.add_argument("--keep", action="store_true", help="leave the canary data source in place")
+    p.add_argument(
+        "--cap", action="store_true", help="also find the update cap (uploads up to ~100 MB)"
+    )
+    p.add_argument(
+        "--state-dir",
+        help="where the result is remembered (default: $XDG_STATE_HOME/tabhyper-update)",
+    )
+    _add_connection_options(p)
+    _add_verbosity(p, argparse.SUPPRESS)
+    p.set_defaults(func=_Command("probe"))
 
 
 def _add_job(sub: Any) -> None:

@@ -122,6 +122,12 @@ class Payload:
         return self.change_set is not None or bool(self.change_sets)
 
     @property
+    def is_guarded(self) -> bool:
+        """Whether a change set of this payload asks for the ordering guard."""
+        sets = [self.change_set, *(self.change_sets or {}).values()]
+        return any(cs is not None and cs.guard for cs in sets)
+
+    @property
     def key(self) -> tuple[str, ...] | None:
         """The change set's key columns (``None`` for a plain payload)."""
         return self.change_set.key if self.change_set is not None else None

@@ -487,6 +487,19 @@ class RestSession:
             return replace(ref, columns=known)
         return ref
 
+    @property
+    def requests_sent(self) -> int:
+        """Requests this client has sent so far (every attempt, sign-ins included)."""
+        return self._http.sent
+
+    def delete_datasource(self, target: DataSourceRef) -> None:
+        """Delete a published data source (Tableau's "Delete Data Source"): only ever one the
+        caller named by its reference, e.g. a canary the SDK published itself."""
+        self.request("DELETE", f"datasources/{target.id}", retry=True, expected=(200, 204))
+        with self._lock:
+            for key in [k for k, ref in self._found.items() if ref.id == target.id]:
+                del self._found[key]
+
     def initiate_upload(self) -> str:
         return initiate_upload(self)
 

@@ -306,6 +306,8 @@ class Transport:
         self.session = session
         self.sleep = sleep
         self.clock = clock
+        #: Requests sent (every attempt), for what a workflow reports it cost.
+        self.sent = 0
         self.session.headers["User-Agent"] = f"tabhyper-update/{__version__}"
         self.session.headers["Accept"] = "application/json"
 
@@ -340,6 +342,7 @@ class Transport:
             all_headers["Content-Type"] = "application/json"
             data = json.dumps(json_body)
         started = time.perf_counter()
+        self.sent += 1
         limit = timeout or self.timeout
         size = len(data) if isinstance(data, (bytes, str)) or hasattr(data, "__len__") else 0
         with http_request(method, shown, resend_count) as answer:

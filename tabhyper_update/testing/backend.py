@@ -166,7 +166,7 @@ class FakeBackend(SignIns):
         self.seed = settings.get("seed", random.SystemRandom().randrange(2**31))
         #: How a repeated RequestID is answered: "original" (the first request's job),
         #: "new_job" (a new job that applies nothing) or "refuse" (409, naming the duplicate).
-        self.replay = settings.get("replay", "original")
+        self.replay = settings.get("replay", profile.replay)
         if self.replay not in ("original", "new_job", "refuse"):
             raise ValueError(
                 f"replay must be 'original', 'new_job' or 'refuse', got {self.replay!r}"
@@ -245,6 +245,17 @@ class FakeBackend(SignIns):
         with self.lock:
             self.sources[luid] = ds
         return ds
+
+    def delete_datasource(self, luid: str) -> None:
+        """Delete Data Source: gone with its file, once its queued jobs have run."""
+        source = self.datasource(luid)
+        with self.lock:
+            del self.sources[luid]
+        if source.worker is not None:
+            source.queue.put(None)
+            source.worker.join(timeout=30)
+        with contextlib.suppress(FileNotFoundError):
+            source.path.unlink()
 
     # -- projects and publishing ---------------------------------------------------------------
     def add_project(self, name: str, parent: str | None = None) -> str:

@@ -32,7 +32,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from typing_extensions import Unpack
 
-from ..update.state import temporary_default_state_dir
+from ..update.state import StateStore, temporary_default_state_dir
+from ..values.probes import ProbeResult
 from ..values.redaction import get_logger
 from .backend import FakeBackend
 from .handlers import Handlers, job_body
@@ -241,6 +242,37 @@ class FakeTableauServer:
     def profile(self) -> ServerProfile:
         """The deployment this fake answers like (see :mod:`.profiles`)."""
         return self.backend.profile
+
+    def expected_probe(self) -> ProbeResult:
+        """What ``client.probe()`` finds on this fake, from its settings (the probe's own
+        tests check that it finds exactly this on every profile and semantics)."""
+        backend = self.backend
+        hyper = backend.semantics == "hyper"
+        service = backend.data_service
+        return ProbeResult(
+            server=self.url.rstrip("/"),
+            site=backend.site,
+            multi_match="one_row_used" if hyper else "refused",
+            not_null="enforced",
+            narrowing="rounded" if hyper else "refused",
+            replay={"original": "original", "new_job": "new_job", "refuse": "refused"}[
+                backend.replay
+            ],
+            guard="works",
+            data_service=backend.service_release if service == "on" else service,
+            read_back="data_service" if service == "on" else "not_null",
+            requests=0,
+            canary="",
+            api_version=backend.api_version,
+        )
+
+    def remember_probe(self, state_dir: str | os.PathLike[str] | None = None) -> ProbeResult:
+        """Remember :meth:`expected_probe` for this server (in ``state_dir`` and for this
+        process), as a probe run against it would: what a test of a guarded change set
+        needs without running the probe's dozen updates first."""
+        found = self.expected_probe()
+        StateStore(state_dir).remember_probe(found)
+        return found
 
     def start_refresh(self, luid: str, seconds: float) -> None:
         """Someone else's refresh of the data source runs for ``seconds`` from now: updates

@@ -164,6 +164,11 @@ class Handlers:
         self._auth(request, site)
         return Response(200, {"datasource": datasource_body(self.backend.datasource(ds))})
 
+    def delete_datasource(self, request: Request, site: str, ds: str) -> Response:
+        self._auth(request, site)
+        self.backend.delete_datasource(ds)
+        return Response(204)
+
     def connections(self, request: Request, site: str, ds: str) -> Response:
         self._auth(request, site)
         source = self.backend.datasource(ds)

@@ -8,6 +8,7 @@ batches are applied (``semantics``: as Hyper does, or strictly)::
 
     FakeTableauServer(profile="cloud", pats={"ci": "s"})
     FakeTableauServer(profile="server-2021.4", max_upload_mb=5)   # a setting wins
+    FakeTableauServer(profile="probe.json")   # as a probed server answered (its probe's JSON)
 
 Sources: Tableau's REST API guide (payload caps, 429), Tableau's VizQL Data Service
 documentation and OpenAPI schema history (releases, options, the query quota), and
@@ -19,6 +20,9 @@ kept as settings.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from ..values.probes import ProbeResult
 
 __all__ = ["PROFILES", "SERVICE_OPTIONS", "ServerProfile", "profile_named"]
 
@@ -54,6 +58,8 @@ class ServerProfile:
     #: How batches are applied: ``"hyper"`` (what Hyper documents) or ``"strict"`` (refuse
     #: what depends on which source row is used or changes a value).
     semantics: str = "hyper"
+    #: How a repeated RequestID is answered: "original", "new_job" or "refuse".
+    replay: str = "original"
 
 
 PROFILES: dict[str, ServerProfile] = {
@@ -85,10 +91,56 @@ PROFILES: dict[str, ServerProfile] = {
 
 
 def profile_named(name: str) -> ServerProfile:
-    """The profile called ``name``, or an error listing the ones there are."""
+    """The profile called ``name`` (or the ``.json`` file a probe wrote: see
+    :func:`profile_from_probe`), or an error listing the ones there are."""
+    if name.endswith(".json"):
+        return profile_from_probe(name)
     try:
         return PROFILES[name]
     except KeyError:
         raise ValueError(
             f"unknown server profile {name!r}; the profiles are {', '.join(sorted(PROFILES))}"
         ) from None
+
+
+#: A probe's findings → the fake's semantics.
+_SEMANTICS = {("one_row_used", "rounded"): "hyper", ("refused", "refused"): "strict"}
+_REPLAY = {"original": "original", "new_job": "new_job", "refused": "refuse"}
+
+
+def profile_from_probe(path: str | Path) -> ServerProfile:
+    """The profile of a server as its probe found it (``tabhyper-update probe --json >
+    FILE``): its semantics, its answer to a repeated RequestID, its VizQL Data Service
+    release (or none), its REST API version and its update cap. A finding the fake cannot
+    reproduce (NOT NULL not enforced, a RequestID applied twice, a key matched twice refused
+    while narrowed values are rounded) is an error naming it, never answered otherwise."""
+    try:
+        found = ProbeResult.load(path)
+    except (OSError, ValueError, TypeError) as err:
+        raise ValueError(f"cannot read the probe {str(path)!r}: {err}") from None
+    semantics = _SEMANTICS.get((found.multi_match, found.narrowing))
+    problems = []
+    if semantics is None:
+        problems.append(
+            f"multi_match={found.multi_match!r} with narrowing={found.narrowing!r} (the fake "
+            "refuses both or neither)"
+        )
+    if found.not_null != "enforced":
+        problems.append(f"not_null={found.not_null!r} (Hyper enforces NOT NULL)")
+    if found.replay not in _REPLAY:
+        problems.append(f"replay={found.replay!r}")
+    if problems:
+        raise ValueError(
+            f"the fake cannot answer as the server of {str(path)!r} did: {'; '.join(problems)}"
+        )
+    release = None if found.data_service in ("absent", "denied") else found.data_service
+    base = PROFILES["ideal"]
+    return ServerProfile(
+        f"probe of {found.server}",
+        base.product_version,
+        found.api_version or base.api_version,
+        found.cap_mb if found.cap_mb is not None else base.max_upload_mb,
+        release if release in SERVICE_OPTIONS else (None if release is None else "20261"),
+        semantics=str(semantics),
+        replay=_REPLAY[found.replay],
+    )

@@ -26,6 +26,7 @@ ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
         ("POST", "publish", _SITE + r"/datasources$"),
         ("GET", "projects", _SITE + r"/projects$"),
         ("GET", "datasource", _SITE + r"/datasources/(?P<ds>[^/]+)$"),
+        ("DELETE", "delete_datasource", _SITE + r"/datasources/(?P<ds>[^/]+)$"),
         ("GET", "connections", _SITE + r"/datasources/(?P<ds>[^/]+)/connections$"),
         ("POST", "initiate", _SITE + r"/fileUploads/?$"),
         ("PUT", "append", _SITE + r"/fileUploads/(?P<upload>[^/]+)$"),

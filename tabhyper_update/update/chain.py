@@ -30,6 +30,7 @@ from ..rest.session import RestSession
 from ..values.actions import ActionBatch, BatchLike
 from ..values.errors import (
     ArgumentTypeError,
+    ConfigurationError,
     DriftError,
     InvalidArgumentError,
     PayloadError,
@@ -264,6 +265,8 @@ def upload_payload(
         target_name(target, os.environ)
     store = StateStore(options.get("state_dir"))
     store.check()
+    if getattr(payload, "is_guarded", False):
+        check_guard_vouched(store, client.server, client.site)
     bound = BoundPayload(payload, client, target, progress=options.get("progress"), state=store)
     if upload_first:
         bound.upload_first_part()
@@ -298,3 +301,24 @@ def update_datasource(
     binding, applying = split_options(options)
     bound = upload_payload(chosen, target, client=client, upload_first=False, **binding)
     return bound.apply(actions, **applying)
+
+
+def check_guard_vouched(store: StateStore, server: str, site: str) -> None:
+    """Refuse, before anything is sent, a guarded change set for a server no probe has
+    shown to refuse a stale update: the guard rests on that, and an assumed guard that
+    protects nothing is worse than none."""
+    found = store.probe(server, site)
+    if found is not None and found.guard_works():
+        return
+    command = f"tabhyper-update probe --project NAME --state-dir {store.directory}"
+    why = (
+        f"no probe of {server} (site {site!r}) is remembered in {str(store.directory)!r}"
+        if found is None
+        else f"the probe of {server} (site {site!r}) found it {found.guard!r}"
+        f" (NOT NULL {found.not_null})"
+    )
+    raise ConfigurationError(
+        "ChangeSet(guard=True) is sent only to a server whose probe showed a stale update "
+        f"refused; {why}. Run `{command}` (or client.probe(project=...)) against it first, "
+        "or build without guard=True"
+    )

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from ..local.folders import check_folder, make_private
 from ..values.errors import ConfigurationError
+from ..values.probes import ProbeResult, probe_key
 from ..values.redaction import get_logger
 
 __all__ = [
@@ -184,6 +185,15 @@ class UpdateRecord:
         )
 
 
+#: Probes run or read in this process, by (server, site): a probe vouches for its server
+#: whichever state folder the next update keeps its records in.
+_PROBES: dict[tuple[str, str], ProbeResult] = {}
+
+
+def _probe_of(server: str, site: str) -> tuple[str, str]:
+    return server.rstrip("/").lower(), site
+
+
 class StateStore:
     """Update records in ``<directory>/records``, written atomically, owner-only."""
 
@@ -232,14 +242,49 @@ class StateStore:
     def save_schema(self, datasource_id: str, tables: Mapping[str, Any]) -> None:
         """Keep the columns (name, Hyper type, nullability) of each table of a data source
         the SDK published, for the updates after it (:mod:`.schema`)."""
-        self._write(
+        self.write_json(
             _schema_name(datasource_id),
             {"format": _FORMAT, "datasource": datasource_id, "tables": dict(tables)},
         )
 
     def schema(self, datasource_id: str) -> dict[str, Any] | None:
         """The tables recorded by :meth:`save_schema` for the data source, if any."""
-        path = self.records_dir / _schema_name(datasource_id)
+        data = self.read_json(_schema_name(datasource_id))
+        if data is None or data.get("datasource") != datasource_id:
+            return None
+        tables = data.get("tables")
+        return tables if isinstance(tables, dict) else None
+
+    def remember_probe(self, found: ProbeResult) -> None:
+        """Keep a probe's result for its server and site (here and for this process)."""
+        self.write_json(probe_key(found.server, found.site), found.as_dict())
+        _PROBES[_probe_of(found.server, found.site)] = found
+
+    def probe(self, server: str, site: str) -> ProbeResult | None:
+        """The last probe of ``server`` and ``site``: run in this process, else kept here."""
+        known = _PROBES.get(_probe_of(server, site))
+        if known is not None:
+            return known
+        data = self.read_json(probe_key(server, site))
+        if data is None:
+            return None
+        try:
+            found = ProbeResult.from_dict(data)
+        except (ValueError, TypeError) as err:
+            log.warning("ignoring the remembered probe of %s: %s", server, err)
+            return None
+        _PROBES[_probe_of(server, site)] = found
+        return found
+
+    def write_json(self, name: str, data: dict[str, Any]) -> None:
+        """Keep ``data`` as ``name`` (``probe-<digest>.json``, say) beside the records."""
+        if not re.fullmatch(r"[a-z]+-[0-9a-f]{64}\.json", name):
+            raise ValueError(f"not a name of a file the SDK keeps: {name!r}")
+        self._write(name, data)
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        """What :meth:`write_json` kept as ``name``, if it is there and readable."""
+        path = self.records_dir / name
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
             with os.fdopen(fd, encoding="utf-8") as f:
@@ -247,12 +292,9 @@ class StateStore:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as err:
-            log.warning("ignoring %s: not a schema record of this SDK (%s)", path, err)
+            log.warning("ignoring %s: not a file of this SDK (%s)", path, err)
             return None
-        if not isinstance(data, dict) or data.get("datasource") != datasource_id:
-            return None
-        tables = data.get("tables")
-        return tables if isinstance(tables, dict) else None
+        return data if isinstance(data, dict) else None
 
     def _write(self, name: str, data: dict[str, Any]) -> None:
         """Write ``data`` as the JSON file ``name`` of the records folder, atomically."""

@@ -43,6 +43,7 @@ __all__ = [
     "PayloadAppliedError",
     "PayloadArgumentError",
     "PayloadError",
+    "ProbeError",
     "Problem",
     "QueryBudgetError",
     "RequestTimeoutError",
@@ -502,6 +503,11 @@ class JobTimeoutError(TabHyperError, TimeoutError):
             f"job {job_id} did not finish within {waited_seconds:.1f} s; "
             "it may still complete: call wait() on it again"
         )
+
+
+class ProbeError(TabHyperError):
+    """The probe of a server (``tabhyper-update probe``) could not finish: it would have
+    sent more than its bound of requests, or its canary could not be published."""
 
 
 class UpdateStateError(TabHyperError):

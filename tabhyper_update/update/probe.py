@@ -1,0 +1,601 @@
+"""The probe: what one real server does where Tableau's documentation is silent, measured on a
+canary data source the SDK publishes (and removes), instead of assumed.
+
+>>> with TableauClient.from_env() as client:  # doctest: +SKIP
+...     found = client.probe(project="Sandbox")
+...     found.guard, found.multi_match
+('works', 'one_row_used')
+
+Each case is a scripted update of the canary whose outcome differs by semantics, and each
+outcome is read back from the canary's rows: through the VizQL Data Service where the server
+has one, else by a follow-up update that fails exactly when a row holds a value (it sets a
+NOT NULL column to NULL for that row: refused, it applies nothing). The cases:
+
+* ``multi_match``: a key matched by two source rows: ``"refused"`` or ``"one_row_used"``;
+* ``not_null``: NULL into a NOT NULL column: ``"enforced"`` or ``"not_enforced"``;
+* ``narrowing``: a ``NUMERIC(12,4)`` value into ``NUMERIC(12,2)``: ``"refused"``,
+  ``"rounded"`` or ``"kept"``;
+* ``replay``: the same RequestID sent again with other rows: ``"original"`` (the first
+  job), ``"new_job"`` (a new job that applies nothing), ``"refused"`` (an error naming the
+  duplicate) or ``"applied_again"`` (the server ran it twice);
+* ``guard``: a stale update under the ordering guard (``ChangeSet(guard=True)``) refused and
+  a later one applied: ``"works"``, else ``"unavailable"``;
+* ``data_service``: the VizQL Data Service's release, or ``"absent"``;
+* ``scopes``: under a connected app, the calls refused and the scope each needed;
+* ``cap_mb``: the update cap (only with ``cap=True``: one or two bounded uploads).
+
+The result is remembered per server and site in the state folder
+(:func:`remembered_probe`); the SDK reads it before it sends a guarded change set, and
+``FakeTableauServer(profile="<probe JSON>")`` answers as the probed server did. The probe
+touches nothing but its canary, sends at most :data:`MAX_REQUESTS` requests, and never shows
+a secret.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..local.folders import DerivedFolder
+from ..local.hyper import connect, quote_name, table_ref
+from ..payload.model import position_guard
+from ..readback.dataservice import DataService, dimension
+from ..rest.refs import DataSourceRef
+from ..rest.session import RestSession
+from ..values.actions import ActionBatch, Update, Upsert, _Action
+from ..values.conditions import Condition, all_of, keys_match, target
+from ..values.errors import (
+    ApiError,
+    InvalidArgumentError,
+    JobFailedError,
+    NotFoundError,
+    ProbeError,
+    TabHyperError,
+)
+from ..values.probes import ProbeResult
+from ..values.redaction import get_logger
+from .publish import publish
+from .resplit import stated_cap, too_large
+from .state import StateStore
+
+__all__ = [
+    "MAX_REQUESTS",
+    "ProbeResult",
+    "probe",
+]
+
+log = get_logger("tabhyper_update")
+
+#: The most requests one probe sends (each case a handful: upload, update, polls, reads).
+MAX_REQUESTS = 200
+_SCHEMA = "Extract"
+_CANARY = {
+    "Extract": (
+        "id BIGINT NOT NULL, val TEXT, amount NUMERIC(12,2), flag BOOLEAN NOT NULL",
+        [
+            "(1, 'one', 1.00, TRUE)",
+            "(2, 'two', 2.00, TRUE)",
+            "(3, 'three', 3.00, TRUE)",
+            "(4, 'four', 4.00, TRUE)",
+        ],
+    ),
+    "Guarded": ("gid BIGINT NOT NULL, gval TEXT", ["(5, 'start')"]),
+    "Guarded_positions": (
+        "gid BIGINT NOT NULL, gseq BIGINT NOT NULL, guarded BOOLEAN NOT NULL",
+        ["(5, 10, TRUE)"],
+    ),
+    "Padding": ("pid BIGINT, filler TEXT", []),
+}
+#: The update caps the probe can tell apart with ``cap=True`` (MB): one padded upload just
+#: over each, smallest first, until one is refused.
+_CAPS_TRIED = (10, 100)
+
+
+class _ScopeRefused(Exception):
+    """A call of a case was refused for a connected-app scope: the case cannot be told."""
+
+
+@dataclass
+class _Outcome:
+    """An update's end: applied (its job id), or refused (what the server said)."""
+
+    applied: bool
+    job_id: str | None = None
+    refusal: str | None = None
+    error: ApiError | None = None
+
+
+class _Probe:
+    def __init__(
+        self,
+        client: RestSession,
+        project: str,
+        folder: Path,
+        *,
+        name: str,
+        state: StateStore,
+    ) -> None:
+        self.client = client
+        self.project = project
+        self.folder = folder
+        self.name = name
+        self.state = state
+        self.sent_before = client.requests_sent
+        self.ref: DataSourceRef | None = None
+        self.service: DataService | None = None
+        self.scopes: list[dict[str, str]] = []
+        self.notes: dict[str, str] = {}
+        self.not_null_enforced = False
+
+    # -- plumbing ----------------------------------------------------------------------------
+    @property
+    def requests(self) -> int:
+        return self.client.requests_sent - self.sent_before
+
+    def budget(self, more: int) -> None:
+        if self.requests + more > MAX_REQUESTS:
+            raise ProbeError(
+                f"the probe stopped before sending more than {MAX_REQUESTS} requests "
+                f"({self.requests} sent)"
+            )
+
+    def file(self, tables: Mapping[str, tuple[str, Sequence[str]]]) -> Path:
+        path = self.folder / f"{uuid.uuid4().hex}.hyper"
+        with connect(path, create=True) as conn:
+            conn.execute_command(f"CREATE SCHEMA {quote_name(_SCHEMA)}")
+            for name, (ddl, rows) in tables.items():
+                conn.execute_command(f"CREATE TABLE {table_ref(_SCHEMA, name)} ({ddl})")
+                if rows:
+                    conn.execute_command(
+                        f"INSERT INTO {table_ref(_SCHEMA, name)} VALUES {', '.join(rows)}"
+                    )
+        return path
+
+    def scope_refused(self, case: str, err: ApiError) -> bool:
+        if err.status != 403:
+            return False
+        found = re.search(r"scope '([^']+)'", str(err))
+        self.scopes.append({"case": case, "scope": found.group(1) if found else "unknown"})
+        return True
+
+    def update(
+        self,
+        case: str,
+        tables: Mapping[str, tuple[str, Sequence[str]]],
+        actions: Sequence[_Action],
+        *,
+        request_id: str | None = None,
+    ) -> _Outcome:
+        """Upload ``tables`` and apply ``actions`` to the canary, bypassing the SDK's own
+        checks (the probe asks the server, not the SDK); the outcome as the job ended."""
+        assert self.ref is not None
+        self.budget(12)
+        path = self.file(tables)
+        try:
+            session = self.client.upload(path)
+            job = self.client.update_data(
+                self.ref,
+                ActionBatch(actions=list(actions)),
+                upload_session_id=session,
+                request_id=request_id,
+            )
+            job.wait(timeout=600)
+        except JobFailedError as err:
+            self.notes.setdefault(case, str(err.notes or err))
+            return _Outcome(False, job_id=err.job_id, refusal=str(err.notes or err))
+        except ApiError as err:
+            if self.scope_refused(case, err):
+                raise _ScopeRefused(case) from None
+            self.notes.setdefault(case, str(err))
+            return _Outcome(False, refusal=str(err), error=err)
+        finally:
+            path.unlink(missing_ok=True)
+        return _Outcome(True, job_id=job.id)
+
+    # -- reading the canary back ---------------------------------------------------------------
+    def read_values(self, column: str) -> list[Any] | None:
+        """The distinct values of ``column`` through the VizQL Data Service (None without)."""
+        if self.service is None:
+            return None
+        self.budget(2)
+        field_info = self.service.field(column)
+        rows = self.service.query([dimension(field_info.caption, "v")])
+        return [row["v"] for row in rows]
+
+    def row_holds(self, key: int, condition: Condition) -> bool | None:
+        """Whether the canary's row ``key`` meets ``condition``, by a follow-up update that
+        sets its NOT NULL ``flag`` to NULL only there: refused (nothing applied) if it does.
+        None where NOT NULL is not enforced (the follow-up would prove nothing)."""
+        if not self.not_null_enforced:
+            return None
+        outcome = self.update(
+            "read_back",
+            {"oracle": ("id BIGINT, flag BOOLEAN", [f"({key}, NULL)"])},
+            [
+                Update(
+                    target_schema=_SCHEMA,
+                    target_table="Extract",
+                    source_schema=_SCHEMA,
+                    source_table="oracle",
+                    condition=all_of(keys_match("id"), condition),
+                )
+            ],
+        )
+        return not outcome.applied
+
+    def value_of(self, key: int, column: str, candidates: Sequence[Any]) -> Any:
+        """Which of ``candidates`` the canary's row ``key`` holds in ``column`` (None: none
+        of them, or it cannot be read)."""
+        if self.service is not None:
+            self.budget(2)
+            id_field = self.service.field("id").caption
+            col_field = self.service.field(column).caption
+            rows = self.service.query(
+                [dimension(id_field, "id"), dimension(col_field, "v")],
+            )
+            found = [r["v"] for r in rows if _same(r["id"], key)]
+            for c in candidates:
+                if any(_same(v, c) for v in found):
+                    return c
+            return None
+        for c in candidates:
+            cond = (
+                all_of(target(column) > float(c) - 5e-5, target(column) < float(c) + 5e-5)
+                if isinstance(c, float)
+                else target(column) == c
+            )
+            if self.row_holds(key, cond):
+                return c
+        return None
+
+    # -- the cases -----------------------------------------------------------------------------
+    def publish(self) -> None:
+        self.budget(12)
+        canary = self.file(_CANARY)
+        try:
+            self.ref = publish(
+                self.client, canary, self.name, project=self.project, state_dir=self.folder
+            )
+        finally:
+            canary.unlink(missing_ok=True)
+
+    def data_service(self) -> str:
+        assert self.ref is not None
+        self.budget(6)
+        service = DataService(self.client, self.ref.id)
+        if not service._service_answers():
+            return "absent"
+        try:
+            service.fields()
+        except ApiError as err:
+            if self.scope_refused("data_service", err):
+                return "denied"
+            self.notes["data_service"] = str(err)
+            return "denied"
+        self.service = service
+        # The release by the options it takes: each later release added some.
+        release = "2025.1"
+        for option, named in (("bypassMetadataCache", "20253"), ("rowLimit", "20261")):
+            try:
+                self.client.request(
+                    "POST",
+                    "api/v1/vizql-data-service/query-datasource",
+                    retry=False,
+                    site_scoped=False,
+                    json_body={
+                        "datasource": {"datasourceLuid": self.ref.id},
+                        "query": {"fields": [{"fieldCaption": service.field("id").caption}]},
+                        "options": {"returnFormat": "ARRAYS", option: _option_value(option)},
+                    },
+                )
+            except ApiError:
+                break
+            release = named
+        return release
+
+    def not_null(self) -> str:
+        outcome = self.update(
+            "not_null",
+            {"nulls": ("id BIGINT, flag BOOLEAN", ["(2, NULL)"])},
+            [_by_id("nulls")],
+        )
+        if outcome.applied:
+            return "not_enforced"
+        # The follow-up read-back rests on it: one that matches no row must apply.
+        self.not_null_enforced = True
+        if self.row_holds(1, target("val") == "never-there"):
+            log.info("NOT NULL is enforced by what a batch holds, not the rows it meets")
+            self.not_null_enforced = False
+        return "enforced"
+
+    def multi_match(self) -> str:
+        outcome = self.update(
+            "multi_match",
+            {"twice": ("id BIGINT, val TEXT", ["(1, 'first')", "(1, 'second')"])},
+            [_by_id("twice")],
+        )
+        if not outcome.applied:
+            return "refused"
+        used = self.value_of(1, "val", ["first", "second"])
+        return "one_row_used" if used is not None else "unknown"
+
+    def narrowing(self) -> str:
+        outcome = self.update(
+            "narrowing",
+            {"wide": ("id BIGINT, amount NUMERIC(12,4)", ["(3, 1.2345)"])},
+            [_by_id("wide")],
+        )
+        if not outcome.applied:
+            return "refused"
+        found = self.value_of(3, "amount", [1.23, 1.2345])
+        return {1.23: "rounded", 1.2345: "kept"}.get(found, "unknown")
+
+    def replay(self) -> str:
+        request_id = f"tabhyper-probe-{uuid.uuid4()}"
+        first = self.update(
+            "replay",
+            {"r": ("id BIGINT, val TEXT", ["(4, 'replay-1')"])},
+            [_by_id("r")],
+            request_id=request_id,
+        )
+        if not first.applied:
+            return "unknown"
+        again = self.update(
+            "replay",
+            {"r": ("id BIGINT, val TEXT", ["(4, 'replay-2')"])},
+            [_by_id("r")],
+            request_id=request_id,
+        )
+        if not again.applied and again.error is not None and again.error.status in (400, 409):
+            return "refused"
+        held = self.value_of(4, "val", ["replay-1", "replay-2"])
+        if held == "replay-2":
+            return "applied_again"
+        if again.job_id == first.job_id:
+            return "original"
+        return "new_job" if held == "replay-1" else "unknown"
+
+    def guard(self) -> str:
+        def guarded(position: int, value: str) -> _Outcome:
+            return self.update(
+                "guard",
+                {
+                    "g_upserts": ("gid BIGINT, gval TEXT", [f"(5, '{value}')"]),
+                    "g_upserts_guard": (
+                        "gid BIGINT, gseq BIGINT, guarded BOOLEAN",
+                        [f"(5, {position}, NULL)"],
+                    ),
+                    "g_positions": (
+                        "gid BIGINT, gseq BIGINT, guarded BOOLEAN",
+                        [f"(5, {position}, TRUE)"],
+                    ),
+                },
+                [
+                    position_guard(
+                        ["gid"],
+                        "gseq",
+                        target_schema=_SCHEMA,
+                        target_table="Guarded_positions",
+                        source_schema=_SCHEMA,
+                        guard_table="g_upserts_guard",
+                    ),
+                    _upsert("g_upserts", "Guarded", "gid"),
+                    _upsert("g_positions", "Guarded_positions", "gid"),
+                ],
+            )
+
+        stale = guarded(5, "stale")  # the canary holds position 10
+        if stale.applied:
+            return "unavailable"
+        fresh = guarded(20, "fresh")
+        if not fresh.applied:
+            return "unavailable"
+        values = self.read_values("gval")
+        if values is not None:
+            return "works" if values == ["fresh"] else "unavailable"
+        # Without the service: the stale value never landed, the fresh one did.
+        holds = self.row_holds_guarded()
+        return "works" if holds else "unavailable"
+
+    def row_holds_guarded(self) -> bool:
+        """Whether the guarded table holds 'fresh' (a follow-up that fails where it does)."""
+        outcome = self.update(
+            "read_back",
+            {"g_null": ("gid BIGINT, gseq BIGINT", ["(5, NULL)"])},
+            [
+                Update(
+                    target_schema=_SCHEMA,
+                    target_table="Guarded_positions",
+                    source_schema=_SCHEMA,
+                    source_table="g_null",
+                    condition=all_of(keys_match("gid"), target("gseq") == 20),
+                )
+            ],
+        )
+        return not outcome.applied
+
+    def cap(self) -> float | None:
+        for mb in _CAPS_TRIED:
+            size = int((mb + 0.5) * 1024 * 1024)
+            path = self.folder / f"pad-{mb}.hyper"
+            _padding_file(path, size)
+            self.budget(12 + size // self.client.chunk_size)
+            try:
+                session = self.client.upload(path)
+                assert self.ref is not None
+                job = self.client.update_data(
+                    self.ref,
+                    ActionBatch(
+                        actions=[_insert_padding()],
+                    ),
+                    upload_session_id=session,
+                )
+                job.wait(timeout=600)
+            except ApiError as err:
+                if too_large(err):
+                    stated = stated_cap(err, size)
+                    return round(stated / 1024 / 1024, 1) if stated else float(mb)
+                raise
+            finally:
+                path.unlink(missing_ok=True)
+        return None
+
+    def remove(self) -> None:
+        if self.ref is None:
+            return
+        with contextlib.suppress(NotFoundError):  # removed already (a retried DELETE)
+            self.client.delete_datasource(self.ref)
+
+
+def _option_value(option: str) -> Any:
+    return 1 if option == "rowLimit" else True
+
+
+def _by_id(source_table: str) -> Update:
+    return Update(
+        target_schema=_SCHEMA,
+        target_table="Extract",
+        source_schema=_SCHEMA,
+        source_table=source_table,
+        condition=keys_match("id"),
+    )
+
+
+def _upsert(source_table: str, target_table: str, key: str) -> Upsert:
+    return Upsert(
+        target_schema=_SCHEMA,
+        target_table=target_table,
+        source_schema=_SCHEMA,
+        source_table=source_table,
+        condition=keys_match(key),
+    )
+
+
+def _insert_padding() -> _Action:
+    from ..values.actions import Insert
+
+    return Insert(
+        target_schema=_SCHEMA,
+        target_table="Padding",
+        source_schema=_SCHEMA,
+        source_table="Padding",
+    )
+
+
+def _padding_file(path: Path, size: int) -> None:
+    """A ``.hyper`` file of at least ``size`` bytes of text Hyper cannot compress away."""
+    with connect(path, create=True) as conn:
+        conn.execute_command(f"CREATE SCHEMA {quote_name(_SCHEMA)}")
+        padding = table_ref(_SCHEMA, "Padding")
+        conn.execute_command(f"CREATE TABLE {padding} (pid BIGINT, filler TEXT)")
+        rows = size // 200 + 1
+        conn.execute_command(
+            f"INSERT INTO {padding} "
+            "SELECT g, CAST(random() AS TEXT) || CAST(random() AS TEXT) || CAST(random() AS TEXT) "
+            "|| CAST(random() AS TEXT) || CAST(random() AS TEXT) || CAST(random() AS TEXT) "
+            "|| CAST(random() AS TEXT) || CAST(random() AS TEXT) || CAST(random() AS TEXT) "
+            f"FROM generate_series(1, {rows}) AS s(g)"
+        )
+
+
+def _same(found: Any, expected: Any) -> bool:
+    if isinstance(expected, float):
+        try:
+            return abs(float(found) - expected) < 5e-5
+        except (TypeError, ValueError):
+            return False
+    if isinstance(expected, int) and not isinstance(expected, bool):
+        try:
+            return int(found) == expected
+        except (TypeError, ValueError):
+            return False
+    return bool(found == expected)
+
+
+def probe(
+    client: RestSession,
+    *,
+    project: str,
+    keep: bool = False,
+    cap: bool = False,
+    state_dir: str | os.PathLike[str] | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> ProbeResult:
+    """:meth:`TableauClient.probe`: publish a canary data source into ``project``, run the
+    cases, read them back, remove the canary (unless ``keep``), remember the result in the
+    state folder, and return it."""
+    if not isinstance(project, str) or not project.strip():
+        raise InvalidArgumentError(
+            "the probe needs a project to publish its canary into (project=...)",
+            argument="project",
+        )
+    store = StateStore(state_dir)
+    name = f"tabhyper-probe-{uuid.uuid4().hex[:12]}"
+    derived = DerivedFolder("tabhyper-probe-")
+    run = _Probe(client, project, derived(), name=name, state=store)
+    step = on_step or (lambda _: None)
+
+    def case(what: str, measure: Callable[[], Any]) -> Any:
+        step(what)
+        try:
+            return measure()
+        except _ScopeRefused:
+            return "unknown"
+
+    try:
+        step(f"publishing the canary {name!r} into {project!r}")
+        run.publish()
+        service = case("the VizQL Data Service", run.data_service)
+        not_null = case("NULL into a NOT NULL column", run.not_null)
+        multi = case("a key matched by two source rows", run.multi_match)
+        narrowing = case("a NUMERIC(12,4) value into NUMERIC(12,2)", run.narrowing)
+        replay = case("the same RequestID sent twice", run.replay)
+        guard = case("a stale update under the ordering guard", run.guard)
+        cap_mb = case("the update cap (a bounded upload)", run.cap) if cap else None
+        if cap_mb == "unknown":
+            cap_mb = None
+    finally:
+        if not keep:
+            step("removing the canary")
+            try:
+                run.remove()
+            except TabHyperError as err:
+                log.warning("the canary %r was not removed: %s", name, err)
+        derived.remove()
+    read_back = (
+        "data_service"
+        if run.service is not None
+        else ("not_null" if run.not_null_enforced else "answers")
+    )
+    found = ProbeResult(
+        server=client.server,
+        site=client.site,
+        multi_match=multi,
+        not_null=not_null,
+        narrowing=narrowing,
+        replay=replay,
+        guard=guard,
+        data_service=service,
+        read_back=read_back,
+        requests=run.requests,
+        canary=name,
+        api_version=client.api_version,
+        kept=keep,
+        scopes=run.scopes if _is_connected_app(client) else None,
+        cap_mb=cap_mb,
+        notes=run.notes,
+    )
+    store.remember_probe(found)
+    return found
+
+
+def _is_connected_app(client: RestSession) -> bool:
+    from ..rest.auth import ConnectedAppJWT
+
+    return isinstance(client.auth, ConnectedAppJWT)
