@@ -19,6 +19,7 @@ from tabhyper_update import (
 )
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import read_table
+from tabhyper_update.update.state import StateStore
 from tabhyper_update.values.errors import InvalidArgumentError, SchemaDriftError
 
 if TYPE_CHECKING:
@@ -101,6 +102,9 @@ def test_ignore_after_upload_sends_the_part_without_the_columns_left_out(
     assert result.done
     assert "holds the columns on_schema_change left out: it is not sent" in caplog.text
     assert rows(server) == [(2, "B", 21), (3, "c", 30), (4, "d", 40)]
+    # The update's record says so too (what `tabhyper-update status` reads).
+    (record,) = StateStore(tmp_path).records()
+    assert any("it is not sent" in note for note in record.notes)
 
 
 def test_ignore_does_not_hide_a_type_that_changed(

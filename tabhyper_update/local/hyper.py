@@ -11,7 +11,7 @@ import atexit
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_DATABASE_VERSION",
     "SUPPORTED_DATABASE_VERSIONS",
     "connect",
+    "create_tables",
     "hyper_process",
     "quote_literal",
     "quote_name",
@@ -112,3 +113,21 @@ def quote_literal(value: str) -> str:
 def table_ref(schema: str | None, table: str, database: str | None = None) -> str:
     parts = [p for p in (database, schema) if p is not None] + [table]
     return ".".join(quote_name(p) for p in parts)
+
+
+def create_tables(
+    path: str | os.PathLike[str],
+    tables: Mapping[str, tuple[str, Sequence[str]]],
+    *,
+    schema: str = "Extract",
+) -> None:
+    """Create (or replace) the ``.hyper`` file ``path`` holding ``tables`` in ``schema``:
+    name → (column DDL, rows as SQL value tuples)."""
+    with connect(path, create=True) as conn:
+        conn.execute_command(f"CREATE SCHEMA {quote_name(schema)}")
+        for name, (ddl, rows) in tables.items():
+            conn.execute_command(f"CREATE TABLE {table_ref(schema, name)} ({ddl})")
+            if rows:
+                conn.execute_command(
+                    f"INSERT INTO {table_ref(schema, name)} VALUES {', '.join(rows)}"
+                )

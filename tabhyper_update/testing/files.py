@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..local.hyper import connect, quote_name, table_ref
+from ..local.hyper import connect, create_tables, table_ref
 
 __all__ = ["make_hyper", "read_table", "run_sql"]
 
@@ -23,14 +23,7 @@ def make_hyper(
 
     >>> make_hyper("t.hyper", {"Extract": ("id INT, v TEXT", ["(1, 'a')"])})  # doctest: +SKIP
     """
-    with connect(path, create=True) as conn:
-        conn.execute_command(f"CREATE SCHEMA {quote_name(schema)}")
-        for name, (ddl, rows) in tables.items():
-            conn.execute_command(f"CREATE TABLE {table_ref(schema, name)} ({ddl})")
-            if rows:
-                conn.execute_command(
-                    f"INSERT INTO {table_ref(schema, name)} VALUES {', '.join(rows)}"
-                )
+    create_tables(path, tables, schema=schema)
     return Path(path)
 
 

@@ -156,6 +156,7 @@ class BoundPayload:
             return UpdateResult([], done=True)
         policy = options.get("on_schema_change", "fail")
         check_policy(policy)
+        replaced = ""
         changed = self._schema.run(
             self.target, [unit.batch for unit in units], options.get("allow_narrowing", ()), policy
         )
@@ -165,16 +166,20 @@ class BoundPayload:
         if changed:  # parts written again without the columns the data source lacks
             units = self._units(given, table)
             if self._uploads.first is not None:
-                log.warning(
+                replaced = (
                     "the upload made by upload() holds the columns on_schema_change left "
                     "out: it is not sent; the part is uploaded again without them"
                 )
+                log.warning(replaced)
                 self._uploads.first = None
         # Read before the files go: what the update must leave, to be read back after it.
         expected = expected_changes(self.payload, sample) if sample is not None else None
         record = open_record(
             self.state, self.payload, self.target, units, request_id, options.get("position")
         )
+        if replaced and replaced not in record.notes:
+            record.notes.append(replaced)
+            self.state.save(record)
         keys = key_columns(self.payload, units[0].batch, derived=given is None)
         units = self._splitter.as_recorded(units, record, keys)
         run = UpdateRun(

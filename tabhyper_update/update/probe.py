@@ -43,12 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from ..local.folders import DerivedFolder
-from ..local.hyper import connect, quote_name, table_ref
 from ..payload.model import position_guard
 from ..readback.dataservice import DataService, dimension
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession
-from ..values.actions import ActionBatch, Update, Upsert, _Action
+from ..values.actions import ActionBatch, Update, _Action
 from ..values.conditions import Condition, all_of, keys_match, target
 from ..values.errors import (
     ApiError,
@@ -60,6 +59,7 @@ from ..values.errors import (
 )
 from ..values.probes import ProbeResult
 from ..values.redaction import get_logger
+from .canary import CANARY, SCHEMA, by_id, hyper_file, insert_padding, padding_file, upsert_by
 from .publish import publish
 from .resplit import stated_cap, too_large
 from .state import StateStore
@@ -74,24 +74,6 @@ log = get_logger("tabhyper_update")
 
 #: The most requests one probe sends (each case a handful: upload, update, polls, reads).
 MAX_REQUESTS = 200
-_SCHEMA = "Extract"
-_CANARY = {
-    "Extract": (
-        "id BIGINT NOT NULL, val TEXT, amount NUMERIC(12,2), flag BOOLEAN NOT NULL",
-        [
-            "(1, 'one', 1.00, TRUE)",
-            "(2, 'two', 2.00, TRUE)",
-            "(3, 'three', 3.00, TRUE)",
-            "(4, 'four', 4.00, TRUE)",
-        ],
-    ),
-    "Guarded": ("gid BIGINT NOT NULL, gval TEXT", ["(5, 'start')"]),
-    "Guarded_positions": (
-        "gid BIGINT NOT NULL, gseq BIGINT NOT NULL, guarded BOOLEAN NOT NULL",
-        ["(5, 10, TRUE)"],
-    ),
-    "Padding": ("pid BIGINT, filler TEXT", []),
-}
 #: The update caps the probe can tell apart with ``cap=True`` (MB): one padded upload just
 #: over each, smallest first, until one is refused.
 _CAPS_TRIED = (10, 100)
@@ -146,16 +128,7 @@ class _Probe:
             )
 
     def file(self, tables: Mapping[str, tuple[str, Sequence[str]]]) -> Path:
-        path = self.folder / f"{uuid.uuid4().hex}.hyper"
-        with connect(path, create=True) as conn:
-            conn.execute_command(f"CREATE SCHEMA {quote_name(_SCHEMA)}")
-            for name, (ddl, rows) in tables.items():
-                conn.execute_command(f"CREATE TABLE {table_ref(_SCHEMA, name)} ({ddl})")
-                if rows:
-                    conn.execute_command(
-                        f"INSERT INTO {table_ref(_SCHEMA, name)} VALUES {', '.join(rows)}"
-                    )
-        return path
+        return hyper_file(self.folder / f"{uuid.uuid4().hex}.hyper", tables)
 
     def scope_refused(self, case: str, err: ApiError) -> bool:
         if err.status != 403:
@@ -219,9 +192,9 @@ class _Probe:
             {"oracle": ("id BIGINT, flag BOOLEAN", [f"({key}, NULL)"])},
             [
                 Update(
-                    target_schema=_SCHEMA,
+                    target_schema=SCHEMA,
                     target_table="Extract",
-                    source_schema=_SCHEMA,
+                    source_schema=SCHEMA,
                     source_table="oracle",
                     condition=all_of(keys_match("id"), condition),
                 )
@@ -257,7 +230,7 @@ class _Probe:
     # -- the cases -----------------------------------------------------------------------------
     def publish(self) -> None:
         self.budget(12)
-        canary = self.file(_CANARY)
+        canary = self.file(CANARY)
         try:
             self.ref = publish(
                 self.client, canary, self.name, project=self.project, state_dir=self.folder
@@ -303,7 +276,7 @@ class _Probe:
         outcome = self.update(
             "not_null",
             {"nulls": ("id BIGINT, flag BOOLEAN", ["(2, NULL)"])},
-            [_by_id("nulls")],
+            [by_id("nulls")],
         )
         if outcome.applied:
             return "not_enforced"
@@ -318,7 +291,7 @@ class _Probe:
         outcome = self.update(
             "multi_match",
             {"twice": ("id BIGINT, val TEXT", ["(1, 'first')", "(1, 'second')"])},
-            [_by_id("twice")],
+            [by_id("twice")],
         )
         if not outcome.applied:
             return "refused"
@@ -329,7 +302,7 @@ class _Probe:
         outcome = self.update(
             "narrowing",
             {"wide": ("id BIGINT, amount NUMERIC(12,4)", ["(3, 1.2345)"])},
-            [_by_id("wide")],
+            [by_id("wide")],
         )
         if not outcome.applied:
             return "refused"
@@ -341,7 +314,7 @@ class _Probe:
         first = self.update(
             "replay",
             {"r": ("id BIGINT, val TEXT", ["(4, 'replay-1')"])},
-            [_by_id("r")],
+            [by_id("r")],
             request_id=request_id,
         )
         if not first.applied:
@@ -349,7 +322,7 @@ class _Probe:
         again = self.update(
             "replay",
             {"r": ("id BIGINT, val TEXT", ["(4, 'replay-2')"])},
-            [_by_id("r")],
+            [by_id("r")],
             request_id=request_id,
         )
         if not again.applied and again.error is not None and again.error.status in (400, 409):
@@ -380,13 +353,13 @@ class _Probe:
                     position_guard(
                         ["gid"],
                         "gseq",
-                        target_schema=_SCHEMA,
+                        target_schema=SCHEMA,
                         target_table="Guarded_positions",
-                        source_schema=_SCHEMA,
+                        source_schema=SCHEMA,
                         guard_table="g_upserts_guard",
                     ),
-                    _upsert("g_upserts", "Guarded", "gid"),
-                    _upsert("g_positions", "Guarded_positions", "gid"),
+                    upsert_by("g_upserts", "Guarded", "gid"),
+                    upsert_by("g_positions", "Guarded_positions", "gid"),
                 ],
             )
 
@@ -410,9 +383,9 @@ class _Probe:
             {"g_null": ("gid BIGINT, gseq BIGINT", ["(5, NULL)"])},
             [
                 Update(
-                    target_schema=_SCHEMA,
+                    target_schema=SCHEMA,
                     target_table="Guarded_positions",
-                    source_schema=_SCHEMA,
+                    source_schema=SCHEMA,
                     source_table="g_null",
                     condition=all_of(keys_match("gid"), target("gseq") == 20),
                 )
@@ -424,7 +397,7 @@ class _Probe:
         for mb in _CAPS_TRIED:
             size = int((mb + 0.5) * 1024 * 1024)
             path = self.folder / f"pad-{mb}.hyper"
-            _padding_file(path, size)
+            padding_file(path, size)
             self.budget(12 + size // self.client.chunk_size)
             try:
                 session = self.client.upload(path)
@@ -432,7 +405,7 @@ class _Probe:
                 job = self.client.update_data(
                     self.ref,
                     ActionBatch(
-                        actions=[_insert_padding()],
+                        actions=[insert_padding()],
                     ),
                     upload_session_id=session,
                 )
@@ -455,53 +428,6 @@ class _Probe:
 
 def _option_value(option: str) -> Any:
     return 1 if option == "rowLimit" else True
-
-
-def _by_id(source_table: str) -> Update:
-    return Update(
-        target_schema=_SCHEMA,
-        target_table="Extract",
-        source_schema=_SCHEMA,
-        source_table=source_table,
-        condition=keys_match("id"),
-    )
-
-
-def _upsert(source_table: str, target_table: str, key: str) -> Upsert:
-    return Upsert(
-        target_schema=_SCHEMA,
-        target_table=target_table,
-        source_schema=_SCHEMA,
-        source_table=source_table,
-        condition=keys_match(key),
-    )
-
-
-def _insert_padding() -> _Action:
-    from ..values.actions import Insert
-
-    return Insert(
-        target_schema=_SCHEMA,
-        target_table="Padding",
-        source_schema=_SCHEMA,
-        source_table="Padding",
-    )
-
-
-def _padding_file(path: Path, size: int) -> None:
-    """A ``.hyper`` file of at least ``size`` bytes of text Hyper cannot compress away."""
-    with connect(path, create=True) as conn:
-        conn.execute_command(f"CREATE SCHEMA {quote_name(_SCHEMA)}")
-        padding = table_ref(_SCHEMA, "Padding")
-        conn.execute_command(f"CREATE TABLE {padding} (pid BIGINT, filler TEXT)")
-        rows = size // 200 + 1
-        conn.execute_command(
-            f"INSERT INTO {padding} "
-            "SELECT g, CAST(random() AS TEXT) || CAST(random() AS TEXT) || CAST(random() AS TEXT) "
-            "|| CAST(random() AS TEXT) || CAST(random() AS TEXT) || CAST(random() AS TEXT) "
-            "|| CAST(random() AS TEXT) || CAST(random() AS TEXT) || CAST(random() AS TEXT) "
-            f"FROM generate_series(1, {rows}) AS s(g)"
-        )
 
 
 def _same(found: Any, expected: Any) -> bool:

@@ -133,6 +133,8 @@ class UpdateRecord:
     #: changes end (``apply(position=...)``, a sink's batch), for ``tabhyper-update status``.
     datasource_name: str | None = None
     position: Any = None
+    #: What happened to the update that its parts do not say (an upload replaced, ...).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -182,6 +184,7 @@ class UpdateRecord:
             updated_at=float(data.get("updated_at", 0)),
             datasource_name=data.get("datasource_name"),
             position=data.get("position"),
+            notes=[str(n) for n in data.get("notes") or []],
         )
 
 
