@@ -35,6 +35,7 @@ from .values.actions import Action
 from .values.conditions import And, Comparison, Condition, Const, Or, all_of, any_of
 from .values.parts import ColumnInfo, PayloadPart, TableInfo
 from .values.policies import PollPolicy, RetryPolicy
+from .values.probes import ProbeResult
 
 __all__ = [
     "Action",
@@ -57,6 +58,7 @@ __all__ = [
     "PartUpdate",
     "PayloadPart",
     "PollPolicy",
+    "ProbeResult",
     "Project",
     "PublishOptions",
     "RetryPolicy",

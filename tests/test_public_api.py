@@ -268,7 +268,7 @@ def test_every_exception_is_in_the_errors_module_and_its_drawn_tree() -> None:
         if isinstance(value, type) and issubclass(value, internal.TabHyperError)
     }
     assert raised <= set(errors.__all__)
-    assert len(raised) == 29
+    assert len(raised) == 30
     drawn = "\n".join("    " + line for line in errors.tree().splitlines())
     assert drawn in (errors.__doc__ or "")
     for name in raised:
@@ -284,6 +284,7 @@ def test_the_types_module_holds_what_the_calls_return() -> None:
         UploadedPayload.apply: "UpdateResult",
         types.UpdateResult.verify: "DriftReport",
         reconcile: "DriftReport",
+        TableauClient.probe: "ProbeResult",
     }
     for function, name in returned.items():
         assert inspect.signature(function).return_annotation == name
@@ -297,7 +298,7 @@ def test_the_types_module_holds_what_the_calls_return() -> None:
         "SchemaChange",
     ):
         assert name in types.__all__
-    assert len(types.__all__) <= 30
+    assert len(types.__all__) <= 31
 
 
 def _imports(text: str) -> set[str]:

@@ -43,15 +43,13 @@ from ..values.actions import (
     Update,
     Upsert,
     _Action,
+    position_guard,
 )
 from ..values.changeset import GUARD_COLUMN, ChangeSet
 from ..values.conditions import (
-    all_of,
     condition_columns,
     key_pairs,
     keys_match,
-    source,
-    target,
 )
 from ..values.errors import (
     InvalidActionBatchError,
@@ -470,30 +468,6 @@ class Payload:
         tb: TracebackType | None,
     ) -> None:
         self.cleanup()
-
-
-def position_guard(
-    key: Sequence[str],
-    position: str,
-    *,
-    target_schema: str,
-    target_table: str,
-    source_schema: str,
-    guard_table: str,
-) -> Update:
-    """The guard of a change set's update: an update of the data source's positions table
-    (``target_table``) from each touched key's position (``guarded`` NULL), matching the
-    keys that hold a later position. None match: it changes nothing. One does: it would set
-    that key's NOT NULL ``guarded`` column to NULL, which Hyper refuses, failing the whole
-    atomic batch before any change. It rests on NOT NULL alone (never on how a key matched
-    twice is treated)."""
-    return Update(
-        target_schema=target_schema,
-        target_table=target_table,
-        source_schema=source_schema,
-        source_table=guard_table,
-        condition=all_of(keys_match(*key), target(position) > source(position)),
-    )
 
 
 def _change_set_actions(

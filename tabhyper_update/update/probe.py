@@ -43,11 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from ..local.folders import DerivedFolder
-from ..payload.model import position_guard
 from ..readback.dataservice import DataService, dimension
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession
-from ..values.actions import ActionBatch, Update, _Action
+from ..values.actions import ActionBatch, Update, _Action, position_guard
 from ..values.conditions import Condition, all_of, keys_match, target
 from ..values.errors import (
     ApiError,

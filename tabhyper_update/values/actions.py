@@ -21,7 +21,7 @@ by :meth:`ActionBatch.to_json` reads back to an equal batch and writes out uncha
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
 from pydantic import (
@@ -41,8 +41,12 @@ from .conditions import (
     Comparison,
     Or,
     _Model,
+    all_of,
     condition_columns,
     condition_depth,
+    keys_match,
+    source,
+    target,
 )
 from .errors import InvalidActionBatchError, InvalidArgumentError, Problem
 from .problems import ACTION_NAMES, problems_from
@@ -59,6 +63,7 @@ __all__ = [
     "Replace",
     "Update",
     "Upsert",
+    "position_guard",
     "wire_problems",
 ]
 
@@ -345,3 +350,27 @@ def wire_problems(data: object) -> list[Problem]:
         elif isinstance(node, list):
             stack.extend((item, f"{path}[{i}]") for i, item in enumerate(node))
     return sorted(problems, key=lambda p: p.path)
+
+
+def position_guard(
+    key: Sequence[str],
+    position: str,
+    *,
+    target_schema: str,
+    target_table: str,
+    source_schema: str,
+    guard_table: str,
+) -> Update:
+    """The guard of a change set's update: an update of the data source's positions table
+    (``target_table``) from each touched key's position (``guarded`` NULL), matching the
+    keys that hold a later position. None match: it changes nothing. One does: it would set
+    that key's NOT NULL ``guarded`` column to NULL, which Hyper refuses, failing the whole
+    atomic batch before any change. It rests on NOT NULL alone (never on how a key matched
+    twice is treated)."""
+    return Update(
+        target_schema=target_schema,
+        target_table=target_table,
+        source_schema=source_schema,
+        source_table=guard_table,
+        condition=all_of(keys_match(*key), target(position) > source(position)),
+    )
