@@ -15,7 +15,6 @@ best-effort, when used as a context manager.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from typing_extensions import Unpack
 
@@ -23,7 +22,7 @@ from .rest.refs import DataSourceRef
 from .rest.session import RestSession, client_for
 from .rest.versions import MIN_API_VERSION
 from .update.chain import update_datasource
-from .update.options import BootstrapOptions, PublishOptions, UpdateOptions
+from .update.options import BootstrapOptions, ProbeOptions, PublishOptions, UpdateOptions
 from .update.probe import ProbeResult, probe
 from .update.publish import BootstrapResult, bootstrap, publish
 from .update.results import UpdateResult
@@ -94,10 +93,7 @@ class TableauClient(RestSession):
         self,
         *,
         project: str,
-        keep: bool = False,
-        cap: bool = False,
-        state_dir: str | os.PathLike[str] | None = None,
-        on_step: Callable[[str], None] | None = None,
+        **options: Unpack[ProbeOptions],
     ) -> ProbeResult:
         """Measure what this server does where Tableau's documentation is silent: publish a
         small canary data source into ``project``, run scripted updates whose outcomes
@@ -110,6 +106,4 @@ class TableauClient(RestSession):
         ``ChangeSet(guard=True)`` is sent only to a server whose probe found the guard
         working. See :mod:`tabhyper_update.update.probe`.
         """
-        return probe(
-            self, project=project, keep=keep, cap=cap, state_dir=state_dir, on_step=on_step
-        )
+        return probe(self, project=project, **options)

@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_state_dir(p: Any, what: str) -> None:
+    """``--state-dir``: the folder where ``what`` (update records live, ...)."""
+    p.add_argument("--state-dir", help=f"where {what} (default: $XDG_STATE_HOME/tabhyper-update)")
+
+
 def _add_validate(sub: Any) -> None:
     p = sub.add_parser("validate", help="check an action batch JSON file")
     p.add_argument("file", help="the action batch (JSON); '-' reads standard input")
@@ -228,10 +233,7 @@ def _add_apply(sub: Any) -> None:
     p.add_argument("--wait", dest="wait", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait")
     p.add_argument("--keep", action="store_true", help="keep the payload files afterwards")
-    p.add_argument(
-        "--state-dir",
-        help="where update records live (default: $XDG_STATE_HOME/tabhyper-update)",
-    )
+    _add_state_dir(p, "update records live")
     _add_connection_options(p)
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_Command("apply"))
@@ -310,10 +312,7 @@ def _add_probe(sub: Any) -> None:
     p.add_argument(
         "--cap", action="store_true", help="also find the update cap (uploads up to ~100 MB)"
     )
-    p.add_argument(
-        "--state-dir",
-        help="where the result is remembered (default: $XDG_STATE_HOME/tabhyper-update)",
-    )
+    _add_state_dir(p, "the result is remembered")
     _add_connection_options(p)
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_Command("probe"))
@@ -332,10 +331,7 @@ def _add_job(sub: Any) -> None:
 def _add_state(sub: Any) -> None:
     p = sub.add_parser("state", help="list or clear resume records")
     p.add_argument("action", choices=["list", "clear"], help="list (reads only) or clear")
-    p.add_argument(
-        "--state-dir",
-        help="where update records live (default: $XDG_STATE_HOME/tabhyper-update)",
-    )
+    _add_state_dir(p, "update records live")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_Command("state"))
@@ -349,10 +345,7 @@ def _add_status(sub: Any) -> None:
         "updates unfinished (a re-run resumes them), and each streaming sink's progress. "
         "Reads the state folder only: no sign-in.",
     )
-    p.add_argument(
-        "--state-dir",
-        help="where update records live (default: $XDG_STATE_HOME/tabhyper-update)",
-    )
+    _add_state_dir(p, "update records live")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_Command("status"))

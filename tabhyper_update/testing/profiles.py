@@ -133,14 +133,21 @@ def profile_from_probe(path: str | Path) -> ServerProfile:
         raise ValueError(
             f"the fake cannot answer as the server of {str(path)!r} did: {'; '.join(problems)}"
         )
-    release = None if found.data_service in ("absent", "denied") else found.data_service
+    # A release the fake does not know is answered as its newest.
+    release = (
+        None
+        if found.data_service in ("absent", "denied")
+        else found.data_service
+        if found.data_service in SERVICE_OPTIONS
+        else "20261"
+    )
     base = PROFILES["ideal"]
     return ServerProfile(
         f"probe of {found.server}",
         base.product_version,
         found.api_version or base.api_version,
         found.cap_mb if found.cap_mb is not None else base.max_upload_mb,
-        release if release in SERVICE_OPTIONS else (None if release is None else "20261"),
+        release,
         semantics=str(semantics),
         replay=_REPLAY[found.replay],
     )

@@ -104,6 +104,20 @@ class PublishOptions(TypedDict, total=False):
     state_dir: str | os.PathLike[str] | None
 
 
+class ProbeOptions(TypedDict, total=False):
+    """How a probe of a server runs (:meth:`TableauClient.probe`).
+
+    ``keep``: leave the canary data source in place; ``cap``: also find the update cap with
+    a bounded upload; ``state_dir``: where the result is remembered; ``on_step``: called
+    with a line naming each case as it starts.
+    """
+
+    keep: bool
+    cap: bool
+    state_dir: str | os.PathLike[str] | None
+    on_step: Callable[[str], None] | None
+
+
 def check_options(options: Mapping[str, Any], declared: Any, where: str) -> None:
     """Refuse a keyword ``where`` does not take (a typo would otherwise be ignored), naming
     the nearest it does take."""

@@ -34,13 +34,14 @@ a secret.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from typing_extensions import Unpack
 
 from ..local.folders import DerivedFolder
 from ..readback.dataservice import DataService, dimension
@@ -59,6 +60,7 @@ from ..values.errors import (
 from ..values.probes import ProbeResult
 from ..values.redaction import get_logger
 from .canary import CANARY, SCHEMA, by_id, hyper_file, insert_padding, padding_file, upsert_by
+from .options import ProbeOptions, check_options
 from .publish import publish
 from .resplit import stated_cap, too_large
 from .state import StateStore
@@ -100,13 +102,11 @@ class _Probe:
         folder: Path,
         *,
         name: str,
-        state: StateStore,
     ) -> None:
         self.client = client
         self.project = project
         self.folder = folder
         self.name = name
-        self.state = state
         self.sent_before = client.requests_sent
         self.ref: DataSourceRef | None = None
         self.service: DataService | None = None
@@ -180,22 +180,31 @@ class _Probe:
         rows = self.service.query([dimension(field_info.caption, "v")])
         return [row["v"] for row in rows]
 
-    def row_holds(self, key: int, condition: Condition) -> bool | None:
-        """Whether the canary's row ``key`` meets ``condition``, by a follow-up update that
-        sets its NOT NULL ``flag`` to NULL only there: refused (nothing applied) if it does.
-        None where NOT NULL is not enforced (the follow-up would prove nothing)."""
+    def row_holds(
+        self,
+        key: int,
+        condition: Condition,
+        *,
+        table: str = "Extract",
+        key_column: str = "id",
+        not_null: str = "flag BOOLEAN",
+    ) -> bool | None:
+        """Whether row ``key`` of the canary's ``table`` meets ``condition``, by a follow-up
+        update that sets its NOT NULL column (``not_null``: its name and type) to NULL only
+        there: refused (nothing applied) if it does. None where NOT NULL is not enforced,
+        or not by the rows a batch meets (the follow-up would prove nothing)."""
         if not self.not_null_enforced:
             return None
         outcome = self.update(
             "read_back",
-            {"oracle": ("id BIGINT, flag BOOLEAN", [f"({key}, NULL)"])},
+            {"oracle": (f"{key_column} BIGINT, {not_null}", [f"({key}, NULL)"])},
             [
                 Update(
                     target_schema=SCHEMA,
-                    target_table="Extract",
+                    target_table=table,
                     source_schema=SCHEMA,
                     source_table="oracle",
-                    condition=all_of(keys_match("id"), condition),
+                    condition=all_of(keys_match(key_column), condition),
                 )
             ],
         )
@@ -253,7 +262,8 @@ class _Probe:
         self.service = service
         # The release by the options it takes: each later release added some.
         release = "2025.1"
-        for option, named in (("bypassMetadataCache", "20253"), ("rowLimit", "20261")):
+        later = (("bypassMetadataCache", True, "20253"), ("rowLimit", 1, "20261"))
+        for option, value, named in later:
             try:
                 self.client.request(
                     "POST",
@@ -263,7 +273,7 @@ class _Probe:
                     json_body={
                         "datasource": {"datasourceLuid": self.ref.id},
                         "query": {"fields": [{"fieldCaption": service.field("id").caption}]},
-                        "options": {"returnFormat": "ARRAYS", option: _option_value(option)},
+                        "options": {"returnFormat": "ARRAYS", option: value},
                     },
                 )
             except ApiError:
@@ -371,26 +381,16 @@ class _Probe:
         values = self.read_values("gval")
         if values is not None:
             return "works" if values == ["fresh"] else "unavailable"
-        # Without the service: the stale value never landed, the fresh one did.
-        holds = self.row_holds_guarded()
-        return "works" if holds else "unavailable"
-
-    def row_holds_guarded(self) -> bool:
-        """Whether the guarded table holds 'fresh' (a follow-up that fails where it does)."""
-        outcome = self.update(
-            "read_back",
-            {"g_null": ("gid BIGINT, gseq BIGINT", ["(5, NULL)"])},
-            [
-                Update(
-                    target_schema=SCHEMA,
-                    target_table="Guarded_positions",
-                    source_schema=SCHEMA,
-                    source_table="g_null",
-                    condition=all_of(keys_match("gid"), target("gseq") == 20),
-                )
-            ],
+        # Without the service: the positions reached the fresh update's (the stale one's
+        # job failed, so it applied nothing; the fresh one applied atomically).
+        holds = self.row_holds(
+            5,
+            target("gseq") == 20,
+            table="Guarded_positions",
+            key_column="gid",
+            not_null="gseq BIGINT",
         )
-        return not outcome.applied
+        return "works" if holds else "unavailable"
 
     def cap(self) -> float | None:
         for mb in _CAPS_TRIED:
@@ -425,10 +425,6 @@ class _Probe:
             self.client.delete_datasource(self.ref)
 
 
-def _option_value(option: str) -> Any:
-    return 1 if option == "rowLimit" else True
-
-
 def _same(found: Any, expected: Any) -> bool:
     if isinstance(expected, float):
         try:
@@ -447,10 +443,7 @@ def probe(
     client: RestSession,
     *,
     project: str,
-    keep: bool = False,
-    cap: bool = False,
-    state_dir: str | os.PathLike[str] | None = None,
-    on_step: Callable[[str], None] | None = None,
+    **options: Unpack[ProbeOptions],
 ) -> ProbeResult:
     """:meth:`TableauClient.probe`: publish a canary data source into ``project``, run the
     cases, read them back, remove the canary (unless ``keep``), remember the result in the
@@ -460,11 +453,13 @@ def probe(
             "the probe needs a project to publish its canary into (project=...)",
             argument="project",
         )
-    store = StateStore(state_dir)
+    check_options(options, ProbeOptions, "probe()")
+    keep, cap = options.get("keep", False), options.get("cap", False)
+    store = StateStore(options.get("state_dir"))
     name = f"tabhyper-probe-{uuid.uuid4().hex[:12]}"
     derived = DerivedFolder("tabhyper-probe-")
-    run = _Probe(client, project, derived(), name=name, state=store)
-    step = on_step or (lambda _: None)
+    run = _Probe(client, project, derived(), name=name)
+    step = options.get("on_step") or (lambda _: None)
 
     def case(what: str, measure: Callable[[], Any]) -> Any:
         step(what)
