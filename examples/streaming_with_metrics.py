@@ -75,7 +75,7 @@ def main() -> list[dict[str, Any]]:
     figures = [json.loads(line) for line in exported.read_text().splitlines()]
     for f in figures:
         print(
-            f"batch {f['position']['batch_id']}: rows {f['rows']}, {f['bytes']} bytes, "
+            f"up to seq {f['position']['seq']}: rows {f['rows']}, {f['bytes']} bytes, "
             f"{f['total_seconds']} s (server {f['server_seconds']} s), jobs {f['jobs']}"
         )
     return figures

@@ -162,7 +162,9 @@ def test_a_refused_sign_in_has_its_own_exit_code(
     assert "wrong-secret" not in error["message"]
 
 
-def test_serve_local_prints_what_to_export_and_listens_on_the_port_asked(tmp_path: Path) -> None:
+def test_serve_local_prints_what_to_export_listens_on_the_port_and_rows_shows_its_sample(
+    tmp_path: Path,
+) -> None:
     import os
     import shlex
     import socket
@@ -204,6 +206,18 @@ def test_serve_local_prints_what_to_export_and_listens_on_the_port_asked(tmp_pat
             timeout=60,
         )
         assert done.returncode == 4, done.stderr  # signed in with what it printed; no job
+        # Without --datasource it serves a sample data source, and `rows` shows it.
+        shown = subprocess.run(
+            [command, "rows", "Orders"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.splitlines() == [
+            "Extract: 3 row(s)",
+            "  id | name | qty",
+            "  1 | apples | 10",
+            "  2 | pears | 20",
+            "  3 | plums | 30",
+        ]
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -108,6 +108,19 @@ def test_build_then_apply_with_derived_actions(
         error = json.loads(capsys.readouterr().out)["error"]
         assert "the --actions file names its own targets" in error["message"]
         assert server.counts["initiate"] == server.counts["update"] == 0
+        # A dry run checks the target, the actions and the columns, and sends no data.
+        assert main([*apply, "--target-table", "Orders", "--dry-run"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        assert plan["dry_run"]
+        assert plan["datasource_id"] == luid
+        assert plan["schema_checked"]  # read from the data source, not assumed
+        (part,) = plan["parts"]
+        assert part["rows"] == {"upserts": 2, "deletes": 1}
+        assert [a["action"] for a in part["actions"]["actions"]] == ["delete", "upsert"]
+        assert server.counts["initiate"] == server.counts["append"] == 0
+        assert server.counts["update"] == 0
+        assert main([*apply, "--datasource", "Nope", "--dry-run"]) == 4  # looked up first
+        assert "Nope" in json.loads(capsys.readouterr().out)["error"]["message"]
         assert main([*apply, "--target-table", "Orders", "--wait"]) == 0
         jobs = json.loads(capsys.readouterr().out)["jobs"]
         assert read_rows(server.datasource_path(luid), "Orders") == [(1, "A"), (3, "c")]

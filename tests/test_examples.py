@@ -111,7 +111,7 @@ def test_scheduled_delta_job(example: Any) -> None:
 
 def test_streaming_with_metrics(example: Any) -> None:
     figures = example("streaming_with_metrics").main()
-    assert [f["position"]["batch_id"] for f in figures] == [0, 1]
+    assert [f["position"] for f in figures] == [{"seq": 2}, {"seq": 4}]
     assert figures[0]["rows"] == {"upsert": 2}
     assert figures[1]["rows"] == {"delete": 1, "upsert": 1}
     assert all(f["event"] == "update" and f["jobs"] and f["bytes"] > 0 for f in figures)

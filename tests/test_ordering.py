@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from tabhyper_update import TableauClient
 
 CHANGES = "id long, v string, op string, seq long"
-START = ["(1, 'start', 1)", "(2, 'two', 1)"]
+START = ["(1, 'start')", "(2, 'two')"]
 
 
 @pytest.fixture(params=["hyper", "strict"])
@@ -42,7 +42,7 @@ def _served(tmp_path: Path, semantics: str, *, job_delay: float) -> Iterator[Fak
     start = make_hyper(
         tmp_path / "start.hyper",
         {
-            "Extract": ("id BIGINT NOT NULL, v TEXT, seq BIGINT", START),
+            "Extract": ("id BIGINT NOT NULL, v TEXT", START),
             # Where each update records its keys' positions, deleted keys included.
             "Extract_positions": (
                 "id BIGINT NOT NULL, seq BIGINT, guarded BOOLEAN NOT NULL",
@@ -112,7 +112,8 @@ def test_with_the_guard_the_older_update_is_refused_and_applies_nothing(
         later_then_earlier(
             spark, client, tmp_path, (1, "new", "U", 10), (1, "old", "U", 5), guard=True
         )
-    assert rows(fake) == [(1, "new", 10), (2, "two", 1)]
+    assert rows(fake) == [(1, "new"), (2, "two")]
+    assert rows(fake, "Extract_positions") == [(1, 10, True), (2, 1, True)]
     assert caught.value.guard_table == "upserts_guard"
     assert "applied nothing rather than leave an older value" in str(caught.value)
 
@@ -124,7 +125,7 @@ def test_a_key_a_later_update_deleted_is_not_inserted_again_by_an_older_one(
         later_then_earlier(
             spark, client, tmp_path, (1, None, "D", 10), (1, "old", "U", 5), guard=True
         )
-    assert rows(fake) == [(2, "two", 1)]  # no row holds key 1; its position still does
+    assert rows(fake) == [(2, "two")]  # no row holds key 1; its position still does
     assert rows(fake, "Extract_positions") == [(1, 10, True), (2, 1, True)]
 
 
@@ -135,7 +136,7 @@ def test_an_older_delete_is_refused_too(
         later_then_earlier(
             spark, client, tmp_path, (1, "new", "U", 10), (1, None, "D", 5), guard=True
         )
-    assert rows(fake)[0] == (1, "new", 10)
+    assert rows(fake)[0] == (1, "new")
 
 
 def test_updates_in_order_apply_with_the_guard(
@@ -151,7 +152,7 @@ def test_updates_in_order_apply_with_the_guard(
             state_dir=tmp_path / "c",
             progress=False,
         )
-    assert rows(fake) == [(1, "new", 10), (3, "three", 10)]
+    assert rows(fake) == [(1, "new"), (3, "three")]
     assert rows(fake, "Extract_positions") == [(1, 10, True), (2, 7, True), (3, 10, True)]
 
 
@@ -216,11 +217,14 @@ def test_three_producers_in_random_order_end_with_each_keys_latest_position(
     for c in changes:
         if c[0] not in latest or c[3] > latest[c[0]][3]:
             latest[c[0]] = c
-    model: dict[int, tuple[int, str | None, int]] = {1: (1, "start", 1), 2: (2, "two", 1)}
-    for key, (_, v, op, seq) in latest.items():
+    model: dict[int, tuple[int, str | None]] = {1: (1, "start"), 2: (2, "two")}
+    for key, (_, v, op, _) in latest.items():
         if op == "D":
             model.pop(key, None)
         else:
-            model[key] = (key, v, seq)
+            model[key] = (key, v)
     assert refused > 0, "no batch met the guard: the order did not test it"
     assert rows(prompt) == sorted(model.values())
+    # Each key's latest position, deleted keys' included: where the guard reads it.
+    positions = {1: 1, 2: 1, **{k: c[3] for k, c in latest.items()}}
+    assert rows(prompt, "Extract_positions") == [(k, p, True) for k, p in sorted(positions.items())]

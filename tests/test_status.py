@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import pytest
 
-from tabhyper_update import ApiError, ChangeSet, TableauClient, TableauSink, build_payload
+from tabhyper_update import (
+    ApiError,
+    ChangeSet,
+    Insert,
+    TableauClient,
+    TableauSink,
+    build_payload,
+)
 from tabhyper_update.cli import main
 from tabhyper_update.testing import FakeTableauServer
 
@@ -55,7 +63,8 @@ def test_status_shows_the_last_update_what_is_unfinished_and_each_sink(
     assert orders["datasource_id"] == client.datasource("Orders").id
     assert orders["datasource"] == "Orders"
     assert orders["last_applied"]["jobs"]  # the sink's batch, applied last
-    assert orders["last_applied"]["position"] == {"sink_id": "orders-feed", "batch_id": 0}
+    # Where the sink's batch ends: the change set's last order_by value.
+    assert orders["last_applied"]["position"] == {"seq": 3}
     assert found["problems"] == []
     assert job not in orders["last_applied"]["jobs"]
     (unfinished,) = orders["unfinished"]
@@ -73,7 +82,7 @@ def test_status_shows_the_last_update_what_is_unfinished_and_each_sink(
     assert "a re-run resumes it" in text
     assert "sink orders-feed: batch 0 applied" in text
     assert "data source 'Orders' (" in text
-    assert 'position {"sink_id": "orders-feed", "batch_id": 0}' in text
+    assert 'position {"seq": 3}' in text
 
     # What it cannot read is named with the reason, and the exit code asks for a look;
     # nothing is changed.
@@ -102,3 +111,56 @@ def test_status_shows_the_last_update_what_is_unfinished_and_each_sink(
 
     assert main(["status", "--state-dir", str(tmp_path / "empty")]) == 0
     assert "nothing recorded" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("staging", ["auto", "shared"])  # ranked by Hyper, by Spark
+def test_the_recorded_position_is_the_given_one_else_the_change_sets_last_else_the_batch(
+    spark: SparkSession,
+    server: FakeTableauServer,
+    client: TableauClient,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    staging: Literal["auto", "shared"],
+) -> None:
+    state = tmp_path / "state"
+    ddl = "id long, name string, qty int, op string, at timestamp"
+    changes = ChangeSet("id", op_column="op", order_by="at")
+    rows = [
+        (4, "d", 40, "U", datetime(2026, 5, 1, 12, 0, 0)),
+        (4, "e", 41, "U", datetime(2026, 5, 1, 12, 0, 9)),
+        (7, None, None, "D", datetime(2026, 5, 1, 12, 0, 5)),
+    ]
+    payload = build_payload(spark.createDataFrame(rows, ddl), changes, staging=staging)
+    assert payload.last_position == {"at": "2026-05-01T12:00:09+00:00"}
+
+    def last_position() -> object:
+        assert main(["status", "--state-dir", str(state), "--json"]) == 0
+        (orders,) = json.loads(capsys.readouterr().out)["datasources"]
+        return orders["last_applied"]["position"]
+
+    client.update_datasource("Orders", payload, state_dir=state, progress=False)
+    assert last_position() == {"at": "2026-05-01T12:00:09+00:00"}
+    # The caller's own position wins.
+    later = [(5, "f", 50, "U", datetime(2026, 5, 2))]
+    client.update_datasource(
+        "Orders",
+        build_payload(spark.createDataFrame(later, ddl), changes, staging=staging),
+        state_dir=state,
+        progress=False,
+        position={"offset": 1234},
+    )
+    assert last_position() == {"offset": 1234}
+    # Kept by a saved payload (a build and an apply apart).
+    saved = build_payload(spark.createDataFrame(rows[:1], ddl), changes, staging=staging)
+    loaded = type(saved).load(saved.save_manifest(tmp_path / "payload"))
+    assert loaded.last_position == {"at": "2026-05-01T12:00:00+00:00"}
+    # A sink's batch without a change set: the batch.
+    sink = TableauSink(
+        "Orders",
+        client=client,
+        actions=[Insert(target_table="Extract", source_table="Extract")],
+        state_dir=state,
+        sink_id="plain-feed",
+    )
+    sink(spark.createDataFrame([(9, "i", 90)], "id long, name string, qty int"), 7)
+    assert last_position() == {"sink_id": "plain-feed", "batch_id": 7}

@@ -64,14 +64,12 @@ from ..values.errors import (
     build_failure,
 )
 from ..values.parts import PayloadPart
+from ..values.positions import json_positions
 from ..values.redaction import get_logger
 from ..values.spark_sql import sql_name
 from .cdc import (
-    KIND_COLUMN,
     KIND_DELETE,
     KIND_UPSERT,
-    OP_TEXT_COLUMN,
-    ORDER_TEXT_COLUMN,
     CdcSpec,
     resolve_change_sets,
 )
@@ -98,6 +96,7 @@ from .hyper_types import (
     plan_columns,
 )
 from .options import BuildOptions, check_build_options
+from .spark_ranking import metric, rank_in_spark
 from .staging import (
     StagingMode,
     check_staging,
@@ -175,7 +174,7 @@ def build_payload(
     # Plan every column before any Spark job or file write: bad types fail here.
     spark_frames = _plan_frames(frames, change_sets, options_)
     with span("build", tables=len(spark_frames)) as current:
-        parts, owned = _build_parts(
+        parts, owned, positions = _build_parts(
             spark_frames,
             staging_dir,
             output_dir,
@@ -191,6 +190,7 @@ def build_payload(
         keep_files=given.get("keep_files", False),
         change_set=changes if isinstance(changes, ChangeSet) else None,
         change_sets=change_sets if isinstance(changes, Mapping) else None,
+        positions=json_positions(positions),
         _owned_dir=owned,
     )
     payload.build_seconds = time.perf_counter() - started
@@ -316,9 +316,10 @@ def _build_parts(
     progress: bool | None,
     *,
     drop_empty: bool,
-) -> tuple[list[PayloadPart], Path]:
+) -> tuple[list[PayloadPart], Path, dict[str, dict[str, Any]]]:
     """Stage the rows with Spark and write the parts with Hyper, in private folders: the
-    parts and the folder that holds them (removed again on any failure)."""
+    parts, the folder that holds them (removed again on any failure) and where each change
+    set ends (:func:`_stage_and_write`)."""
     stage_parent, out = _claim_folders(staging_dir, output_dir)
     stage, stage_lease = private_dir(stage_parent, "tabhyper-stage-")
     try:
@@ -328,7 +329,7 @@ def _build_parts(
         shutil.rmtree(stage, ignore_errors=True)
         raise
     try:
-        parts = _stage_and_write(frames, stage, owned, options, progress, drop_empty)
+        parts, positions = _stage_and_write(frames, stage, owned, options, progress, drop_empty)
     except TabHyperError:
         shutil.rmtree(owned, ignore_errors=True)
         raise
@@ -347,7 +348,7 @@ def _build_parts(
     if not parts:
         shutil.rmtree(owned, ignore_errors=True)
         log.info("the change set is empty (no change to upsert or delete): nothing to upload")
-    return parts, owned
+    return parts, owned, positions
 
 
 def _stage_and_write(
@@ -357,7 +358,9 @@ def _stage_and_write(
     options: _Options,
     progress: bool | None,
     drop_empty: bool,
-) -> list[PayloadPart]:
+) -> tuple[list[PayloadPart], dict[str, dict[str, Any]]]:
+    """The parts, and per change set (its upsert table) where it ends: its greatest
+    ``order_by`` values."""
     with progress_bar(show_progress(progress), total=3, desc="build payload") as shown:
         _step(shown, "Spark stages the rows")
         started = time.perf_counter()
@@ -379,7 +382,13 @@ def _stage_and_write(
         )
         _step(shown, None)
     log.debug("Hyper wrote %d part(s) in %.2f s", len(parts), time.perf_counter() - started)
-    return parts
+    ends = {s.name: s.position for s in staged if s.position is not None}
+    positions = {
+        f.name: dict(zip(f.spec.order_by, ends[f.name], strict=True))
+        for f in frames
+        if f.spec is not None and f.name in ends
+    }
+    return parts, positions
 
 
 # ---------------------------------------------------------------------------------------------
@@ -465,7 +474,7 @@ def _stage_table(frame: _Frame, route: _Route, target: Path) -> Staged:
     elif sent is None:
         observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
         _write_staged(rows.observe(observed, F.expr("count(1)").alias("rows")), target, route.mode)
-        sent = _metric(observed, "rows")
+        sent = metric(observed, "rows")
     return Staged(frame.name, frame.plans, staged_names, staged_files(target), sent)
 
 
@@ -476,17 +485,22 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
     staged_names, values = _staged_values(plans)
     columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]
     stats = None  # the ranked rows' statistics by kind, when Hyper ranks them
+    last = None  # the greatest position among the changes
     if route.by_hyper:
         log.debug("table %r: Spark tags the changes, Hyper ranks them", frame.name)
         tagging = spec.tags()
         tagged = [*columns, *change_identity_sql(spec, values, f"({tagging.kind})"), *tagging.tags]
-        stats = stage_and_rank(
+        ranked = stage_and_rank(
             route.df, spec, plans, staged_names, tagged, target, route.probe, frame.name
         )
+        if ranked is not None:
+            stats, last = ranked
     if stats is not None:
         counts = kind_counts(stats)
     else:
-        counts = _rank_in_spark(route, spec, columns, values, target)
+        counts, last = rank_in_spark(
+            route.df, spec, columns, values, lambda rows: _write_staged(rows, target, route.mode)
+        )
     files = staged_files(target)
     if counts["errors"]:
         raise_on_change_set_errors(spec, plans, staged_names, files, counts["errors"])
@@ -494,18 +508,20 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
     # Deletes share their upserts' rows: bucketed by key, estimated as whole rows.
     size = size_sql(plans, staged_names)
     guard = guard_staged(spec, plans, staged_names, files, counts, stats, key_idx)
+    sent = [i for i, p in enumerate(plans) if p.name not in spec.guard_only]
     return [
         *guard,
         Staged(
             frame.name,
-            plans,
-            staged_names,
+            [plans[i] for i in sent],
+            [staged_names[i] for i in sent],
             files,
             counts[KIND_UPSERT],
             buckets=None if stats is None else stats.get(KIND_UPSERT, {}),
             where=kind_is(KIND_UPSERT),
             bucket_of=STAGED_BUCKET,
             size_of=size,
+            position=last,
         ),
         Staged(
             frame.delete_table,
@@ -519,43 +535,6 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
             size_of=size,
         ),
     ]
-
-
-def _rank_in_spark(
-    route: _Route, spec: CdcSpec, columns: list[str], values: list[str], target: Path
-) -> dict[str, int]:
-    """Spark keeps each key's last change and stages it with its kind; the rows per kind
-    (upserts, deletes, errors), observed as they are written."""
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
-    kind = sql_name(KIND_COLUMN)
-    observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
-    rows = selected(
-        route.df,
-        [
-            *columns,
-            *change_identity_sql(spec, values, kind),
-            kind,
-            sql_name(OP_TEXT_COLUMN),
-            sql_name(ORDER_TEXT_COLUMN),
-        ],
-        spec.latest_query(route.df.columns),
-    ).observe(
-        observed,
-        F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)").alias("U"),
-        F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)").alias("D"),
-        F.expr(f"sum(CASE WHEN substr({kind}, 1, 2) = 'E_' THEN 1 ELSE 0 END)").alias("errors"),
-    )
-    # One data set with the kind beside each row, not a folder per kind: a partitioned
-    # write makes Spark sort every row by the kind first. Hyper reads each kind apart.
-    _write_staged(rows, target, route.mode)
-    return {k: _metric(observed, k) for k in (KIND_UPSERT, KIND_DELETE, "errors")}
-
-
-def _metric(observed: Any, name: str) -> int:
-    value = observed.get.get(name)
-    return int(value or 0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -233,6 +233,9 @@ class CdcSpec:
     #: records (once) (``ChangeSet(guard=True)``).
     guard_table: str | None = None
     positions_table: str | None = None
+    #: Columns staged only for the guard's tables, not sent in the upsert table (the
+    #: position the guard compares, unless ``keep_columns`` names it).
+    guard_only: tuple[str, ...] = ()
 
     @classmethod
     def create(
@@ -289,22 +292,31 @@ class CdcSpec:
             raise fail("the op and order_by columns cannot be key columns")
         for c in keep_columns:
             need(c, "keep_columns")
+        guard_only: tuple[str, ...] = ()
         if change_set.guard:
             _check_guard(orders, change_set, types or {}, fail)
-            keep_columns = (*keep_columns, orders[0])  # the data source holds it too
+            if orders[0] not in keep_columns:
+                # Staged for the guard's tables; the positions table holds it, not the data.
+                guard_only = (orders[0],)
+                keep_columns = (*keep_columns, orders[0])
         metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in present)}
         dropped = tuple(c for c in columns if c in metadata and c not in keep_columns)
         op_map = change_set.op_map if change_set.op_map is not None else DEFAULT_OP_MAP
         order_as = change_set.order_as or {}
         positions = tuple(order_sql(o, (types or {}).get(o), order_as.get(o), fail) for o in orders)
         typed = tuple(position_type((types or {}).get(o), order_as.get(o)) for o in orders)
-        guarded = (
-            (change_set.guard_table, change_set.positions_table)
-            if change_set.guard
-            else (None, None)
-        )
         return cls(
-            keys, op_column, orders, dict(op_map), dropped, table, positions, typed, *guarded
+            keys,
+            op_column,
+            orders,
+            dict(op_map),
+            dropped,
+            table,
+            positions,
+            typed,
+            guard_table=change_set.guard_table if change_set.guard else None,
+            positions_table=change_set.positions_table if change_set.guard else None,
+            guard_only=guard_only,
         )
 
     def data_columns(self, columns: Sequence[str]) -> list[str]:

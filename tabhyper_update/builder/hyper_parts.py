@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..local.hyper import connect, quote_literal, quote_name, table_ref
 from ..values.changeset import GUARD_COLUMN
@@ -180,6 +180,9 @@ class Staged:
     #: Constant BOOLEAN columns after the staged ones: (name, SQL value) (a guarded change
     #: set's ``guarded`` column: NULL in the guard's table, TRUE in the positions').
     constants: tuple[tuple[str, str], ...] = ()
+    #: A change set's upserts: the greatest position among its changes (its ``order_by``
+    #: values as ranked), where the change set ends in its source.
+    position: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.size_of:

@@ -20,7 +20,7 @@ import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..local.folders import make_private
 from ..local.hyper import connect, quote_literal, quote_name
@@ -32,6 +32,7 @@ from .cdc import (
     ORDER_TEXT_COLUMN,
     CdcSpec,
     latest_of,
+    position_column,
 )
 from .hyper_parts import (
     BUCKET_COLUMN,
@@ -82,7 +83,7 @@ def stage_and_rank(
     target: Path,
     probe: int = 0,
     name: str = "",
-) -> dict[str, BucketStats] | None:
+) -> tuple[dict[str, BucketStats], tuple[Any, ...] | None] | None:
     """Stage every change of ``df`` (table ``name``'s), tagged (``tagged``: the staged
     columns, the identity and :meth:`CdcSpec.tags`, over ``df``'s columns), through the
     driver and let Hyper rank them into ``target``: the ranked rows' bucket statistics by
@@ -97,8 +98,10 @@ def stage_and_rank(
     choices"); when Hyper ranks error rows, the change set is read and ranked
     again with them, for the message.
 
-    ``probe`` > 0: take at most ``probe`` + 1 changes; when that many come, drop them and
-    return ``None`` (the change set is larger than a probe: the caller stages it shared)."""
+    Returns the statistics and the change set's last position (its greatest ``order_by``
+    values, as ranked; ``None`` without a valid change). ``probe`` > 0: take at most
+    ``probe`` + 1 changes; when that many come, drop them and return ``None`` (the change
+    set is larger than a probe: the caller stages it shared)."""
     op_text, order_text = spec.texts()
     named = [
         f"{op_text} AS {sql_name(OP_TEXT_COLUMN)}",
@@ -110,7 +113,7 @@ def stage_and_rank(
     size = size_sql(plans, staged_names)
     raw = target.with_name(target.name + "-tagged")
 
-    def one_pass(texts: bool) -> dict[str, BucketStats] | None:
+    def one_pass(texts: bool) -> tuple[dict[str, BucketStats], tuple[Any, ...] | None] | None:
         query = df.selectExpr(*tagged, *(named if texts else []))
         for made in (raw, target):  # an earlier pass's files
             shutil.rmtree(made, ignore_errors=True)
@@ -118,20 +121,20 @@ def stage_and_rank(
         if sent is None:
             return None
         files = staged_files(raw)
-        read, stats = rank_in_hyper(spec, keys, keep, files, target, texts, size)
+        read, stats, last = rank_in_hyper(spec, keys, keep, files, target, texts, size)
         if read != sent:
             raise PayloadError(
                 f"Spark sent {sent} change(s) to the driver but Hyper read {read} from the "
                 f"{len(files)} file(s) staged in {str(raw)!r}"
             )
-        return stats
+        return stats, last
 
-    stats = one_pass(texts=False)
-    errors = 0 if stats is None else kind_counts(stats)["errors"]
+    ranked = one_pass(texts=False)
+    errors = 0 if ranked is None else kind_counts(ranked[0])["errors"]
     if not errors:
-        return stats
+        return ranked
     again = one_pass(texts=True)
-    if again is None or not kind_counts(again)["errors"]:
+    if again is None or not kind_counts(again[0])["errors"]:
         raise PayloadError(
             f"table {name!r}: {errors} change(s) could not be applied (a NULL key or "
             "position, an unknown op, a tie) when Spark first read the change set, but "
@@ -151,17 +154,18 @@ def rank_in_hyper(
     out: Path,
     texts: bool,
     size: str,
-) -> tuple[int, dict[str, BucketStats]]:
+) -> tuple[int, dict[str, BucketStats], tuple[Any, ...] | None]:
     """Rank the tagged changes staged in ``tagged`` into one Parquet file under ``out``
     (none without tagged changes).
 
     ``keys`` and ``keep`` are staged column names (the keys' staged values; the columns the
     ranked rows keep). ``texts``: the tagged changes hold the op and position texts (else
     the ranked rows' are NULL). ``size``: Hyper SQL of a ranked row's size estimate.
-    Returns how many tagged changes Hyper read and the ranked rows' bucket statistics by
-    kind (read in the same connection: the build does not read them again)."""
+    Returns how many tagged changes Hyper read, the ranked rows' bucket statistics by
+    kind (read in the same connection: the build does not read them again) and the greatest
+    position among the changes (``None`` without one)."""
     if not tagged:
-        return 0, {}
+        return 0, {}, None
     make_private(out)
     target = out / "part-00000.parquet"
     source = external(tagged)
@@ -179,6 +183,13 @@ def rank_in_hyper(
     with connect() as conn:
         counted = conn.execute_list_query(f"SELECT COUNT(*), COUNT({kind_col}) FROM {source}")
         read, kept = (int(n or 0) for n in counted[0])
+        ordered = [quote_name(position_column(i)) for i in range(len(spec.order_by))]
+        greatest = conn.execute_list_query(
+            f"SELECT {', '.join(ordered)} FROM {source} WHERE {kind_col} IS NOT NULL "
+            f"AND {ordered[0]} IS NOT NULL ORDER BY "
+            + ", ".join(f"{o} DESC NULLS LAST" for o in ordered)
+            + " LIMIT 1"
+        )
         conn.execute_command(
             f"COPY ({ranked}) TO {quote_literal(str(target))} WITH (FORMAT parquet)"
         )
@@ -191,4 +202,5 @@ def rank_in_hyper(
         raise PayloadError(
             f"Hyper read {kept} tagged change(s) but ranked none into {out}{ignored}"
         )
-    return read, {str(kind): found for kind, found in stats.items()}
+    last = tuple(greatest[0]) if greatest else None
+    return read, {str(kind): found for kind, found in stats.items()}, last

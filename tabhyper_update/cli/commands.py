@@ -6,9 +6,7 @@ import argparse
 import contextlib
 import json
 import os
-import shlex
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ from .exit_codes import (
 )
 from .failures import Refused, UsageError
 from .inputs import change_set_of, check_input, read_input, require_pyspark
+from .local_server import cmd_demo, cmd_serve_local
 
 SCHEMA_ID = "https://tabhyper-update.dev/schemas/action_batch.schema.json"
 
@@ -263,6 +262,8 @@ def _cmd_apply(args: argparse.Namespace) -> int:
         payload = Payload([])
     if not args.datasource and not os.environ.get("TABLEAU_DATASOURCE"):
         raise UsageError("give --datasource NAME (or set TABLEAU_DATASOURCE)")
+    if args.dry_run:
+        return _dry_run(args, payload, actions)
     with _client(args) as client:
         # The verb checks the actions and the target before the first request.
         result = client.update_datasource(
@@ -282,6 +283,24 @@ def _cmd_apply(args: argparse.Namespace) -> int:
         payload.mark_applied([str(j["job_id"]) for j in jobs if j["job_id"]], _where(args))
     text = "\n".join(_describe_part(j, applied=args.wait) for j in jobs) or str(result)
     _emit(args, {"jobs": jobs, "empty": result.empty}, text)
+    return EXIT_OK
+
+
+def _dry_run(args: argparse.Namespace, payload: Payload, actions: ActionBatch | None) -> int:
+    """``apply --dry-run``: everything ``apply`` checks, nothing sent that changes data."""
+    from ..update.chain import upload_payload
+
+    with _client(args) as client:
+        bound = upload_payload(
+            payload,
+            args.datasource or os.environ["TABLEAU_DATASOURCE"],
+            client=client,
+            upload_first=False,
+            progress=False,
+            state_dir=args.state_dir,
+        )
+        plan = bound.plan(actions, target_table=args.target_table, target_schema=args.target_schema)
+    _emit(args, {"dry_run": True, **plan.as_dict()}, f"{plan}: run it without --dry-run")
     return EXIT_OK
 
 
@@ -490,66 +509,28 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return EXIT_FAILED if found["problems"] else EXIT_OK
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    require_pyspark("the demo builds its change set")
-    from ..demo import run_demo
+def _cmd_rows(args: argparse.Namespace) -> int:
+    from ..readback.dataservice import DataService
 
-    return (
-        EXIT_OK
-        if run_demo(
-            sys.stdout,
-            progress=False if args.no_progress or args.quiet else None,
-            verbose=args.verbose > 0,
-        )
-        else EXIT_FAILED
-    )
-
-
-def _cmd_serve_local(args: argparse.Namespace) -> int:
-    from ..testing import FakeTableauServer
-
-    pats = dict(item.split(":", 1) for item in args.pat)
-    if any(not name or not secret for name, secret in pats.items()):
-        raise UsageError("--pat takes NAME:SECRET")
-    server_ = FakeTableauServer(
-        pats=pats,
-        site=args.site_url,
-        directory=args.directory,
-        store_uploads=not args.discard_uploads,
-        port=args.port,
-    )
-    try:
-        server_.start()
-    except OSError as err:
-        server_.stop()
-        raise UsageError(f"--port {args.port}: cannot listen on it ({err.strerror})") from None
-    with server_ as server:
-        for item in args.datasource:
-            name, _, path = item.partition("=")
-            if not path:
-                raise UsageError(f"--datasource takes NAME=FILE.hyper, got {item!r}")
-            luid = server.add_datasource(name, path, project=args.project)
-            print(f"data source {name!r}: {luid}")
-        print(f"keeping files in {server.directory}")
-        print(f"serving on {server.url} (site {args.site_url!r}); Ctrl-C stops")
-        # A local test server's own made-up credentials: shown so that a job can use them.
-        name, secret = next(iter(pats.items()))
-        print("to point a job or the command line at it:")
-        for line in (
-            f"TABLEAU_SERVER_URL={server.url}",
-            f"TABLEAU_SITE={args.site_url}",
-            f"TABLEAU_PAT_NAME={name}",
-            f"TABLEAU_PAT_SECRET={secret}",
-        ):
-            print(f"  export {shlex.quote(line)}")
-        sys.stdout.flush()
-        deadline = time.monotonic() + args.duration if args.duration else None
-        try:
-            while deadline is None or time.monotonic() < deadline:
-                time.sleep(0.2)
-        except KeyboardInterrupt:
-            pass
+    if args.limit < 1:
+        raise UsageError(f"--limit takes a number of rows >= 1, got {args.limit}")
+    with _client(args) as client:
+        target = client.datasource(args.datasource, project=args.project)
+        found = DataService(client, target.id).rows(args.limit)
+    lines = []
+    for table, rows in found.items():
+        more = f" (the first {args.limit})" if len(rows) == args.limit else ""
+        lines.append(f"{table or target.label}: {len(rows)} row(s){more}")
+        if rows:
+            names = list(rows[0])
+            lines.append("  " + " | ".join(names))
+            lines += ["  " + " | ".join(_shown(r[n]) for n in names) for r in rows]
+    _emit(args, {"datasource": target.label, "tables": found}, "\n".join(lines))
     return EXIT_OK
+
+
+def _shown(value: Any) -> str:
+    return "NULL" if value is None else str(value)
 
 
 #: Each subcommand's function, by the name the parser gives it.
@@ -564,6 +545,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "job": _cmd_job,
     "state": _cmd_state,
     "status": _cmd_status,
-    "demo": _cmd_demo,
-    "serve_local": _cmd_serve_local,
+    "demo": cmd_demo,
+    "serve_local": cmd_serve_local,
+    "rows": _cmd_rows,
 }

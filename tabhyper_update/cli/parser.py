@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status(sub)
     _add_demo(sub)
     _add_serve_local(sub)
+    _add_rows(sub)
     return parser
 
 
@@ -233,6 +234,12 @@ def _add_apply(sub: Any) -> None:
     p.add_argument("--wait", dest="wait", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait")
     p.add_argument("--keep", action="store_true", help="keep the payload files afterwards")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="sign in, look the data source up, check the actions, tables, keys and columns, "
+        "print the parts and their actions; send nothing that changes data",
+    )
     _add_state_dir(p, "update records live")
     _add_connection_options(p)
     _add_verbosity(p, argparse.SUPPRESS)
@@ -351,6 +358,22 @@ def _add_status(sub: Any) -> None:
     p.set_defaults(func=_Command("status"))
 
 
+def _add_rows(sub: Any) -> None:
+    p = sub.add_parser(
+        "rows",
+        help="show a data source's rows (through the VizQL Data Service)",
+        description="Print a published data source's rows, each table's first --limit, read "
+        "through the VizQL Data Service (a serve-local fake, Tableau Cloud, Tableau Server "
+        "2025.1 and later).",
+    )
+    p.add_argument("datasource", metavar="DATASOURCE", help="the data source's name or LUID")
+    p.add_argument("--project", help="the data source's project (a path from the top, or LUID)")
+    p.add_argument("--limit", type=int, default=20, help="rows per table (default: 20)")
+    _add_connection_options(p)
+    _add_verbosity(p, argparse.SUPPRESS)
+    p.set_defaults(func=_Command("rows"))
+
+
 def _add_demo(sub: Any) -> None:
     p = sub.add_parser("demo", help="run the end-to-end demo against the built-in fake server")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -365,7 +388,8 @@ def _add_serve_local(sub: Any) -> None:
         nargs="*",
         default=[],
         metavar="NAME=FILE.hyper",
-        help="publish a copy of FILE.hyper as data source NAME",
+        help="publish a copy of FILE.hyper as data source NAME (default: a sample data "
+        "source Orders: id, name, qty)",
     )
     p.add_argument(
         "--pat",

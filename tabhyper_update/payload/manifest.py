@@ -95,6 +95,7 @@ def write_manifest(
     schema: str,
     change_set: ChangeSet | None,
     change_sets: Mapping[str, ChangeSet] | None,
+    positions: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[Path, list[PayloadPart]]:
     """:meth:`Payload.save_manifest`: the manifest's path, and the parts where they now are.
     An empty payload (an empty change set) is a manifest without parts, in ``directory``:
@@ -111,6 +112,7 @@ def write_manifest(
             {name: cs.to_dict() for name, cs in change_sets.items()} if change_sets else None
         ),
         "parts": [_part_doc(p, where) for p in parts],
+        "positions": dict(positions or {}),
     }
     path = where / MANIFEST
     _write_json(path, doc, path.with_suffix(".tmp"))
@@ -216,6 +218,11 @@ def _fields(manifest: Path, doc: Any) -> dict[str, Any]:
         "schema": str(doc["schema"]),
         "change_set": change_set,
         "change_sets": change_sets,
+        "positions": {
+            str(t): dict(cols)
+            for t, cols in (doc.get("positions") or {}).items()
+            if isinstance(cols, dict)
+        },
         "_manifest": manifest,
     }
 

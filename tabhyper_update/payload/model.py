@@ -98,6 +98,9 @@ class Payload:
     change_set: ChangeSet | None = None
     #: A multi-table change set: each target table's ChangeSet, naming its payload tables.
     change_sets: Mapping[str, ChangeSet] | None = None
+    #: Per change set (its upsert table), where it ends in its source: its greatest
+    #: ``order_by`` values (column → value, as JSON holds them).
+    positions: dict[str, dict[str, Any]] = field(default_factory=dict)
     _owned_dir: Path | None = field(default=None, repr=False)
     #: The manifest this payload was loaded from, if any.
     _manifest: Path | None = field(default=None, repr=False)
@@ -114,6 +117,15 @@ class Payload:
     @property
     def is_empty(self) -> bool:
         return not self.parts
+
+    @property
+    def last_position(self) -> Any:
+        """Where the change set ends in its source, what an update records when it is not
+        given ``position=``: its last ``order_by`` values (``{"seq": 42}``; per table for
+        a multi-table change set); ``None`` for a plain payload or an empty change set."""
+        if len(self.positions) == 1:
+            return next(iter(self.positions.values()))
+        return dict(self.positions) or None
 
     @property
     def is_cdc(self) -> bool:
@@ -385,6 +397,7 @@ class Payload:
             schema=self.schema,
             change_set=self.change_set,
             change_sets=self.change_sets,
+            positions=self.positions,
         )
         return path
 

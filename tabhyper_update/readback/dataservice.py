@@ -193,9 +193,15 @@ class DataService:
 
     # -- queries -----------------------------------------------------------------------------
     def query(
-        self, fields: Sequence[Mapping[str, Any]], filters: Sequence[Mapping[str, Any]] = ()
+        self,
+        fields: Sequence[Mapping[str, Any]],
+        filters: Sequence[Mapping[str, Any]] = (),
+        *,
+        rows: int | None = None,
     ) -> list[dict[str, Any]]:
-        """The rows the query answers with, one dict per row keyed by alias (or caption)."""
+        """The rows the query answers with, one dict per row keyed by alias (or caption).
+        ``rows``: the rows themselves (every field a dimension, none grouped), at most that
+        many."""
         if not fields:
             raise InvalidArgumentError("a query needs at least one field", argument="fields")
         query: dict[str, Any] = {"fields": [dict(f) for f in fields]}
@@ -210,10 +216,10 @@ class DataService:
         self.queries += 1
         self.stats.queries += 1
         # Rows as arrays (the service's compact shape), in the order of the fields asked.
-        body = self._post(
-            "query-datasource",
-            {"query": query, "options": {"returnFormat": "ARRAYS", "disaggregate": False}},
-        )
+        options: dict[str, Any] = {"returnFormat": "ARRAYS", "disaggregate": rows is not None}
+        if rows is not None:
+            options["rowLimit"] = rows
+        body = self._post("query-datasource", {"query": query, "options": options})
         names = [str(f.get("fieldAlias") or f.get("fieldCaption")) for f in fields]
         rows = body.get("data")
         if not isinstance(rows, list) or not all(
@@ -227,6 +233,17 @@ class DataService:
                 ),
             )
         return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def rows(self, limit: int) -> dict[str | None, list[dict[str, Any]]]:
+        """Per logical table, up to ``limit`` of its rows (every field): what
+        ``tabhyper-update rows`` shows."""
+        by_table: dict[str | None, list[FieldInfo]] = {}
+        for info in self.fields().values():
+            by_table.setdefault(info.table, []).append(info)
+        return {
+            table: self.query([dimension(f.caption) for f in fields], rows=limit)
+            for table, fields in by_table.items()
+        }
 
     def count(self, caption: str, filters: Sequence[Mapping[str, Any]]) -> int:
         """How many rows pass ``filters`` (one query): what an answer that may have been cut

@@ -427,7 +427,8 @@ class TableauSink:
                 target_schema=self.target_schema,
                 request_id=request_id,
                 timeout=self.timeout,
-                position={"sink_id": sink_id, "batch_id": batch_id},
+                # Where the batch ends: the change set's last order_by values, else the batch.
+                position=payload.last_position or {"sink_id": sink_id, "batch_id": batch_id},
                 on_schema_change=self.on_schema_change,
             )
             # Later batches need no lookup.

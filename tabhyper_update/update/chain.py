@@ -41,7 +41,7 @@ from .identity import MAX_REQUEST_ID, open_record
 from .options import ApplyOptions, BindOptions, UpdateOptions, check_options, split_options
 from .oversize import OversizeSplitter
 from .resplit import key_columns
-from .results import PartUpdate, UpdateResult
+from .results import PartUpdate, PlannedPart, UpdatePlan, UpdateResult
 from .run import UpdateRun
 from .schema_change import SchemaCheck, check_policy, republished
 from .state import StateStore
@@ -121,6 +121,33 @@ class BoundPayload:
         return f"{type(self).__name__}(target={shown!r}, parts={len(self.payload.parts)})"
 
     # -- the update ------------------------------------------------------------------------
+    def plan(self, actions: BatchLike | None = None, **options: Unpack[ApplyOptions]) -> UpdatePlan:
+        """What :meth:`apply` would send, checked as it checks it (the actions against the
+        payload's tables and keys, the target looked up, the payload's columns against the
+        data source's where the SDK knows them), with nothing sent that changes data: the
+        parts, their rows and each part's actions (``apply --dry-run``)."""
+        check_options(options, ApplyOptions, "plan()")
+        given = ActionBatch.coerce(actions) if actions is not None else None
+        table = derived_target(
+            self.payload, given, options.get("target_table"), options.get("target_schema")
+        )
+        units = self._units(given, table)
+        target = self.target
+        checked = self._schema.check(
+            target, [u.batch for u in units], options.get("allow_narrowing", ())
+        )
+        parts = [
+            PlannedPart(
+                n,
+                None if unit.part is None else unit.part.path.name,
+                0 if unit.part is None else unit.part.size_bytes,
+                {} if unit.part is None else {t: i.row_count for t, i in unit.part.tables.items()},
+                unit.batch,
+            )
+            for n, unit in enumerate(units, 1)
+        ]
+        return UpdatePlan(target.label, target.id, parts, checked if units else None)
+
     def apply(
         self, actions: BatchLike | None = None, **options: Unpack[ApplyOptions]
     ) -> UpdateResult:
@@ -156,13 +183,17 @@ class BoundPayload:
             return UpdateResult([], done=True)
         policy = options.get("on_schema_change", "fail")
         check_policy(policy)
+        # Where the update's changes end: as given, else the change set's last order_by values.
+        position = options.get("position")
+        if position is None:
+            position = getattr(self.payload, "last_position", None)
         replaced = ""
         changed = self._schema.run(
             self.target, [unit.batch for unit in units], options.get("allow_narrowing", ()), policy
         )
         if isinstance(changed, DataSourceRef):
             self._cleanup()
-            return republished(changed, options.get("position"))
+            return republished(changed, position)
         if changed:  # parts written again without the columns the data source lacks
             units = self._units(given, table)
             if self._uploads.first is not None:
@@ -174,9 +205,7 @@ class BoundPayload:
                 self._uploads.first = None
         # Read before the files go: what the update must leave, to be read back after it.
         expected = expected_changes(self.payload, sample) if sample is not None else None
-        record = open_record(
-            self.state, self.payload, self.target, units, request_id, options.get("position")
-        )
+        record = open_record(self.state, self.payload, self.target, units, request_id, position)
         if replaced and replaced not in record.notes:
             record.notes.append(replaced)
             self.state.save(record)
@@ -211,7 +240,7 @@ class BoundPayload:
             verifier=verifier,
             datasource=self.target.label,
             started_at=time.time(),
-            position=options.get("position"),
+            position=position,
             committed_at=options.get("committed_at"),
             build_seconds=getattr(self.payload, "build_seconds", None),
         )

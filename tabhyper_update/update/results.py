@@ -16,7 +16,7 @@ from ..values.actions import ActionBatch
 from ..values.errors import InvalidArgumentError
 from ..values.redaction import get_logger
 
-__all__ = ["PartUpdate", "UpdateResult", "report_metrics"]
+__all__ = ["PartUpdate", "PlannedPart", "UpdatePlan", "UpdateResult", "report_metrics"]
 
 
 @dataclass
@@ -53,6 +53,67 @@ class PartUpdate:
     @property
     def job_id(self) -> str | None:
         return self.job.id if self.job is not None else self.recorded_job_id
+
+
+@dataclass
+class PlannedPart:
+    """One part of an update not sent (``apply --dry-run``): its file, bytes, rows per
+    payload table and the actions its update would carry."""
+
+    part: int
+    file: str | None
+    size_bytes: int
+    rows: dict[str, int]
+    actions: ActionBatch
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "part": self.part,
+            "file": self.file,
+            "bytes": self.size_bytes,
+            "rows": self.rows,
+            "actions": json.loads(self.actions.to_json()),
+        }
+
+
+@dataclass
+class UpdatePlan:
+    """What an update would send, checked as :meth:`BoundPayload.apply` checks it, nothing
+    sent that changes data (:meth:`BoundPayload.plan`, ``apply --dry-run``)."""
+
+    datasource: str
+    datasource_id: str
+    parts: list[PlannedPart]
+    #: Where the data source's columns the payload was checked against came from (``None``:
+    #: nothing said, so the server's job is the check).
+    schema_checked: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "datasource": self.datasource,
+            "datasource_id": self.datasource_id,
+            "schema_checked": self.schema_checked,
+            "parts": [p.as_dict() for p in self.parts],
+        }
+
+    def __str__(self) -> str:
+        if not self.parts:
+            return f"nothing to update on data source {self.datasource!r}: nothing would be sent"
+        lines = [
+            f"dry run: data source {self.datasource!r} ({self.datasource_id}); "
+            + (
+                f"the payload's columns fit ({self.schema_checked})"
+                if self.schema_checked
+                else "its columns are not known here: the server's job checks them"
+            )
+        ]
+        for p in self.parts:
+            rows = ", ".join(f"{t} {n:,} rows" for t, n in p.rows.items()) or "no payload"
+            lines.append(f"part {p.part}: {p.file or '-'} ({p.size_bytes:,} bytes; {rows})")
+            for action in p.actions.actions:
+                lines.append("  " + action.model_dump_json(by_alias=True, exclude_none=True))
+        lines.append("nothing was sent")
+        return "\n".join(lines)
 
 
 @dataclass

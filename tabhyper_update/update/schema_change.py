@@ -161,6 +161,19 @@ class SchemaCheck:
         self.state = state
         self.folder = folder
 
+    def check(
+        self, target: DataSourceRef, batches: Sequence[ActionBatch], allow_narrowing: Sequence[str]
+    ) -> str | None:
+        """Refuse (:class:`SchemaDriftError`) a payload whose columns the target cannot take
+        whole; where the target's columns came from, or ``None`` when nothing said."""
+        if not self.payload.parts:
+            return None
+        schema = learn_schema(self.client, target, self.state)
+        if schema is None:
+            return None
+        check_schema(schema, self.payload, batches, allow_narrowing=allow_narrowing)
+        return schema.origin
+
     def run(
         self,
         target: DataSourceRef,
@@ -177,13 +190,8 @@ class SchemaCheck:
                 f"allow_narrowing takes a list of column names, got {allow_narrowing!r}",
                 argument="allow_narrowing",
             )
-        if not self.payload.parts:
-            return False
-        schema = learn_schema(self.client, target, self.state)
-        if schema is None:
-            return False
         try:
-            check_schema(schema, self.payload, batches, allow_narrowing=allow_narrowing)
+            self.check(target, batches, allow_narrowing)
         except SchemaDriftError as err:
             if isinstance(policy, Snapshot):
                 return policy.republish(self.client, target, self.state.directory)

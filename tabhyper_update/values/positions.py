@@ -5,12 +5,19 @@ a binlog file name, hexadecimal LSN parts, a list of numbers)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from .errors import ArgumentTypeError, PayloadError
 from .spark_sql import number_from_text, sql_name
 
-__all__ = ["ORDER_AS", "OrderAs", "check_order_as", "order_sql", "position_type"]
+__all__ = [
+    "ORDER_AS",
+    "OrderAs",
+    "check_order_as",
+    "json_positions",
+    "order_sql",
+    "position_type",
+]
 
 OrderAs = Literal["number", "text", "binlog-file", "hex-lsn", "number-list"]
 #: How ``order_as`` reads a text position (Spark SQL of the value ``{v}``'s text).
@@ -105,3 +112,21 @@ def position_type(spark_type: str | None, order_as: OrderAs | None) -> str | Non
     if order_as in ("hex-lsn", "number-list"):
         return "array<decimal(38,0)>"
     return spark_type
+
+
+def _json_value(value: Any) -> Any:
+    """A position value as JSON holds it: dates and times in ISO 8601, decimals as text."""
+    for method in ("to_datetime", "to_date"):  # Hyper's own date and time values
+        if hasattr(value, method):
+            value = getattr(value, method)()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)  # a Decimal, an interval
+
+
+def json_positions(found: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per change set, where it ends (``order_by`` column → value), as JSON values: what
+    an update records and ``tabhyper-update status`` shows."""
+    return {t: {c: _json_value(v) for c, v in cols.items()} for t, cols in found.items()}
