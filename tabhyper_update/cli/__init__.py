@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_DRIFT",
     "EXIT_FAILED",
+    "EXIT_FOR",
     "EXIT_JOB",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
@@ -64,6 +65,7 @@ __all__ = [
     "action_batch_schema",
     "build_parser",
     "console_main",
+    "exit_code_for",
     "main",
     "schema_text",
 ]
@@ -97,21 +99,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(_interrupted(getattr(args.func, "name", "")), file=sys.stderr)
         return EXIT_INTERRUPTED
-    except NotFoundError as err:
-        return _fail(args, err, EXIT_NOT_FOUND)
-    except AuthenticationError as err:
-        return _fail(args, err, EXIT_AUTH)
-    except (JobFailedError, JobCancelledError, JobOutcomeUnknownError, JobTimeoutError) as err:
-        return _fail(args, err, EXIT_JOB)
-    except (TransportError, ApiError, UnsupportedServerError) as err:
-        return _fail(args, err, EXIT_SERVER)
-    except (ConfigurationError, InvalidArgumentError) as err:
-        return _fail(args, err, EXIT_USAGE)
-    except TabHyperError as err:  # invalid batches, payloads, change sets, records
-        return _fail(args, err, EXIT_FAILED)
-    except OSError as err:  # a file named on the command line
-        return _fail(args, err, EXIT_USAGE)
+    except (TabHyperError, OSError) as err:
+        return _fail(args, err, exit_code_for(err))
     return code
+
+
+#: The exit code of each error, the first class that matches winning (what the reference's
+#: table of exceptions is drawn from).
+EXIT_FOR: tuple[tuple[type[BaseException], int], ...] = (
+    (NotFoundError, EXIT_NOT_FOUND),
+    (AuthenticationError, EXIT_AUTH),
+    (JobFailedError, EXIT_JOB),
+    (JobCancelledError, EXIT_JOB),
+    (JobOutcomeUnknownError, EXIT_JOB),
+    (JobTimeoutError, EXIT_JOB),
+    (TransportError, EXIT_SERVER),
+    (ApiError, EXIT_SERVER),
+    (UnsupportedServerError, EXIT_SERVER),
+    (ConfigurationError, EXIT_USAGE),
+    (InvalidArgumentError, EXIT_USAGE),
+    # Invalid batches, payloads, change sets, records.
+    (TabHyperError, EXIT_FAILED),
+    # A file named on the command line.
+    (OSError, EXIT_USAGE),
+)
+
+
+def exit_code_for(err: BaseException) -> int:
+    """The exit code the command line gives ``err``."""
+    return next(code for cls, code in EXIT_FOR if isinstance(err, cls))
 
 
 def _interrupted(command: str) -> str:

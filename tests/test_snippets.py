@@ -1,10 +1,13 @@
-"""The README's Python blocks run as written, in order, against the fake server.
+"""Every Python block of the README and the docs runs as written, against the fake server.
 
-A block may use names a real job would already hold (``spark``, ``last_version``,
+The quickstarts (the README's and the docs') run against what ``tabhyper-update serve-local``
+serves (its sample data source). The guide's blocks run in the order of the docs' navigation:
+a block may use names a real job would already hold (``spark``, ``last_version``,
 ``new_rows``, ``cutoff``, ``my_cdc_job``); the context below provides them. Delta's change
 feed is stood in by a DataFrame of the same shape, since Delta is not installed here. The
 ``TABLEAU_*`` variables point at a fake server whose data source the blocks update, and the
-published table is checked afterwards.
+published table is checked afterwards. A block that needs Tableau or a cluster starts with
+``# compile-only:`` and says why: it is compiled, not run.
 """
 
 from __future__ import annotations
@@ -25,7 +28,11 @@ from ._util import use_environment
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+QUICKSTART = DOCS / "getting-started" / "quickstart.md"
+COMPILE_ONLY = "# compile-only:"
 SNAPSHOT = "order_id long, amount double"
 FEED = (
     "order_id long, amount double, _change_type string, _commit_version long, "
@@ -35,6 +42,50 @@ FEED = (
 
 def python_blocks(text: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def pages() -> list[Path]:
+    """The docs' pages in the order of their navigation (``mkdocs.yml``)."""
+    text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    return [DOCS / name for name in re.findall(r"^\s*- (?:[^:\n]+: )?(\S+\.md)\s*$", text, re.M)]
+
+
+def runnable(path: Path) -> list[tuple[str, str]]:
+    """``path``'s blocks that run, each with its name for tracebacks."""
+    return [
+        (f"{path.relative_to(ROOT)} python block {n}", block)
+        for n, block in enumerate(python_blocks(path.read_text(encoding="utf-8")), 1)
+        if not block.startswith(COMPILE_ONLY)
+    ]
+
+
+def test_every_page_is_in_the_navigation_and_every_block_compiles() -> None:
+    listed = pages()
+    assert sorted(listed) == sorted(DOCS.rglob("*.md")), "a page outside mkdocs.yml's nav"
+    blocks = [b for path in [README, *listed] for b in python_blocks(path.read_text())]
+    assert len(blocks) >= 12, "the docs lost their examples"
+    for number, block in enumerate(blocks, 1):
+        compile(block, f"block {number}", "exec")  # a SyntaxError names the block
+
+
+def test_the_quickstarts_run_against_what_serve_local_serves(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tabhyper_update.cli.local_server import SAMPLE
+
+    blocks = runnable(README)[:1] + runnable(QUICKSTART)
+    assert len(blocks) == 2, "the README's and the docs' quickstart"
+    for name, block in blocks:
+        with FakeTableauServer(pats={"ci": "pat-secret"}) as server:
+            luid = server.add_datasource("Orders", make_hyper(tmp_path / "s.hyper", SAMPLE))
+            use_environment(monkeypatch, server, tmp_path / name.replace(" ", "-"), "Orders")
+            for _ in range(2):  # the second run applies nothing
+                context: dict[str, Any] = {}
+                exec(compile(block, name, "exec"), context)
+            assert context["result"].deduplicated, name
+            assert server.backend.jobs_run[luid] == 1, name
+            rows = read_table(server.datasource_path(luid), "Extract")
+            assert rows == [(1, "apples", 12), (2, "pears", 20), (4, "figs", 40)], name
 
 
 class _DeltaReader:
@@ -114,11 +165,11 @@ class _SparkWithDelta:
         return getattr(self._spark, name)
 
 
-def test_readme_python_blocks_run_as_written(
+def test_the_guides_blocks_run_as_written(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    blocks = python_blocks(README.read_text(encoding="utf-8"))
-    assert len(blocks) >= 4, "the README lost its examples"
+    blocks = [b for path in pages() if path != QUICKSTART for b in runnable(path)]
+    assert len(blocks) >= 8, "the guide lost its examples"
     when = datetime(2026, 1, 5, 12, 0)
     feed = spark.createDataFrame(
         [
@@ -195,7 +246,7 @@ def test_readme_python_blocks_run_as_written(
         shop_id = server.add_datasource("Shop", shop)
         use_environment(monkeypatch, server, tmp_path / "state", "Orders")
         try:
-            for number, block in enumerate(blocks, 1):
+            for name, block in blocks:
                 # Spark's JVM resolves paths from its own working directory: checkpoints go
                 # under this test's folder.
                 block = block.replace(
@@ -207,7 +258,7 @@ def test_readme_python_blocks_run_as_written(
                     for query in spark.streams.active:
                         query.processAllAvailable()
                         query.stop()
-                code = compile(block, f"README.md python block {number}", "exec")
+                code = compile(block, name, "exec")
                 exec(code, context)
             for query in spark.streams.active:  # the Debezium query runs until stopped
                 query.processAllAvailable()
