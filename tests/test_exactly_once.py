@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import shutil
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -228,12 +229,16 @@ def crash_after(obj: Any, name: str, calls: int = 1, *, before: bool = False) ->
     real = getattr(obj, name)
     count = [0]
 
+    lock = threading.Lock()
+
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        count[0] += 1
-        if before and count[0] == calls:
+        with lock:  # an upload's blocks may go from several threads at once
+            count[0] += 1
+            mine = count[0]
+        if before and mine == calls:
             raise Crash(name)
         result = real(*args, **kwargs)
-        if count[0] == calls:
+        if mine == calls:
             raise Crash(name)
         return result
 

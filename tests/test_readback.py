@@ -506,7 +506,8 @@ def keyed_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
         {
             "Extract": (
                 "region TEXT NOT NULL, id BIGINT NOT NULL, code TEXT NOT NULL, "
-                "day DATE NOT NULL, v BIGINT",
+                "day DATE NOT NULL, at TIMESTAMP NOT NULL, amount NUMERIC(18,2) NOT NULL, "
+                "v BIGINT",
                 [],
             )
         },
@@ -514,7 +515,9 @@ def keyed_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with connect(path) as conn:
         conn.execute_command(
             f"INSERT INTO {ORDERS} SELECT CASE WHEN i % 2 = 0 THEN 'eu' ELSE 'us' END, i, "
-            "'key-' || i, DATE '2000-01-01' + i, i * 3 "
+            "'key-' || i, DATE '2000-01-01' + i, "
+            "TIMESTAMP '2020-01-01 00:00:00' + i * INTERVAL '1.5 seconds', "
+            "CAST(i * 1.25 AS NUMERIC(18,2)), i * 3 "
             f"FROM generate_series(0, {KEYS_ROWS - 1}) AS s(i)"
         )
         conn.execute_command(f"UPDATE {ORDERS} SET v = v + 1 WHERE id = 13579")
@@ -527,9 +530,12 @@ def keyed_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("id", (13579,)),
         ("code", ("key-13579",)),
         ("day", (date(2000, 1, 1) + timedelta(days=13579),)),
+        ("at", (1_577_836_800_000_000 + 13579 * 1_500_000,)),
+        ("amount", (Decimal("16973.75"),)),
         (["region", "id"], ("us", 13579)),
+        (["region", "amount"], ("us", Decimal("16973.75"))),
     ],
-    ids=["integer", "text", "date", "text-first-composite"],
+    ids=["integer", "text", "date", "timestamp", "decimal", "text-first-composite", "decimals"],
 )
 def test_one_drifted_row_in_20000_is_found_in_few_queries_whatever_the_key(
     spark: SparkSession, keyed_file: Path, key: Any, drifted: tuple[Any, ...]
@@ -539,6 +545,8 @@ def test_one_drifted_row_in_20000_is_found_in_few_queries_whatever_the_key(
         "id",
         "concat('key-', id) AS code",
         "date_add(DATE '2000-01-01', CAST(id AS INT)) AS day",
+        "timestamp_micros(1577836800000000 + id * 1500000) AS at",
+        "CAST(id * 1.25 AS DECIMAL(18,2)) AS amount",
         "id * 3 AS v",
     )
     with FakeTableauServer(pats=dict([PAT])) as fake:

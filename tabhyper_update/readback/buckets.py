@@ -16,6 +16,7 @@ import bisect
 import math
 from collections.abc import Mapping, Sequence
 from datetime import date
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from ..values.errors import InvalidArgumentError
@@ -25,10 +26,13 @@ from .dataservice import FieldInfo
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["RANGE_KEY_TYPES", "IntegerBuckets", "RangeBuckets"]
+__all__ = ["INTEGER_UNITS", "RANGE_KEY_TYPES", "IntegerBuckets", "RangeBuckets"]
 
 #: The key column types a range can be bounded by.
-RANGE_KEY_TYPES = ("INTEGER", "STRING", "DATE")
+RANGE_KEY_TYPES = ("INTEGER", "STRING", "DATE", "REAL")
+#: A one-column key of these types is cut as an integer (dates and timestamps by their days
+#: and seconds since 1970).
+INTEGER_UNITS: dict[str, str | None] = {"INTEGER": None, "DATE": "day", "DATETIME": "second"}
 
 
 def _ref(caption: str) -> str:
@@ -36,14 +40,29 @@ def _ref(caption: str) -> str:
 
 
 class IntegerBuckets:
-    """One integer key column cut by ``FLOOR((key - low) / width)``."""
+    """One integer key column cut by ``FLOOR((key - low) / width)``; a date or timestamp
+    key as its whole days or seconds since 1970 (``unit``), so that it is cut at the
+    integer key's pace (a last-level bucket of one second is compared row by row whatever
+    it holds)."""
 
-    def __init__(self, key: str, caption: str, low: Any, high: Any, fan_out: int) -> None:
-        self.key, self.fan_out = key, fan_out
-        self.ref = _ref(caption)
-        self.low = int(low)
-        span = int(high) - self.low + 1
+    def __init__(
+        self, key: str, caption: str, low: Any, high: Any, fan_out: int, unit: str | None = None
+    ) -> None:
+        self.key, self.fan_out, self.unit = key, fan_out, unit
+        field = _ref(caption)
+        self.ref = field if unit is None else f"DATEDIFF('{unit}', #1970-01-01#, {field})"
+        self.low = self._number(low)
+        span = self._number(high) - self.low + 1
         self.levels = max(1, math.ceil(math.log(max(span, 2), fan_out)))
+
+    def _number(self, value: Any) -> int:
+        """A canonical key value (an integer, a date, a timestamp in microseconds) as the
+        integer the formula cuts."""
+        if self.unit == "day":
+            return (value - date(1970, 1, 1)).days if isinstance(value, date) else int(value)
+        if self.unit == "second":
+            return math.floor(int(value) / 1_000_000)
+        return int(value)
 
     def plan(self, level: int, region: DataFrame, rows: int, ranges: int = 1) -> None:
         """Nothing to plan: integer buckets follow from the key's range (each bucket above
@@ -60,12 +79,16 @@ class IntegerBuckets:
 
     def of(self, key: tuple[Any, ...], level: int) -> Any:
         """The bucket of a (canonical) key at ``level``, as the formula computes it."""
-        return math.floor((key[0] - self.low) / self.width(level))
+        return math.floor((self._number(key[0]) - self.low) / self.width(level))
 
     def spark(self, level: int) -> Column:
         from pyspark.sql import functions as F
 
         col = F.col(f"`{self.key}`")
+        if self.unit == "day":
+            col = F.unix_date(col)
+        elif self.unit == "second":
+            col = F.unix_seconds(col)
         return F.floor((col - F.lit(self.low)) / F.lit(self.width(level))).cast("long")
 
 
@@ -83,8 +106,8 @@ class RangeBuckets:
         for name, kind in zip(self.key, self.kinds, strict=True):
             if kind not in RANGE_KEY_TYPES:
                 raise InvalidArgumentError(
-                    f"reconcile cuts the key's range by its columns, which must be integers, "
-                    f"text or dates; {name!r} is {kind}",
+                    f"reconcile cuts a composite key's range by its columns, which must be "
+                    f"integers, numbers, text or dates; {name!r} is {kind}",
                     argument="key",
                 )
         self.refs = [_ref(fields[k].caption) for k in self.key]
@@ -125,6 +148,8 @@ class RangeBuckets:
         if kind == "DATE":
             assert isinstance(value, date)
             return f"#{value.isoformat()}#"
+        if kind == "REAL":
+            return format(value, "f") if isinstance(value, Decimal) else repr(float(value))
         return "'" + str(value).replace("'", "''") + "'"
 
     def _at_or_above(self, bound: tuple[Any, ...]) -> str:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
 from ..values.errors import DataServiceError, InvalidArgumentError, QueryBudgetError
-from .buckets import IntegerBuckets, RangeBuckets
+from .buckets import INTEGER_UNITS, IntegerBuckets, RangeBuckets
 from .check import judge_key, rows_by_key
 from .compare import Tolerance, canonical, same
 from .dataservice import DataService, FieldInfo, calculation, set_filter
@@ -247,14 +247,19 @@ class _Reconciler:
         lows: list[Any] = [v["lo0"] for v in (top_mine, top_theirs) if v and v["lo0"] is not None]
         highs: list[Any] = [v["hi0"] for v in (top_mine, top_theirs) if v and v["hi0"] is not None]
         key_type = self.fields[self.key[0]].data_type
-        if len(self.key) > 1 or key_type != "INTEGER":
+        if len(self.key) > 1 or key_type not in INTEGER_UNITS:
             self.buckets = RangeBuckets(self.key, self.fields, self.fan_out)
         if not lows:  # both sides empty of keys: the difference is in NULL keys
             report.unresolved.append("the sides differ only in rows whose key is NULL")
             return
         if self.buckets is None:
             self.buckets = IntegerBuckets(
-                self.key[0], self.fields[self.key[0]].caption, min(lows), max(highs), self.fan_out
+                self.key[0],
+                self.fields[self.key[0]].caption,
+                min(lows),
+                max(highs),
+                self.fan_out,
+                INTEGER_UNITS[key_type],
             )
         # Every level reads the source again: keep it rather than recompute it.
         cached = not self.source.is_cached

@@ -28,6 +28,7 @@ class RestCaller(JobSource, Protocol):
     site: str
     chunk_size: int
     max_upload_restarts: int
+    upload_streams: int
 
     @property
     def server(self) -> str: ...
@@ -44,7 +45,9 @@ class RestCaller(JobSource, Protocol):
 
     def initiate_upload(self) -> str: ...
 
-    def append_chunk(self, session_id: str, body: Any, boundary: str) -> dict[str, Any] | None: ...
+    def append_chunk(
+        self, session_id: str, body: Any, boundary: str, sequence: int | None = None
+    ) -> dict[str, Any] | None: ...
 
     def upload(
         self, path: str | os.PathLike[str], *, progress: ProgressCallback | None = None

@@ -47,7 +47,15 @@ from .scopes import scope_for
 from .shared_tokens import shared_token
 from .transport import RetryPolicy, Transport, as_list
 from .updates import update_data
-from .uploads import MAX_CHUNK_MB, MB, ProgressCallback, append_chunk, initiate_upload, upload_file
+from .uploads import (
+    DEFAULT_UPLOAD_STREAMS,
+    MAX_CHUNK_MB,
+    MB,
+    ProgressCallback,
+    append_chunk,
+    initiate_upload,
+    upload_file,
+)
 from .versions import PROBE_VERSION, check_api_version, server_api_version
 
 __all__ = ["RestSession", "client_for"]
@@ -109,6 +117,7 @@ class RestSession:
         chunk_size_mb: float = 50,
         poll: PollPolicy | None = None,
         max_upload_restarts: int = 3,
+        upload_streams: int = DEFAULT_UPLOAD_STREAMS,
         session: requests.Session | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -138,6 +147,19 @@ class RestSession:
         #: How long recent updates of each data source took (``PollPolicy.learn``).
         self.job_times = JobTimes()
         self.max_upload_restarts = max_upload_restarts
+        if isinstance(upload_streams, bool) or not isinstance(upload_streams, int):
+            raise InvalidArgumentError(
+                f"upload_streams must be a whole number of blocks in flight, got "
+                f"{upload_streams!r}",
+                argument="upload_streams",
+            )
+        if not 1 <= upload_streams <= 32:
+            raise InvalidArgumentError(
+                f"upload_streams must be in [1, 32], got {upload_streams}",
+                argument="upload_streams",
+            )
+        #: Blocks of one upload in flight at once, where the server takes ``sequenceID``.
+        self.upload_streams = upload_streams
         self.sleep = sleep
         self.clock = clock
         self._http = Transport(
@@ -174,6 +196,7 @@ class RestSession:
             "chunk_size_mb": chunk_size_mb,
             "poll": poll,
             "max_upload_restarts": max_upload_restarts,
+            "upload_streams": upload_streams,
             "session": session,
             "sleep": sleep,
             "clock": clock,
@@ -503,8 +526,10 @@ class RestSession:
     def initiate_upload(self) -> str:
         return initiate_upload(self)
 
-    def append_chunk(self, session_id: str, body: Any, boundary: str) -> dict[str, Any] | None:
-        return append_chunk(self, session_id, body, boundary)
+    def append_chunk(
+        self, session_id: str, body: Any, boundary: str, sequence: int | None = None
+    ) -> dict[str, Any] | None:
+        return append_chunk(self, session_id, body, boundary, sequence)
 
     def upload(
         self, path: str | os.PathLike[str], *, progress: ProgressCallback | None = None
@@ -516,6 +541,7 @@ class RestSession:
             chunk_size=self.chunk_size,
             max_restarts=self.max_upload_restarts,
             progress=progress,
+            streams=self.upload_streams,
         )
 
     def update_data(

@@ -8,13 +8,22 @@ sizes, and reading the file overlaps sending it.
 An append is not idempotent: replaying one whose outcome is unknown (timeout, dropped
 connection, 5xx) could duplicate bytes. Such an append is never replayed; the whole upload
 restarts in a fresh upload session instead, a bounded number of times.
+
+Where the server takes ``sequenceID`` (Tableau's REST reference: blocks may then be sent at
+once, and are assembled by sequence), a file of several blocks goes as ``streams`` blocks in
+flight. A block whose answer was lost is sent again alone, under its sequence, and the
+server's answer to that says whether it could be: a refusal restarts the upload in a fresh
+session as above. A server that refuses the parameter gets its blocks one after another, and
+is remembered (per server, in this process) so that the next upload does not ask again.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import threading
 import uuid
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote
@@ -30,13 +39,17 @@ from ..values.redaction import get_logger
 from .caller import ProgressCallback, RestCaller
 
 __all__ = [
+    "DEFAULT_UPLOAD_STREAMS",
     "MAX_BLOCKS",
     "MAX_CHUNK_MB",
+    "ChunkBody",
     "ProgressCallback",
     "append_chunk",
     "block_size",
     "initiate_upload",
     "multipart_framing",
+    "refuses_sequence_ids",
+    "takes_sequence_ids",
     "upload_file",
 ]
 
@@ -47,6 +60,47 @@ MB = 1024 * 1024
 MAX_CHUNK_MB = 64
 #: Tableau's REST reference limits a file upload to 1,000 appended blocks.
 MAX_BLOCKS = 1000
+#: Blocks in flight at once where the server takes ``sequenceID`` (``upload_streams=``):
+#: measured in ``benchmarks/upload.py --streams``.
+DEFAULT_UPLOAD_STREAMS = 4
+
+#: Servers (their URLs) that refused ``sequenceID`` (their blocks go one after another),
+#: and those that took it (their blocks all go at once, the first one too).
+_SEQUENTIAL: set[str] = set()
+_SEQUENCED: set[str] = set()
+_SEQUENCE_LOCK = threading.Lock()
+
+
+def takes_sequence_ids(server: str) -> bool:
+    """Whether blocks to ``server`` may carry ``sequenceID`` (until it refused one)."""
+    with _SEQUENCE_LOCK:
+        return server.rstrip("/").lower() not in _SEQUENTIAL
+
+
+def refuses_sequence_ids(server: str) -> None:
+    """Remember that ``server`` refused ``sequenceID``."""
+    with _SEQUENCE_LOCK:
+        _SEQUENTIAL.add(server.rstrip("/").lower())
+        _SEQUENCED.discard(server.rstrip("/").lower())
+
+
+def _took_sequence_ids(server: str) -> bool:
+    with _SEQUENCE_LOCK:
+        return server.rstrip("/").lower() in _SEQUENCED
+
+
+def _takes_sequence_ids(server: str) -> None:
+    with _SEQUENCE_LOCK:
+        _SEQUENCED.add(server.rstrip("/").lower())
+
+
+def even_blocks(total: int, chunk_size: int, streams: int) -> int:
+    """A block size for ``streams`` blocks in flight: at most ``chunk_size``, and a number of
+    blocks that is a multiple of ``streams`` (no stream idle in the last round), within
+    :data:`MAX_BLOCKS`."""
+    rounds = -(-total // (chunk_size * streams))
+    count = min(MAX_BLOCKS, rounds * streams)
+    return max(chunk_size if count == MAX_BLOCKS else 1, -(-total // count))
 
 
 def block_size(total: int, chunk_size: int, name: str) -> int:
@@ -91,7 +145,7 @@ def multipart_framing(boundary: str, filename: str = "payload.hyper") -> tuple[b
     return head, tail
 
 
-class _ChunkBody(io.RawIOBase):
+class ChunkBody(io.RawIOBase):
     """One append body, streamed: framing head, ``length`` bytes of the file from
     ``offset``, framing tail. ``len()`` lets requests send a Content-Length; nothing but
     the block being sent is held in memory, and reading the file overlaps sending it."""
@@ -155,6 +209,10 @@ class UploadRestart(Exception):
     """An append whose outcome is unknown, or a size mismatch: start a fresh session."""
 
 
+class SequenceRefused(Exception):
+    """The server refused ``sequenceID``: send the blocks one after another."""
+
+
 def initiate_upload(client: RestCaller) -> str:
     """Open an upload session; returns its id."""
     _, body = client.request("POST", "fileUploads", retry=True, expected=(200, 201))
@@ -165,9 +223,10 @@ def initiate_upload(client: RestCaller) -> str:
 
 
 def append_chunk(
-    client: RestCaller, session_id: str, body: Any, boundary: str
+    client: RestCaller, session_id: str, body: Any, boundary: str, sequence: int | None = None
 ) -> dict[str, Any] | None:
-    """Append one chunk to an upload session; the server's answer."""
+    """Append one chunk to an upload session (as block ``sequence``, where given); the
+    server's answer."""
     # Never retried by the transport: an append with an unknown outcome restarts the upload.
     _, answer = client.request(
         "PUT",
@@ -175,6 +234,7 @@ def append_chunk(
         retry=False,
         data=body,
         headers={"Content-Type": f"multipart/mixed; boundary={boundary}"},
+        params=None if sequence is None else {"sequenceID": str(sequence)},
     )
     return answer
 
@@ -193,8 +253,10 @@ def upload_file(
     chunk_size: int,
     max_restarts: int,
     progress: ProgressCallback | None = None,
+    streams: int = 1,
 ) -> str:
-    """Upload ``path``; returns the upload session id to pass to the update call."""
+    """Upload ``path``; returns the upload session id to pass to the update call.
+    ``streams``: blocks in flight at once where the server takes ``sequenceID``."""
     path = Path(path)
     try:
         total = path.stat().st_size
@@ -207,8 +269,19 @@ def upload_file(
     chunk_size = block_size(total, chunk_size, path.name)
     restarts = 0
     while True:
+        parallel = streams > 1 and total > chunk_size and takes_sequence_ids(client.server)
         try:
+            if parallel:
+                block = even_blocks(total, chunk_size, streams)
+                return _upload_blocks(client, path, total, block, streams, progress)
             return _upload_once(client, path, total, chunk_size, progress)
+        except SequenceRefused as refused:
+            refuses_sequence_ids(client.server)
+            log.info(
+                "the server refused sequenceID (%s): its uploads go one block after another",
+                refused,
+            )
+            continue  # not a restart of the same kind: this server sends one block at a time
         except UploadRestart as reason:
             restarts += 1
             if restarts > max_restarts:
@@ -246,7 +319,7 @@ def _upload_once(
     with path.open("rb") as f:
         while sent < total:
             n = min(chunk_size, total - sent)
-            body = _ChunkBody(head, f, sent, n, tail)
+            body = ChunkBody(head, f, sent, n, tail)
             try:
                 answer = client.append_chunk(session_id, body, boundary)
             except Exception as err:
@@ -266,3 +339,83 @@ def _upload_once(
             if progress is not None:
                 progress(sent, total)
     return session_id
+
+
+def _upload_blocks(
+    client: RestCaller,
+    path: Path,
+    total: int,
+    chunk_size: int,
+    streams: int,
+    progress: ProgressCallback | None,
+) -> str:
+    """Upload ``path`` as sequenced blocks, ``streams`` in flight (see the module docstring)."""
+    session_id = client.initiate_upload()
+    count = -(-total // chunk_size)
+    log.info(
+        "uploading %s (%d bytes) in session %s: %d blocks, %d at once",
+        path.name,
+        total,
+        session_id,
+        count,
+        min(streams, count),
+    )
+    boundary = uuid.uuid4().hex
+    head, tail = multipart_framing(boundary)
+    done = [0]
+    lock = threading.Lock()
+    if progress is not None:
+        progress(0, total)
+
+    def send(sequence: int) -> None:
+        offset = (sequence - 1) * chunk_size
+        n = min(chunk_size, total - offset)
+        with path.open("rb") as f:
+            for attempt in (1, 2):
+                try:
+                    client.append_chunk(
+                        session_id, ChunkBody(head, f, offset, n, tail), boundary, sequence
+                    )
+                    break
+                except ApiError as err:
+                    if err.status == 400 and sequence == 1 and attempt == 1:
+                        raise SequenceRefused(str(err)) from err
+                    if attempt == 1 and _unknown_outcome(err):
+                        continue  # sent again alone: the server's answer says if it may be
+                    raise _restart(sequence, offset, n, err) from err
+                except Exception as err:
+                    if attempt == 1 and _unknown_outcome(err):
+                        continue
+                    if _unknown_outcome(err):
+                        raise _restart(sequence, offset, n, err) from err
+                    raise
+        with lock:
+            done[0] += n
+            if progress is not None:
+                progress(done[0], total)
+
+    # A server not yet known to take sequenceID gets the first block alone: one that refuses
+    # it says so before the others go.
+    first = 1
+    if not _took_sequence_ids(client.server):
+        send(1)
+        _takes_sequence_ids(client.server)
+        first = 2
+    if count >= first:
+        with ThreadPoolExecutor(max_workers=streams, thread_name_prefix="tabhyper-upload") as pool:
+            futures = [pool.submit(send, s) for s in range(first, count + 1)]
+            finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [f for f in finished if f.exception() is not None]
+            if failed:
+                for f in futures:
+                    f.cancel()
+                error = failed[0].exception()
+                assert error is not None
+                raise error
+    return session_id
+
+
+def _restart(sequence: int, offset: int, n: int, err: BaseException) -> UploadRestart:
+    return UploadRestart(
+        f"block {sequence} (bytes {offset}-{offset + n - 1}) could not be sent again ({err})"
+    )

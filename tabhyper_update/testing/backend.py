@@ -95,6 +95,8 @@ class Upload:
     path: Path
     size: int = 0
     consumed: bool = False
+    #: Blocks sent with ``sequenceID``: sequence → its file (assembled when consumed).
+    blocks: dict[int, Path] = field(default_factory=dict)
 
 
 def _tables(file: Path) -> list[tuple[str, str]]:
@@ -167,6 +169,11 @@ class FakeBackend(SignIns):
         #: How a repeated RequestID is answered: "original" (the first request's job),
         #: "new_job" (a new job that applies nothing) or "refuse" (409, naming the duplicate).
         self.replay = settings.get("replay", profile.replay)
+        #: Whether an upload's blocks may carry ``sequenceID``; appends being received now,
+        #: and the most at once so far.
+        self.sequence_ids = settings.get("sequence_ids", profile.sequence_ids)
+        self.appends_in_flight = 0
+        self.most_appends_in_flight = 0
         if self.replay not in ("original", "new_job", "refuse"):
             raise ValueError(
                 f"replay must be 'original', 'new_job' or 'refuse', got {self.replay!r}"
@@ -360,11 +367,32 @@ class FakeBackend(SignIns):
             raise not_found("404003", f"upload session '{session_id}' could not be found")
         return upload
 
-    def append_upload(self, session_id: str, chunk: memoryview | bytes) -> int:
-        """Append ``chunk`` to the upload; returns its size in bytes so far."""
+    def append_upload(
+        self, session_id: str, chunk: memoryview | bytes, sequence: int | None = None
+    ) -> int:
+        """Append ``chunk`` to the upload (as block ``sequence``: one sent again replaces
+        it); returns its size in bytes so far."""
         upload = self.open_upload(session_id)
-        if self.upload_seconds_per_mb:
-            time.sleep(len(chunk) / MB * self.upload_seconds_per_mb)
+        if sequence is not None and not self.sequence_ids:
+            raise bad_request("unknown query parameter 'sequenceID'")
+        if (sequence is None and upload.blocks) or (
+            sequence is not None and upload.size and not upload.blocks
+        ):
+            raise bad_request("an upload's blocks either all carry sequenceID or none does")
+        with self.lock:
+            self.appends_in_flight += 1
+            self.most_appends_in_flight = max(self.most_appends_in_flight, self.appends_in_flight)
+        try:
+            if self.upload_seconds_per_mb:
+                time.sleep(len(chunk) / MB * self.upload_seconds_per_mb)
+            if sequence is not None:
+                return self._put_block(upload, sequence, chunk)
+            return self._append(upload, chunk)
+        finally:
+            with self.lock:
+                self.appends_in_flight -= 1
+
+    def _append(self, upload: Upload, chunk: memoryview | bytes) -> int:
         with self.lock:
             if self.store_uploads:
                 with open(upload.path, "ab") as f:
@@ -372,11 +400,40 @@ class FakeBackend(SignIns):
             upload.size += len(chunk)
             return upload.size
 
+    def _put_block(self, upload: Upload, sequence: int, chunk: memoryview | bytes) -> int:
+        if sequence < 1:
+            raise bad_request(f"sequenceID must be 1 or more, got {sequence}")
+        block = upload.path.with_name(f"{upload.path.name}.{sequence}")
+        if self.store_uploads:
+            block.write_bytes(chunk)
+        with self.lock:
+            old = upload.blocks.get(sequence)
+            upload.size += len(chunk) - (old.stat().st_size if old and old.exists() else 0)
+            upload.blocks[sequence] = block
+            return upload.size
+
+    def _assemble(self, upload: Upload) -> None:
+        """A sequenced upload's blocks, in sequence, as its file; a gap is refused."""
+        missing = sorted(set(range(1, max(upload.blocks) + 1)) - set(upload.blocks))
+        if missing:
+            raise bad_request(
+                f"the upload's blocks leave a gap: sequenceID {', '.join(map(str, missing[:5]))} "
+                "never arrived"
+            )
+        with open(upload.path, "wb") as out:
+            for sequence in sorted(upload.blocks):
+                with open(upload.blocks[sequence], "rb") as f:
+                    shutil.copyfileobj(f, out, 4 * MB)
+                upload.blocks[sequence].unlink()
+        upload.blocks.clear()
+
     def consume_upload(self, session_id: str, *, capped: bool = True) -> Path:
         """The uploaded file, for one use (a session cannot be used twice); ``capped``: the
         update's size cap applies (publishing has none)."""
         upload = self.open_upload(session_id)
         with self.lock:
+            if upload.blocks and self.store_uploads:
+                self._assemble(upload)
             if not self.store_uploads:
                 raise bad_request("this fake server does not keep uploads (store_uploads=False)")
             if capped and upload.size > self.max_upload_mb * MB:

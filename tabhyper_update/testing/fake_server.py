@@ -264,6 +264,7 @@ class FakeTableauServer:
             requests=0,
             canary="",
             api_version=backend.api_version,
+            parallel_upload="sequence" if backend.sequence_ids else "refused",
         )
 
     def remember_probe(self, state_dir: str | os.PathLike[str] | None = None) -> ProbeResult:

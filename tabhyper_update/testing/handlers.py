@@ -267,7 +267,14 @@ class Handlers:
             chunk = parse_multipart(request.body, request.headers.get("content-type", ""))
         except MultipartError as err:
             raise bad_request(str(err)) from None
-        size = self.backend.append_upload(upload, chunk)
+        given = request.query.get("sequenceID")
+        sequence: int | None = None
+        if given is not None:
+            try:
+                sequence = int(given)
+            except ValueError:
+                raise bad_request(f"sequenceID must be a whole number, got {given!r}") from None
+        size = self.backend.append_upload(upload, chunk, sequence)
         return Response(
             200, {"fileUpload": {"uploadSessionId": upload, "fileSize": str(size // MB)}}
         )

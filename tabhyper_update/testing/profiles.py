@@ -60,15 +60,20 @@ class ServerProfile:
     semantics: str = "hyper"
     #: How a repeated RequestID is answered: "original", "new_job" or "refuse".
     replay: str = "original"
+    #: Whether an upload's blocks may carry ``sequenceID`` (sent at once, assembled by
+    #: sequence); a server without it refuses the parameter.
+    sequence_ids: bool = False
 
 
 PROFILES: dict[str, ServerProfile] = {
     p.name: p
     for p in (
         # The fake's own default: the newest service, no limits at all.
-        ServerProfile("ideal", "2024.2.0", "3.24", 100, "20261"),
+        ServerProfile("ideal", "2024.2.0", "3.24", 100, "20261", sequence_ids=True),
         # The same, refusing what Hyper would decide silently (the fake's earlier default).
-        ServerProfile("strict", "2024.2.0", "3.24", 100, "20261", semantics="strict"),
+        ServerProfile(
+            "strict", "2024.2.0", "3.24", 100, "20261", semantics="strict", sequence_ids=True
+        ),
         # Before 2022.1 the update cap defaults to 10 MB; no VizQL Data Service.
         ServerProfile("server-2021.4", "2021.4.0", "3.14", 10, None),
         # The service's first release (2025-02).
@@ -85,6 +90,7 @@ PROFILES: dict[str, ServerProfile] = {
             rest_calls_per_window=40_000,
             max_concurrent=8,
             busy_conflicts=True,
+            sequence_ids=True,
         ),
     )
 }
@@ -150,4 +156,5 @@ def profile_from_probe(path: str | Path) -> ServerProfile:
         release,
         semantics=str(semantics),
         replay=_REPLAY[found.replay],
+        sequence_ids=found.parallel_upload == "sequence",
     )

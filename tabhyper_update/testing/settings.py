@@ -43,7 +43,9 @@ class BackendSettings(TypedDict, total=False):
     server, so that no test comes to rely on which]; ``replay``: how a repeated RequestID
     (within ``dedup_window``) is answered: ``"original"`` (202 with the first request's
     job), ``"new_job"`` (202 with a new job that applies nothing, its notes saying so) or
-    ``"refuse"`` (409 naming the duplicate) ["original"].
+    ``"refuse"`` (409 naming the duplicate) ["original"]. ``sequence_ids``: an upload's
+    blocks may carry ``sequenceID`` (sent at once, assembled by sequence, a gap refused), or
+    the parameter is refused [the profile's].
     """
 
     pats: Mapping[str, str] | None
@@ -72,3 +74,4 @@ class BackendSettings(TypedDict, total=False):
     semantics: str
     seed: int
     replay: str
+    sequence_ids: bool

@@ -47,6 +47,7 @@ from ..local.folders import DerivedFolder
 from ..readback.dataservice import DataService, dimension
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession
+from ..rest.uploads import ChunkBody, multipart_framing, refuses_sequence_ids
 from ..values.actions import ActionBatch, Update, _Action, position_guard
 from ..values.conditions import Condition, all_of, keys_match, target
 from ..values.errors import (
@@ -418,6 +419,51 @@ class _Probe:
                 path.unlink(missing_ok=True)
         return None
 
+    def parallel_upload(self) -> str:
+        """Two blocks of one file sent with ``sequenceID``, the second first: "refused"
+        where the parameter is, "sequence" where the file arrives whole (its row applied),
+        "ignored" where the blocks were taken as they came (the file broken, the job
+        failed)."""
+        assert self.ref is not None
+        self.budget(14)
+        path = self.file({"seq": ("id BIGINT, val TEXT", ["(6, 'in-sequence')"])})
+        try:
+            size = path.stat().st_size
+            half = -(-size // 2)
+            session = self.client.initiate_upload()
+            boundary = uuid.uuid4().hex
+            head, tail = multipart_framing(boundary)
+            with path.open("rb") as f:
+                for sequence in (2, 1):
+                    offset = (sequence - 1) * half
+                    body = ChunkBody(head, f, offset, min(half, size - offset), tail)
+                    try:
+                        self.client.append_chunk(session, body, boundary, sequence)
+                    except ApiError as err:
+                        if err.status != 400:
+                            raise
+                        self.notes.setdefault("parallel_upload", str(err))
+                        refuses_sequence_ids(self.client.server)
+                        return "refused"
+            job = self.client.update_data(
+                self.ref, ActionBatch(actions=[by_id("seq")]), upload_session_id=session
+            )
+            job.wait(timeout=600)
+        except JobFailedError as err:
+            self.notes.setdefault("parallel_upload", str(err.notes or err))
+            refuses_sequence_ids(self.client.server)
+            return "ignored"
+        except ApiError as err:
+            if self.scope_refused("parallel_upload", err):
+                raise _ScopeRefused("parallel_upload") from None
+            raise
+        finally:
+            path.unlink(missing_ok=True)
+        if self.value_of(6, "val", ["in-sequence"]) == "in-sequence":
+            return "sequence"
+        refuses_sequence_ids(self.client.server)
+        return "ignored"
+
     def remove(self) -> None:
         if self.ref is None:
             return
@@ -477,6 +523,7 @@ def probe(
         narrowing = case("a NUMERIC(12,4) value into NUMERIC(12,2)", run.narrowing)
         replay = case("the same RequestID sent twice", run.replay)
         guard = case("a stale update under the ordering guard", run.guard)
+        parallel = case("an upload's blocks sent at once (sequenceID)", run.parallel_upload)
         cap_mb = case("the update cap (a bounded upload)", run.cap) if cap else None
         if cap_mb == "unknown":
             cap_mb = None
@@ -509,6 +556,7 @@ def probe(
         kept=keep,
         scopes=run.scopes if _is_connected_app(client) else None,
         cap_mb=cap_mb,
+        parallel_upload=parallel,
         notes=run.notes,
     )
     store.remember_probe(found)

@@ -41,6 +41,10 @@ class ProbeResult:
     kept: bool = False
     scopes: list[dict[str, str]] | None = None
     cap_mb: float | None = None
+    #: How an upload's blocks can go: "sequence" (at once, with ``sequenceID``), "refused"
+    #: (the parameter refused: one after another) or "ignored" (taken but not honoured: one
+    #: after another, never at once).
+    parallel_upload: str | None = None
     probed_at: float = field(default_factory=time.time)
     #: What the server said where it refused an update, case by case (scrubbed).
     notes: dict[str, str] = field(default_factory=dict)
