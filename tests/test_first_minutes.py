@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tabhyper_update.errors import NotFoundError
+from tabhyper_update.errors import ConnectionFailedError, NotFoundError
 from tabhyper_update.testing import FakeTableauServer, make_hyper
+from tabhyper_update.types import RetryPolicy
 
 from ._util import client_for
 
@@ -193,3 +194,20 @@ def test_tests_against_the_fake_keep_records_out_of_the_users_state_folder(
             )
         assert list((tmp_path / "srv" / "client-state" / "records").glob("*.json"))
     assert not home_state.exists()
+
+
+def test_an_answer_lost_mid_way_is_not_blamed_on_the_url(tmp_path: Path) -> None:
+    """A connection that broke after the server was reached says so (and that the request
+    may have been acted on), not "check the server URL"."""
+    start = make_hyper(tmp_path / "s.hyper", {"Extract": ("id BIGINT", ["(1)"])})
+    with FakeTableauServer(pats={"ci": "pat-secret"}) as server:
+        server.add_datasource("Orders", start)
+        server.inject("datasource", drop="after", times=10)  # every answer lost
+        with client_for(server, retry=RetryPolicy(max_attempts=2, initial_wait=0.01)) as client:
+            ref = client.datasource("Orders")  # the listing answers; the GET by id does not
+            with pytest.raises(ConnectionFailedError) as caught:
+                client.request("GET", f"datasources/{ref.id}", retry=True)
+    message = str(caught.value)
+    assert "broke before the answer was complete" in message
+    assert "whether the server acted on the request is not known" in message
+    assert "check the server URL" not in message

@@ -262,6 +262,7 @@ class _Reconciler:
                 INTEGER_UNITS[key_type],
             )
         # Every level reads the source again: keep it rather than recompute it.
+        self.source = self.buckets.prepare(self.source)
         cached = not self.source.is_cached
         if cached:
             self.source = self.source.persist()
@@ -270,6 +271,7 @@ class _Reconciler:
         finally:
             if cached:
                 self.source.unpersist()
+            self.buckets.release()
 
     def _narrow(self, report: DriftReport) -> None:
         """Cut the differing ranges level by level; compare small ones row by row."""
@@ -283,7 +285,8 @@ class _Reconciler:
         ranges = 1
         while True:
             level += 1
-            self.buckets.plan(level, self._region(), rows, ranges)
+            above = self.path[-1][1] if self.path else None
+            self.buckets.plan(level, self._region(), rows, ranges, above)
             mine, theirs = self._source(level), self._server(level)
             _whole(theirs, server_rows, f"the key ranges of level {level}")
             differing = sorted(

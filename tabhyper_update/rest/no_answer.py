@@ -4,6 +4,7 @@ unknown host (never retried), a refused connection; each names the URL and what 
 
 from __future__ import annotations
 
+import http.client
 import socket
 import ssl
 from urllib.parse import urlsplit
@@ -73,6 +74,16 @@ def no_answer(
         return ConnectionFailedError(
             f"{where}: connection refused by {host}:{port} (nothing listens there); {check}"
             " and that the server is running",
+            method=method,
+            url=shown,
+        )
+    if isinstance(err, requests.exceptions.ChunkedEncodingError) or any(
+        isinstance(c, (ConnectionResetError, http.client.RemoteDisconnected)) for c in causes
+    ):
+        # The server was reached: the connection broke before its answer was whole.
+        return ConnectionFailedError(
+            f"{where}: the connection to {host}:{port} broke before the answer was complete "
+            f"({type(err).__name__}); whether the server acted on the request is not known",
             method=method,
             url=shown,
         )

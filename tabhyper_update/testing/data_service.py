@@ -4,8 +4,8 @@ with Hyper on the data source's ``.hyper`` file.
 It understands what the SDK asks for and refuses the rest with a 400 in the service's
 error shape: fields as dimensions, as measures (SUM, AVG, MIN, MAX, COUNT, COUNTD) or as
 calculations in a small part of Tableau's formula language (``[field]``, numbers, strings,
-``#date#``, ``+ - * /``, FLOOR, LEFT, LEN, INT, DATEDIFF by 'second' or 'day' and the
-aggregations); SET and numeric RANGE / MIN /
+``#date#``, ``+ - * /``, ``IF … THEN … ELSE … END``, FLOOR, LEFT, LEN, INT, DATEDIFF by
+'second' or 'day' and the aggregations); SET and numeric RANGE / MIN /
 MAX filters on dimensions and calculations. Field captions are the column names (with
 `` (table)`` added when two tables share one).
 """
@@ -214,9 +214,26 @@ class _Formula:
             inner, inner_kind = self._or()
             self._take(")")
             return f"({inner})", inner_kind
+        if kind == "name" and text.upper() == "IF":
+            return self._if()
         if kind == "name":
             return self._call(text.upper())
         raise refused(f"unexpected {text!r} in a calculation")
+
+    def _word(self, word: str) -> None:
+        found = self._take()[1]
+        if found.upper() != word:
+            raise refused(f"expected {word} in a calculation, found {found!r}")
+
+    def _if(self) -> tuple[str, str]:
+        """``IF condition THEN a ELSE b END``."""
+        condition, _ = self._or()
+        self._word("THEN")
+        then, kind = self._or()
+        self._word("ELSE")
+        otherwise, _ = self._or()
+        self._word("END")
+        return f"(CASE WHEN {condition} THEN {then} ELSE {otherwise} END)", kind
 
     def _call(self, name: str) -> tuple[str, str]:
         self._take("(")
