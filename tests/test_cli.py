@@ -254,3 +254,21 @@ def test_an_empty_build_is_an_empty_payload_that_apply_reports_as_nothing_to_upd
         assert server.counts["update"] == 0
     assert code == 0
     assert json.loads(capsys.readouterr().out)["empty"] is True
+
+
+def test_advice_is_given_in_the_commands_own_terms() -> None:
+    from tabhyper_update.cli.failures import as_flags
+
+    sdk = (
+        "GET https://x/api: TLS verification failed (self-signed); if the server uses a "
+        "private certificate authority, set TABLEAU_VERIFY_TLS to its CA bundle's path (or "
+        "pass verify='/path/to/ca-bundle.pem'); only for a test server, "
+        "TABLEAU_VERIFY_TLS=false; check the server URL (TABLEAU_SERVER_URL, or the server= "
+        "you passed)"
+    )
+    said = as_flags(sdk)
+    assert "verify=" not in said
+    assert "server=" not in said
+    assert "only for a test server, --insecure" in said
+    assert "(TABLEAU_SERVER_URL, or --server)" in said
+    assert "set TABLEAU_VERIFY_TLS to its CA bundle's path;" in said

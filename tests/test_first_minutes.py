@@ -211,3 +211,27 @@ def test_an_answer_lost_mid_way_is_not_blamed_on_the_url(tmp_path: Path) -> None
     assert "broke before the answer was complete" in message
     assert "whether the server acted on the request is not known" in message
     assert "check the server URL" not in message
+
+
+def test_a_target_table_the_data_source_lacks_is_refused_before_the_upload(
+    tmp_path: Path,
+) -> None:
+    from tabhyper_update import Insert, Payload
+    from tabhyper_update.errors import PayloadError
+
+    snapshot = make_hyper(tmp_path / "o.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')"])})
+    rows = make_hyper(tmp_path / "r.hyper", {"Extract": ("id BIGINT, v TEXT", ["(2, 'b')"])})
+    with FakeTableauServer(pats={"ci": "pat-secret"}) as server, client_for(server) as client:
+        # Published by the SDK: its tables are known by name.
+        client.publish(snapshot, "Orders", state_dir=tmp_path / "state")
+        with pytest.raises(PayloadError) as caught:
+            client.update_datasource(
+                "Orders",
+                Payload.from_hyper(rows),
+                actions=[Insert(source_table="Extract", target_table="Orderz")],
+                state_dir=tmp_path / "state",
+            )
+        assert server.counts["initiate"] == 0  # the publish went in one request; no upload
+        assert server.counts["update"] == 0
+    assert "no table 'Orderz'" in str(caught.value)
+    assert "'Extract'" in str(caught.value)

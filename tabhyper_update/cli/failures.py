@@ -38,7 +38,17 @@ _KEYWORD = re.compile(r"\b(" + "|".join(_FLAG_OF) + r")\b(?:=True\b|=(?=[\s/,.)]
 _MODE = re.compile(r"mode='(create|overwrite|append)'")
 
 
+#: The SDK's advice in Python terms → the command's own.
+_ADVICE = (
+    (" (or pass verify='/path/to/ca-bundle.pem')", ""),
+    ("only for a test server, TABLEAU_VERIFY_TLS=false", "only for a test server, --insecure"),
+    ("or the server= you passed", "or --server"),
+)
+
+
 def as_flags(message: str) -> str:
     """``message`` with the SDK's Python keywords written as this command's flags."""
+    for python, command in _ADVICE:
+        message = message.replace(python, command)
     message = _MODE.sub(r"--mode \1", message)
     return _KEYWORD.sub(lambda m: _FLAG_OF[m.group(1)], message)

@@ -28,7 +28,7 @@ from ..rest.caller import RestCaller
 from ..rest.refs import DataSourceRef
 from ..values.actions import ActionBatch
 from ..values.changeset import GUARD_COLUMN
-from ..values.errors import ApiError, SchemaDriftError, TabHyperError
+from ..values.errors import ApiError, PayloadError, SchemaDriftError, TabHyperError
 from ..values.narrowing import ColumnType, losses
 from ..values.parts import ColumnInfo, PayloadLike, TableInfo
 from ..values.redaction import get_logger
@@ -256,6 +256,13 @@ def check_schema(
                 continue
             columns = schema.columns_of(action.target_table)
             if columns is None:
+                if None not in schema.tables:  # the data source's tables are known by name
+                    known = ", ".join(repr(str(t)) for t in sorted(map(str, schema.tables)))
+                    raise PayloadError(
+                        f"the data source has no table {action.target_table!r} (its tables, "
+                        f"from {schema.origin}: {known or 'none'}): nothing was sent; name one "
+                        "of them as the target"
+                    )
                 continue
             table = payload.tables[str(source)]
             for column in table.columns:
