@@ -600,7 +600,7 @@ def test_upload_sends_exact_multipart_chunks(
         ),
     )
     progress: list[tuple[int, int]] = []
-    client = make_client(clock, chunk_size_mb=1)
+    client = make_client(clock, chunk_size_mb=1, upload_streams=1)  # one block at a time
     assert client.upload(path, progress=lambda s, t: progress.append((s, t))) == SESSION
     appends = [c.request for c in rsps.calls if c.request.method == "PUT"]
     assert len(appends) == 3
