@@ -113,7 +113,9 @@ class Run:
 
 @pytest.fixture
 def run(start_file: Path, tmp_path: Path) -> Iterator[Run]:
-    with FakeTableauServer(pats={"ci": "pat-secret"}, job_delay=0.05) as server:
+    # Each job waits 0.2 s in the queue: the client polls it at least twice even on a
+    # loaded machine, so that a fault on the second poll is met.
+    with FakeTableauServer(pats={"ci": "pat-secret"}, job_delay=0.2) as server:
         luid = server.add_datasource("Orders", start_file, project="Sales")
         yield Run(server, luid, tmp_path / "state")
 
