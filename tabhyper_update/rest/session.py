@@ -53,6 +53,7 @@ from .uploads import (
     MB,
     ProgressCallback,
     append_chunk,
+    check_upload_streams,
     initiate_upload,
     upload_file,
 )
@@ -147,19 +148,8 @@ class RestSession:
         #: How long recent updates of each data source took (``PollPolicy.learn``).
         self.job_times = JobTimes()
         self.max_upload_restarts = max_upload_restarts
-        if isinstance(upload_streams, bool) or not isinstance(upload_streams, int):
-            raise InvalidArgumentError(
-                f"upload_streams must be a whole number of blocks in flight, got "
-                f"{upload_streams!r}",
-                argument="upload_streams",
-            )
-        if not 1 <= upload_streams <= 32:
-            raise InvalidArgumentError(
-                f"upload_streams must be in [1, 32], got {upload_streams}",
-                argument="upload_streams",
-            )
         #: Blocks of one upload in flight at once, where the server takes ``sequenceID``.
-        self.upload_streams = upload_streams
+        self.upload_streams = check_upload_streams(upload_streams)
         self.sleep = sleep
         self.clock = clock
         self._http = Transport(

@@ -31,6 +31,7 @@ from urllib.parse import quote
 from ..values.errors import (
     ApiError,
     ConnectionFailedError,
+    InvalidArgumentError,
     PayloadError,
     RequestTimeoutError,
     TransportError,
@@ -46,6 +47,7 @@ __all__ = [
     "ProgressCallback",
     "append_chunk",
     "block_size",
+    "check_upload_streams",
     "initiate_upload",
     "multipart_framing",
     "refuses_sequence_ids",
@@ -69,6 +71,20 @@ DEFAULT_UPLOAD_STREAMS = 4
 _SEQUENTIAL: set[str] = set()
 _SEQUENCED: set[str] = set()
 _SEQUENCE_LOCK = threading.Lock()
+
+
+def check_upload_streams(value: object) -> int:
+    """``upload_streams`` checked: a whole number of blocks in flight, 1 to 32."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(
+            f"upload_streams must be a whole number of blocks in flight, got {value!r}",
+            argument="upload_streams",
+        )
+    if not 1 <= value <= 32:
+        raise InvalidArgumentError(
+            f"upload_streams must be in [1, 32], got {value}", argument="upload_streams"
+        )
+    return value
 
 
 def takes_sequence_ids(server: str) -> bool:

@@ -36,14 +36,13 @@ from .limits import Limits
 from .profiles import SERVICE_OPTIONS, profile_named
 from .sessions import Session, SignIns
 from .settings import BackendSettings
+from .uploads import MB, Upload, Uploads
 from .wire import ApiFailure, bad_request, not_found
 
 __all__ = ["MB", "DataSource", "FakeBackend", "Job", "Project", "Session"]
 
 
 log = get_logger("tabhyper_update.testing")
-
-MB = 1024 * 1024
 
 
 @dataclass
@@ -90,15 +89,6 @@ class Job:
     finished_at: float | None = None
 
 
-@dataclass
-class Upload:
-    path: Path
-    size: int = 0
-    consumed: bool = False
-    #: Blocks sent with ``sequenceID``: sequence → its file (assembled when consumed).
-    blocks: dict[int, Path] = field(default_factory=dict)
-
-
 def _tables(file: Path) -> list[tuple[str, str]]:
     """(schema, table) of every table in a ``.hyper`` file."""
     with connect(file) as conn:
@@ -122,7 +112,7 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class FakeBackend(SignIns):
+class FakeBackend(SignIns, Uploads):
     """Everything the fake server knows and does (see the module docstring), configured by
     :class:`BackendSettings`."""
 
@@ -350,112 +340,6 @@ class FakeBackend(SignIns):
                 continue
             found.append(ds)
         return found
-
-    # -- uploads -------------------------------------------------------------------------------
-    def initiate_upload(self) -> str:
-        session_id = f"{uuid.uuid4().int % 10000}:{uuid.uuid4().hex}-1:0"
-        path = self.directory / "uploads" / f"{uuid.uuid4().hex}.part"
-        path.touch(mode=0o600)
-        with self.lock:
-            self.uploads[session_id] = Upload(path)
-        return session_id
-
-    def open_upload(self, session_id: str) -> Upload:
-        with self.lock:
-            upload = self.uploads.get(session_id)
-        if upload is None or upload.consumed:
-            raise not_found("404003", f"upload session '{session_id}' could not be found")
-        return upload
-
-    def append_upload(
-        self, session_id: str, chunk: memoryview | bytes, sequence: int | None = None
-    ) -> int:
-        """Append ``chunk`` to the upload (as block ``sequence``: one sent again replaces
-        it); returns its size in bytes so far."""
-        upload = self.open_upload(session_id)
-        if sequence is not None and not self.sequence_ids:
-            raise bad_request("unknown query parameter 'sequenceID'")
-        if (sequence is None and upload.blocks) or (
-            sequence is not None and upload.size and not upload.blocks
-        ):
-            raise bad_request("an upload's blocks either all carry sequenceID or none does")
-        with self.lock:
-            self.appends_in_flight += 1
-            self.most_appends_in_flight = max(self.most_appends_in_flight, self.appends_in_flight)
-        try:
-            if self.upload_seconds_per_mb:
-                time.sleep(len(chunk) / MB * self.upload_seconds_per_mb)
-            if sequence is not None:
-                return self._put_block(upload, sequence, chunk)
-            return self._append(upload, chunk)
-        finally:
-            with self.lock:
-                self.appends_in_flight -= 1
-
-    def _append(self, upload: Upload, chunk: memoryview | bytes) -> int:
-        with self.lock:
-            if self.store_uploads:
-                with open(upload.path, "ab") as f:
-                    f.write(chunk)
-            upload.size += len(chunk)
-            return upload.size
-
-    def _put_block(self, upload: Upload, sequence: int, chunk: memoryview | bytes) -> int:
-        if sequence < 1:
-            raise bad_request(f"sequenceID must be 1 or more, got {sequence}")
-        block = upload.path.with_name(f"{upload.path.name}.{sequence}")
-        if self.store_uploads:
-            block.write_bytes(chunk)
-        with self.lock:
-            old = upload.blocks.get(sequence)
-            upload.size += len(chunk) - (old.stat().st_size if old and old.exists() else 0)
-            upload.blocks[sequence] = block
-            return upload.size
-
-    def _assemble(self, upload: Upload) -> None:
-        """A sequenced upload's blocks, in sequence, as its file; a gap is refused."""
-        missing = sorted(set(range(1, max(upload.blocks) + 1)) - set(upload.blocks))
-        if missing:
-            raise bad_request(
-                f"the upload's blocks leave a gap: sequenceID {', '.join(map(str, missing[:5]))} "
-                "never arrived"
-            )
-        with open(upload.path, "wb") as out:
-            for sequence in sorted(upload.blocks):
-                with open(upload.blocks[sequence], "rb") as f:
-                    shutil.copyfileobj(f, out, 4 * MB)
-                upload.blocks[sequence].unlink()
-        upload.blocks.clear()
-
-    def consume_upload(self, session_id: str, *, capped: bool = True) -> Path:
-        """The uploaded file, for one use (a session cannot be used twice); ``capped``: the
-        update's size cap applies (publishing has none)."""
-        upload = self.open_upload(session_id)
-        with self.lock:
-            if upload.blocks and self.store_uploads:
-                self._assemble(upload)
-            if not self.store_uploads:
-                raise bad_request("this fake server does not keep uploads (store_uploads=False)")
-            if capped and upload.size > self.max_upload_mb * MB:
-                raise ApiFailure(
-                    413,
-                    "413000",
-                    "Payload Too Large",
-                    f"the uploaded file is {upload.size / MB:.1f} MB; this server accepts at "
-                    f"most {self.max_upload_mb:g} MB",
-                )
-            upload.consumed = True
-            return upload.path
-
-    def forget_uploads(self) -> int:
-        """Forget every upload session not yet used, as the server does once they expire;
-        returns how many were forgotten."""
-        with self.lock:
-            gone = [k for k, u in self.uploads.items() if not u.consumed]
-            for key in gone:
-                with contextlib.suppress(FileNotFoundError):
-                    self.uploads.pop(key).path.unlink()
-            return len(gone)
 
     # -- updates and jobs ----------------------------------------------------------------------
     def start_refresh(self, luid: str, seconds: float) -> None:
