@@ -148,12 +148,17 @@ def _reconciles(
     source.unpersist()
 
 
+#: Days from 1900 a date key can take (Python's dates end in 9999): a date key is unique up to
+#: this many rows.
+DAYS = 2_900_000
 #: The keys reconciled: integer, text with a shared prefix, date, timestamp, decimal, and
 #: composites whose first column has two values.
 KEYS: list[Any] = ["id", "code", "day", "at", "amount", ["region", "id"], ["region", "code"]]
 
 
-def _by_key_type(spark: Any, client: TableauClient, server: FakeTableauServer, rows: int) -> None:
+def _by_key_type(
+    spark: Any, client: TableauClient, server: FakeTableauServer, rows: int, keys: list[Any]
+) -> None:
     """0, 1 and 100 drifted rows, reconciled by each of :data:`KEYS` (a key type the SDK
     cannot cut is reported as such)."""
     import tempfile
@@ -173,7 +178,7 @@ def _by_key_type(spark: Any, client: TableauClient, server: FakeTableauServer, r
     with connect(path) as conn:
         conn.execute_command(
             f"INSERT INTO {TABLE} SELECT CASE WHEN i % 2 = 0 THEN 'eu' ELSE 'us' END, i, "
-            f"'key-' || i, DATE '1900-01-01' + i, "
+            f"'key-' || i, DATE '1900-01-01' + (i % {DAYS}), "
             "TIMESTAMP '2020-01-01 00:00:00' + i * INTERVAL '1.5 seconds', "
             f"CAST(i * 1.25 AS NUMERIC(18,2)), i * 3 FROM generate_series(0, {rows - 1}) s(i)"
         )
@@ -184,7 +189,7 @@ def _by_key_type(spark: Any, client: TableauClient, server: FakeTableauServer, r
             "CASE WHEN id % 2 = 0 THEN 'eu' ELSE 'us' END AS region",
             "id",
             "concat('key-', id) AS code",
-            "date_add(DATE '1900-01-01', CAST(id AS INT)) AS day",
+            f"date_add(DATE '1900-01-01', CAST(id % {DAYS} AS INT)) AS day",
             "timestamp_micros(1577836800000000 + id * 1500000) AS at",
             "CAST(id * 1.25 AS DECIMAL(18,2)) AS amount",
             "id * 3 AS v",
@@ -204,7 +209,7 @@ def _by_key_type(spark: Any, client: TableauClient, server: FakeTableauServer, r
             for k in more:
                 conn.execute_command(f"UPDATE {TABLE} SET v = v + 1 WHERE id = {k}")
         drifted += more
-        for key in KEYS:
+        for key in keys:
             started = time.perf_counter()
             try:
                 report = reconcile(source, "Keyed", key=key, client=client)
@@ -230,6 +235,9 @@ def main() -> None:
         "--only-keys", action="store_true", help="only the reconciles by kind of key"
     )
     parser.add_argument("--key-rows", type=int, help="rows of the by-key data source [--rows]")
+    parser.add_argument(
+        "--keys", nargs="+", help="only these keys (e.g. id code, or region,id for a composite)"
+    )
     args = parser.parse_args()
     with local_spark() as spark, FakeTableauServer(pats={"bench": "secret"}) as server:
         import tempfile
@@ -243,7 +251,8 @@ def main() -> None:
                 # The updates changed rows: the data source starts again from the source's rows.
                 _target(server.datasource_path(luid), args.rows)
                 _reconciles(spark, client, server, luid, args.rows)
-            _by_key_type(spark, client, server, args.key_rows or args.rows)
+            keys = [k.split(",") if "," in k else k for k in args.keys] if args.keys else KEYS
+            _by_key_type(spark, client, server, args.key_rows or args.rows, keys)
 
 
 if __name__ == "__main__":
