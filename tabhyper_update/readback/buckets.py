@@ -68,13 +68,9 @@ class IntegerBuckets:
         """Nothing to add: the key itself is cut."""
         return source
 
-    def release(self) -> None:
-        """Nothing kept."""
-
     def plan(
         self,
         level: int,
-        region: DataFrame,
         rows: int,
         ranges: int = 1,
         above: Sequence[Any] | None = None,
@@ -139,7 +135,6 @@ class RangeBuckets:
         #: Each level's region, as spans of ranks (inclusive).
         self.spans: dict[int, list[tuple[int, int]]] = {}
         self._ranked: DataFrame | None = None
-        self._scratch: DataFrame | None = None
         self._top = 0
 
     def prepare(self, source: DataFrame) -> DataFrame:
@@ -161,16 +156,9 @@ class RangeBuckets:
         self._ranked = ranked.repartition(max(2, cores))
         return self._ranked
 
-    def release(self) -> None:
-        """Drop what :meth:`prepare` kept."""
-        if self._scratch is not None:
-            self._scratch.unpersist()
-            self._scratch = None
-
     def plan(
         self,
         level: int,
-        region: DataFrame,
         rows: int,
         ranges: int = 1,
         above: Sequence[Any] | None = None,

@@ -271,7 +271,6 @@ class _Reconciler:
         finally:
             if cached:
                 self.source.unpersist()
-            self.buckets.release()
 
     def _narrow(self, report: DriftReport) -> None:
         """Cut the differing ranges level by level; compare small ones row by row."""
@@ -286,7 +285,7 @@ class _Reconciler:
         while True:
             level += 1
             above = self.path[-1][1] if self.path else None
-            self.buckets.plan(level, self._region(), rows, ranges, above)
+            self.buckets.plan(level, rows, ranges, above)
             mine, theirs = self._source(level), self._server(level)
             _whole(theirs, server_rows, f"the key ranges of level {level}")
             differing = sorted(
