@@ -181,15 +181,24 @@ def rank_in_hyper(
         order_text=quote_name(ORDER_TEXT_COLUMN) if texts else "CAST(NULL AS TEXT)",
     )
     with connect() as conn:
-        counted = conn.execute_list_query(f"SELECT COUNT(*), COUNT({kind_col}) FROM {source}")
-        read, kept = (int(n or 0) for n in counted[0])
         ordered = [quote_name(position_column(i)) for i in range(len(spec.order_by))]
-        greatest = conn.execute_list_query(
-            f"SELECT {', '.join(ordered)} FROM {source} WHERE {kind_col} IS NOT NULL "
-            f"AND {ordered[0]} IS NOT NULL ORDER BY "
-            + ", ".join(f"{o} DESC NULLS LAST" for o in ordered)
-            + " LIMIT 1"
-        )
+        if len(ordered) == 1:
+            # One position: its greatest read in the same scan as the counts.
+            counted = conn.execute_list_query(
+                f"SELECT COUNT(*), COUNT({kind_col}), "
+                f"MAX(CASE WHEN {kind_col} IS NOT NULL THEN {ordered[0]} END) FROM {source}"
+            )
+            read, kept = (int(n or 0) for n in counted[0][:2])
+            greatest = [] if counted[0][2] is None else [(counted[0][2],)]
+        else:
+            counted = conn.execute_list_query(f"SELECT COUNT(*), COUNT({kind_col}) FROM {source}")
+            read, kept = (int(n or 0) for n in counted[0])
+            greatest = conn.execute_list_query(
+                f"SELECT {', '.join(ordered)} FROM {source} WHERE {kind_col} IS NOT NULL "
+                f"AND {ordered[0]} IS NOT NULL ORDER BY "
+                + ", ".join(f"{o} DESC NULLS LAST" for o in ordered)
+                + " LIMIT 1"
+            )
         conn.execute_command(
             f"COPY ({ranked}) TO {quote_literal(str(target))} WITH (FORMAT parquet)"
         )
