@@ -1,6 +1,7 @@
 """What a new user meets: errors they can catch, no-ops that succeed and say so, a payload from
 any .hyper file, a command line whose advice it can follow and whose --json is always JSON,
-quiet output with bars on a terminal. CLI tests run the installed command."""
+quiet output with bars on a terminal. CLI tests run the installed command, except builds whose
+point is what they say (those run the command in this process, on the tests' Spark session)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,17 @@ def target_file(tmp_path: Path) -> Path:
 def rows(server: FakeTableauServer) -> list[tuple[Any, ...]]:
     (luid,) = [ds.id for ds in server.backend.sources.values() if ds.name == "Orders"]
     return sorted(read_table(server.datasource_path(luid), "Extract"))
+
+
+def build_here(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``tabhyper-update build ARGV`` in this process: the command borrows the tests' Spark
+    session rather than starting one (exit code, stdout, stderr)."""
+    from tabhyper_update.cli import main
+
+    capsys.readouterr()
+    code = main(["build", *argv])
+    said = capsys.readouterr()
+    return code, said.out, said.err
 
 
 def run(*argv: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Any:
@@ -187,18 +199,22 @@ def test_an_existing_hyper_file_is_applied_and_kept(
 
 
 def test_a_second_apply_of_a_saved_payload_says_it_was_applied(
-    spark: SparkSession, server: FakeTableauServer, tmp_path: Path
+    spark: SparkSession,
+    server: FakeTableauServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     source = tmp_path / "changes"
     spark.createDataFrame(
         [(2, "b", "I", 1)], "id long, v string, op string, seq long"
     ).write.parquet(str(source))
     out = tmp_path / "payload"
-    built = run(
-        "build", "--input", str(source), "--key", "id", "--op-column", "op", "--order-by", "seq",
+    code, _, err = build_here(
+        capsys,
+        "--input", str(source), "--key", "id", "--op-column", "op", "--order-by", "seq",
         "--output-dir", str(out),
     )  # fmt: skip
-    assert built.returncode == 0, built.stderr
+    assert code == 0, err
     env = {"TABLEAU_SERVER_URL": server.url, "TABLEAU_PAT_NAME": PAT[0]}
     env |= {"TABLEAU_PAT_SECRET": PAT[1], "TABLEAU_SITE": ""}
     apply = ["apply", "--payload", str(out), "--datasource", "Orders", "--state-dir"]
@@ -225,19 +241,24 @@ def test_a_second_apply_of_a_saved_payload_says_it_was_applied(
 # 5, 7, 8. advice that names what the caller can type; misuse in the tree; --json is JSON
 
 
-def test_the_command_line_names_its_own_flags(spark: SparkSession, tmp_path: Path) -> None:
+def test_the_command_line_names_its_own_flags(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     source = tmp_path / "complex"
     spark.createDataFrame([(1, [1, 2])], "id long, tags array<int>").write.parquet(str(source))
-    refused = run("build", "--input", str(source), "--output-dir", str(tmp_path / "a"), "--json")
-    message = json.loads(refused.stdout)["error"]["message"]
+    code, out, _ = build_here(
+        capsys, "--input", str(source), "--output-dir", str(tmp_path / "a"), "--json"
+    )
+    message = json.loads(out)["error"]["message"]
+    assert code != 0
     assert "--complex-as-json" in message
     assert "complex_as_json" not in message
-    built = run(
-        "build", "--input", str(source), "--complex-as-json", "--output-dir", str(tmp_path / "b"),
-        "--json",
+    code, out, _ = build_here(
+        capsys,
+        "--input", str(source), "--complex-as-json", "--output-dir", str(tmp_path / "b"), "--json",
     )  # fmt: skip
-    assert built.returncode == 0, built.stdout
-    (part,) = Payload.load(json.loads(built.stdout)["manifest"]).parts
+    assert code == 0, out
+    (part,) = Payload.load(json.loads(out)["manifest"]).parts
     assert read_table(part.path, "Extract") == [(1, "[1,2]")]
 
 

@@ -412,6 +412,39 @@ def test_text_keys_and_a_session_time_zone(
     assert _found(report) == {("changed", ("K00077",), ("name",))}
 
 
+#: Text keys whose characters a formula or a SQL literal could mistake: quotes, backslashes,
+#: an escape sequence written out, brackets, a backtick, non-ASCII.
+ODD_PREFIXES = ["it's-", "back\\slash-", "\\u0041-", "[x]]-", "tick`-", "ü😀-", "a''b-"]
+
+
+def test_odd_text_keys_and_an_odd_key_name_are_cut_exactly(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient
+) -> None:
+    column = "odd `key]"
+    cases = " ".join(
+        f"WHEN {i} THEN '{p.replace(chr(39), chr(39) * 2)}'"
+        for i, p in enumerate(ODD_PREFIXES)
+    )
+    _sql(
+        server,
+        f'ALTER TABLE {ORDERS} ADD COLUMN "{column}" TEXT',
+        f'UPDATE {ORDERS} SET "{column}" = (CASE id % {len(ODD_PREFIXES)} {cases} END) '
+        "|| CAST(id AS TEXT)",
+        f"UPDATE {ORDERS} SET name = 'x' WHERE id IN (77, 1234)",
+    )
+    keys = spark.createDataFrame(
+        [(i, ODD_PREFIXES[i % len(ODD_PREFIXES)] + str(i)) for i in range(N_ROWS)],
+        "id long, k string",
+    )
+    source = _source(spark).join(keys, "id").selectExpr("k AS `odd ``key]`", "name", "qty")
+    report = reconcile(source, "Orders", key=column, client=client, leaf_rows=50)
+    assert _found(report) == {
+        ("changed", (ODD_PREFIXES[77 % len(ODD_PREFIXES)] + "77",), ("name",)),
+        ("changed", (ODD_PREFIXES[1234 % len(ODD_PREFIXES)] + "1234",), ("name",)),
+    }
+    assert report.unresolved == []
+
+
 def test_reconcile_refuses_bad_arguments_before_asking(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient
 ) -> None:

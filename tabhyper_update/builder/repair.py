@@ -20,6 +20,7 @@ from ..update.results import UpdateResult
 from ..values.actions import Delete, Insert
 from ..values.conditions import keys_match
 from ..values.errors import InvalidArgumentError
+from ..values.spark_sql import sql_name
 from .build import build_payload
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def repair(
     key = list(report.key)
     spark = source.sparkSession
     key_frame = spark.createDataFrame(
-        [tuple(k) for k in keys], source.select(*[F.col(f"`{k}`") for k in key]).schema
+        [tuple(k) for k in keys], source.select(*[F.col(sql_name(k)) for k in key]).schema
     )
     rows = source.join(F.broadcast(key_frame), on=key, how="left_semi")
     payload = build_payload({"repair_keys": key_frame, "repair_rows": rows}, max_payload_mb=None)

@@ -3,11 +3,11 @@ the VizQL Data Service computes and the same in Spark, so that both sides group 
 
 - One integer key column: :class:`IntegerBuckets`, ``FLOOR((key - low) / width)`` with
   widths that are powers of the fan-out, so each level nests in the one above.
-- Any other key (text, dates, several columns): :class:`RangeBuckets`, at each level about
-  ``fan_out`` ranges of equal rows, bounded by the source's keys at evenly spaced ranks and
-  compared as tuples in key order. A bucket never stays whole from one level to the next,
-  so one drifted row in ``N`` is reached in about ``log(N / leaf_rows, fan_out)`` levels
-  whatever the key.
+- Any other key (text, decimals, several columns): :class:`RangeBuckets`, at each level
+  about ``fan_out`` ranges of about equal rows, bounded by keys evenly spaced among (a
+  sample of) the source's keys there, and compared as tuples in key order. A bucket never
+  stays whole from one level to the next, so one drifted row in ``N`` is reached in about
+  ``log(N / leaf_rows, fan_out)`` levels whatever the key.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from ..values.errors import InvalidArgumentError
+from ..values.spark_sql import sql_name, sql_text
 from .compare import canonical
 from .dataservice import FieldInfo
 
@@ -74,6 +75,7 @@ class IntegerBuckets:
         rows: int,
         ranges: int = 1,
         above: Sequence[Any] | None = None,
+        region: DataFrame | None = None,
     ) -> None:
         """Nothing to plan: integer buckets follow from the key's range (each bucket above
         is cut ``fan_out`` ways)."""
@@ -94,7 +96,7 @@ class IntegerBuckets:
     def spark(self, level: int) -> Column:
         from pyspark.sql import functions as F
 
-        col = F.col(f"`{self.key}`")
+        col = F.col(sql_name(self.key))
         if self.unit == "day":
             col = F.unix_date(col)
         elif self.unit == "second":
@@ -104,18 +106,20 @@ class IntegerBuckets:
 
 #: The most bounds one level of range buckets has (each a comparison in the query's formula).
 MAX_BOUNDS = 1024
-#: The column of a row's rank in key order, beside the source's own.
-RANK = "__tabhyper_rank"
+#: Keys read per bound wanted when a level's bounds are chosen from a sample of its region
+#: (a region of at most that many rows per bound is read whole: its bounds are exact).
+SAMPLE_PER_BOUND = 32
 
 
 class RangeBuckets:
     """Any key cut into ranges of about equal rows: the bucket of a key is how many of the
     level's bounds it is at or above, as tuples in key order.
 
-    The source's rows are ranked once per reconcile (:meth:`prepare`: each key's dense rank
-    in key order, one sort): each level's bounds are the keys at evenly spaced ranks within
-    the ranges that differed above, and Spark buckets a row by its rank, a comparison of
-    integers, where the service compares the key with the bounds."""
+    Each level's bounds are the keys at evenly spaced places among a sample of the region
+    being cut (every range that differed above, each cut about ``fan_out`` ways), read in
+    one pass over the source without sorting it. Both sides then bucket a row by comparing
+    its key with the bounds, a binary search: Spark with the same comparisons the service's
+    formula makes."""
 
     def __init__(self, key: Sequence[str], fields: Mapping[str, FieldInfo], fan_out: int) -> None:
         self.key = list(key)
@@ -129,32 +133,13 @@ class RangeBuckets:
                 )
         self.refs = [_ref(fields[k].caption) for k in self.key]
         self.fan_out = fan_out
-        #: Each level's bounds (canonical key tuples, ascending) and their ranks.
+        #: Each level's bounds (canonical key tuples, ascending).
         self.bounds: dict[int, list[tuple[Any, ...]]] = {}
-        self.ranks: dict[int, list[int]] = {}
-        #: Each level's region, as spans of ranks (inclusive).
-        self.spans: dict[int, list[tuple[int, int]]] = {}
-        self._ranked: DataFrame | None = None
-        self._top = 0
+        self._spark: dict[int, Column] = {}
 
     def prepare(self, source: DataFrame) -> DataFrame:
-        """``source`` with each row's dense rank in key order (NULL for a NULL key): what the
-        reconcile reads from then on. One sort, once (in one partition: on 2 cores a range
-        partitioning first measured slower at 1M rows), then spread again so that every later
-        pass over the source runs on every core."""
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
-        cols = [F.col(f"`{k}`") for k in self.key]
-        whole = cols[0].isNotNull()
-        for c in cols[1:]:
-            whole = whole & c.isNotNull()
-        # NULL keys sort first: ranked apart so that they never shift a key's rank.
-        order = Window.orderBy(F.when(whole, F.lit(1)).otherwise(F.lit(0)), *cols)
-        ranked = source.withColumn(RANK, F.when(whole, F.dense_rank().over(order)).cast("long"))
-        cores = source.sparkSession.sparkContext.defaultParallelism
-        self._ranked = ranked.repartition(max(2, cores))
-        return self._ranked
+        """Nothing to add: the key itself is compared with the bounds."""
+        return source
 
     def plan(
         self,
@@ -162,51 +147,55 @@ class RangeBuckets:
         rows: int,
         ranges: int = 1,
         above: Sequence[Any] | None = None,
+        region: DataFrame | None = None,
     ) -> None:
         """Choose the level's bounds: within each range that differed at the level above
-        (``above``: its buckets; all the keys at the first level), the keys at evenly
-        spaced ranks, about ``fan_out`` per range (so that drift spread over many ranges
-        narrows as fast as drift in one), at most :data:`MAX_BOUNDS` in all."""
+        (``above``: its buckets; all the keys at the first level), about ``fan_out`` keys
+        evenly spaced among the region's keys (``region``: the source's rows there, ``rows``
+        of them), at most :data:`MAX_BOUNDS` in all. A large region is sampled, a small one
+        read whole."""
+        assert region is not None, "range buckets are chosen from the region's keys"
+        regions = max(1, len(above) if above is not None and level > 1 else 1)
+        per_range = max(2, min(MAX_BOUNDS, self.fan_out * max(1, ranges)) // regions)
+        wanted = min(rows, SAMPLE_PER_BOUND * per_range * regions)
+        by_region: dict[Any, set[tuple[Any, ...]]] = {}
+        fraction = 1.0 if rows <= 0 else min(1.0, wanted / rows)
+        while True:
+            by_region = self._sample(level, region, fraction)
+            found = sum(len(keys) for keys in by_region.values())
+            # A sample far smaller than asked for (a chance that small samples run): again,
+            # larger, up to the whole region.
+            if fraction >= 1.0 or found * 4 >= wanted:
+                break
+            fraction = min(1.0, fraction * 4)
+        bounds: list[tuple[Any, ...]] = []
+        for keys in by_region.values():
+            ordered = sorted(keys)
+            count = len(ordered)
+            places = {
+                min(count - 1, max(1, round(i * count / per_range))) for i in range(1, per_range)
+            }
+            bounds += [ordered[p] for p in sorted(places) if count > 1]
+        self.bounds[level] = sorted(set(bounds))
+
+    def _sample(
+        self, level: int, region: DataFrame, fraction: float
+    ) -> dict[Any, set[tuple[Any, ...]]]:
+        """The region's keys (or a sample of them), by the bucket of the level above."""
         from pyspark.sql import functions as F
 
-        assert self._ranked is not None, "prepare() the source first"
-        if not self._top:
-            # The first level's region is the whole source: no key ranks above its rows.
-            self._top = max(1, rows)
-        spans = [(1, self._top)]
-        if above is not None and level > 1:
-            # Each bucket that differed above, as the ranks it holds within the region.
-            edges = [1, *self.ranks.get(level - 1, []), self._top + 1]
-            inside = self.spans.get(level - 1, spans)
-            spans = [
-                (max(low, edges[b]), min(high, edges[b + 1] - 1))
-                for b in sorted(int(b) for b in above)
-                for low, high in inside
-                if max(low, edges[b]) <= min(high, edges[b + 1] - 1)
-            ]
-        self.spans[level] = spans
-        per_range = max(2, min(MAX_BOUNDS, self.fan_out * max(1, ranges)) // max(1, len(spans)))
-        wanted: list[int] = []
-        for low, high in spans:
-            step = (high - low + 1) / per_range
-            wanted += sorted({low + round(i * step) for i in range(1, per_range)} - {low})
-        wanted = [r for r in wanted if r <= self._top]
-        if not wanted:
-            self.bounds[level], self.ranks[level] = [], []
-            return
-        found = (
-            self._ranked.where(F.col(RANK).isin(wanted))
-            .select(RANK, *[F.col(f"`{k}`") for k in self.key])
-            .dropDuplicates([RANK])
-            .collect()
-        )
-        by_rank = {
-            int(row[0]): tuple(canonical(row[i + 1], kind) for i, kind in enumerate(self.kinds))
-            for row in found
-        }
-        ranks = sorted(by_rank)
-        self.ranks[level] = ranks
-        self.bounds[level] = [by_rank[r] for r in ranks]
+        cols = [F.col(sql_name(k)) for k in self.key]
+        whole = cols[0].isNotNull()
+        for c in cols[1:]:
+            whole = whole & c.isNotNull()
+        frame = region.where(whole).select(*cols)
+        if fraction < 1.0:
+            frame = frame.sample(withReplacement=False, fraction=fraction, seed=level)
+        found: dict[Any, set[tuple[Any, ...]]] = {}
+        for row in frame.collect():
+            key = tuple(canonical(row[i], kind) for i, kind in enumerate(self.kinds))
+            found.setdefault(self.of(key, level - 1) if level > 1 else 0, set()).add(key)
+        return found
 
     def last(self, level: int) -> bool:
         return not self.bounds.get(level)
@@ -251,18 +240,50 @@ class RangeBuckets:
     def of(self, key: tuple[Any, ...], level: int) -> Any:
         return bisect.bisect_right(self.bounds.get(level) or [], key)
 
+    def _sql_value(self, value: Any, kind: str) -> str:
+        """A bound's value as a Spark SQL literal."""
+        if kind == "INTEGER":
+            return str(int(value))
+        if kind == "DATE":
+            assert isinstance(value, date)
+            return f"DATE'{value.isoformat()}'"
+        if kind == "REAL":
+            if isinstance(value, Decimal):
+                return f"{value:f}BD"
+            return f"CAST('{float(value)!r}' AS DOUBLE)"
+        return sql_text(str(value))
+
+    def _sql_at_or_above(self, bound: tuple[Any, ...]) -> str:
+        """Spark SQL: the key at or above ``bound``, as tuples in key order (as
+        :meth:`_at_or_above` has it for the service)."""
+        cols = [sql_name(k) for k in self.key]
+        out = f"{cols[-1]} >= {self._sql_value(bound[-1], self.kinds[-1])}"
+        for i in range(len(self.key) - 2, -1, -1):
+            value = self._sql_value(bound[i], self.kinds[i])
+            out = f"({cols[i]} > {value} OR ({cols[i]} = {value} AND {out}))"
+        return out
+
     def spark(self, level: int) -> Column:
-        """How many of the level's bounds a row's key is at or above, by its rank."""
+        """How many of the level's bounds a row's key is at or above: the service's binary
+        search, comparison for comparison; NULL for a NULL key. Written as one SQL
+        expression (a thousand bounds built as Column objects would cost a call to the
+        JVM each)."""
+        if level in self._spark:
+            return self._spark[level]
         from pyspark.sql import functions as F
 
-        rank = F.col(RANK)
-        ranks = self.ranks.get(level) or []
-        if not ranks:
-            return F.when(rank.isNotNull(), F.lit(0))
-        # Added up as a balanced tree: a chain of a thousand additions overflows the stack
-        # of Spark's code generation.
-        terms = [(rank >= F.lit(r)).cast("long") for r in ranks]
-        while len(terms) > 1:
-            pairs = [terms[i : i + 2] for i in range(0, len(terms), 2)]
-            terms = [p[0] + p[1] if len(p) == 2 else p[0] for p in pairs]
-        return terms[0]
+        cols = [sql_name(k) for k in self.key]
+        whole = " AND ".join(f"{c} IS NOT NULL" for c in cols)
+        bounds = self.bounds.get(level) or []
+
+        def search(low: int, high: int) -> str:
+            if low == high:
+                return str(low)
+            mid = (low + high) // 2
+            return (
+                f"CASE WHEN {self._sql_at_or_above(bounds[mid])} THEN {search(mid + 1, high)} "
+                f"ELSE {search(low, mid)} END"
+            )
+
+        self._spark[level] = F.expr(f"CASE WHEN {whole} THEN {search(0, len(bounds))} END")
+        return self._spark[level]

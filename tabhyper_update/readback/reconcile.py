@@ -5,9 +5,9 @@ computes the source's, the VizQL Data Service the data source's), then narrows d
 key's range is cut into ``fan_out`` buckets (one integer column by ``FLOOR((key - low) /
 width)``, any other key into ranges of about equal rows: :mod:`.buckets`), only the buckets
 that differ are cut again, and buckets of at most ``leaf_rows`` rows are compared row by
-row. The driver holds aggregates and the
-rows of differing leaf buckets only. :func:`tabhyper_update.builder.repair.repair` turns the report
-into an update.
+row (unless a few of them hold many rows in all: those are cut once more). The driver holds
+aggregates and the rows of differing leaf buckets only.
+:func:`tabhyper_update.builder.repair.repair` turns the report into an update.
 
 >>> report = reconcile(spark.table("sales.orders"), "Orders", key="order_id")  # doctest: +SKIP
 >>> if not report.ok:                                                           # doctest: +SKIP
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
 from ..values.errors import DataServiceError, InvalidArgumentError, QueryBudgetError
+from ..values.spark_sql import sql_name
 from .buckets import INTEGER_UNITS, IntegerBuckets, RangeBuckets
 from .check import judge_key, rows_by_key
 from .compare import Tolerance, canonical, same
@@ -48,6 +49,9 @@ FAN_OUT = 64
 LEAF_ROWS = 2000
 #: Row-by-row comparisons per request (leaf buckets are batched up to this many rows).
 ROWS_PER_REQUEST = 20000
+#: At most this many differing buckets holding more than a request's rows in all are cut
+#: once more rather than compared row by row (each then gets at least 8 pieces).
+SPARSE_BUCKETS = 128
 #: The unit roundoff of a double: two engines summing the same n reals in different orders
 #: may differ by up to about 2 * n * EPSILON * (the sum of their magnitudes).
 EPSILON = 2.0**-53
@@ -81,10 +85,10 @@ def _aggregates(
         return "[" + fields[c].caption.replace("]", "]]") + "]"
 
     spark_types = {f.name: f.dataType for f in source.schema.fields}
-    found = [_Aggregate("rows", "INTEGER", f"COUNT({ref(key)})", F.count(F.col(f"`{key}`")))]
+    found = [_Aggregate("rows", "INTEGER", f"COUNT({ref(key)})", F.count(F.col(sql_name(key))))]
     for i, c in enumerate(columns):
         kind = fields[c].data_type
-        col = F.col(f"`{c}`")
+        col = F.col(sql_name(c))
         moment = isinstance(spark_types[c], TimestampType)
         found.append(_Aggregate(f"n{i}", "INTEGER", f"COUNT({ref(c)})", F.count(col)))
         spark_type = spark_types[c]
@@ -163,6 +167,9 @@ class _Reconciler:
         self.buckets: IntegerBuckets | RangeBuckets | None = None
         #: The buckets that differed at each level above the one being read.
         self.path: list[tuple[int, list[Any]]] = []
+        #: The source's rows in those buckets, kept level by level (each a small part of the
+        #: one above: later levels read it rather than filter the whole source again).
+        self.regions: list[DataFrame] = []
 
     # -- both sides' aggregates ----------------------------------------------------------------
     def _filters(self) -> list[dict[str, Any]]:
@@ -176,11 +183,14 @@ class _Reconciler:
 
     def _region(self) -> DataFrame:
         """The source's rows in the buckets that differed at each level above."""
-        frame = self.source
-        for level, chosen in self.path:
-            assert self.buckets is not None
-            frame = frame.where(self.buckets.spark(level).isin(chosen))
-        return frame
+        return self.regions[-1] if self.regions else self.source
+
+    def _descend(self, level: int, chosen: list[Any]) -> None:
+        """Narrow the region to ``chosen``, the buckets of ``level`` to cut next."""
+        assert self.buckets is not None
+        region = self._region().where(self.buckets.spark(level).isin(chosen)).persist()
+        self.path.append((level, chosen))
+        self.regions.append(region)
 
     def _server(self, level: int) -> dict[Any, dict[str, Any]]:
         fields = [calculation(a.name, a.formula) for a in self.aggs]
@@ -269,6 +279,8 @@ class _Reconciler:
         try:
             self._narrow(report)
         finally:
+            for region in self.regions:
+                region.unpersist()
             if cached:
                 self.source.unpersist()
 
@@ -285,7 +297,7 @@ class _Reconciler:
         while True:
             level += 1
             above = self.path[-1][1] if self.path else None
-            self.buckets.plan(level, rows, ranges, above)
+            self.buckets.plan(level, rows, ranges, above, self._region())
             mine, theirs = self._source(level), self._server(level)
             _whole(theirs, server_rows, f"the key ranges of level {level}")
             differing = sorted(
@@ -311,6 +323,15 @@ class _Reconciler:
                 )
                 small = size <= self.leaf_rows or self.buckets.last(level)
                 (leaves if small else deeper).append((b, size))
+            if (
+                leaves
+                and not self.buckets.last(level)
+                and sum(size for _, size in leaves) > ROWS_PER_REQUEST
+                and len(leaves) <= SPARSE_BUCKETS
+            ):
+                # Few small ranges holding many rows in all: the drift is sparse, and one more
+                # level (a query) leaves far fewer rows to compare than comparing them now.
+                deeper, leaves = deeper + leaves, []
             #: The server's rows per bucket (its aggregates counted them): what its answer
             #: of those buckets' rows must hold.
             self._server_rows = {b: int((theirs.get(b) or {}).get("rows") or 0) for b in differing}
@@ -320,7 +341,7 @@ class _Reconciler:
             ranges = len(deeper)
             if not deeper:
                 return
-            self.path.append((level, [b for b, _ in deeper]))
+            self._descend(level, [b for b, _ in deeper])
 
     # -- row by row -------------------------------------------------------------------------
     def _compare_rows(self, report: DriftReport, level: int, leaves: list[tuple[Any, int]]) -> None:
@@ -354,9 +375,9 @@ class _Reconciler:
         spark_types = {f.name: f.dataType for f in self.source.schema.fields}
         picked = [
             (
-                F.unix_micros(F.col(f"`{c}`"))
+                F.unix_micros(F.col(sql_name(c)))
                 if isinstance(spark_types[c], TimestampType)
-                else F.col(f"`{c}`")
+                else F.col(sql_name(c))
             ).alias(f"c{i}")
             for i, c in enumerate(self.columns)
         ]

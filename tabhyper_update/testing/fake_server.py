@@ -146,8 +146,12 @@ class FakeTableauServer:
             self._httpd.daemon_threads = True
             port = self._httpd.server_address[1]
             self.url = f"http://127.0.0.1:{port}"
+            # A short poll: stop() waits for the serving loop's next look at its flag.
             self._thread = threading.Thread(
-                target=self._httpd.serve_forever, name="fake-tableau", daemon=True
+                target=self._httpd.serve_forever,
+                kwargs={"poll_interval": 0.02},
+                name="fake-tableau",
+                daemon=True,
             )
             self._thread.start()
             log.info("fake Tableau server on %s", self.url)
