@@ -422,8 +422,7 @@ def test_odd_text_keys_and_an_odd_key_name_are_cut_exactly(
 ) -> None:
     column = "odd `key]"
     cases = " ".join(
-        f"WHEN {i} THEN '{p.replace(chr(39), chr(39) * 2)}'"
-        for i, p in enumerate(ODD_PREFIXES)
+        f"WHEN {i} THEN '{p.replace(chr(39), chr(39) * 2)}'" for i, p in enumerate(ODD_PREFIXES)
     )
     _sql(
         server,
@@ -589,3 +588,38 @@ def test_one_drifted_row_in_20000_is_found_in_few_queries_whatever_the_key(
     assert {(d.kind, d.key, d.columns) for d in report.drift} == {("changed", drifted, ("v",))}
     assert not report.unresolved
     assert report.cost["requests"] <= 10, report.cost
+
+
+def test_spark_buckets_and_bucket_membership_agree_with_the_bounds_for_every_choice(
+    spark: SparkSession,
+) -> None:
+    """Spark's bucket of a key, and whether it is in a set of buckets (searched by the ends
+    of the ranges they make), are what the bounds say, for random bounds (the last one
+    repeated, as padding makes them) and choices over a composite key of text and integers,
+    NULLs included."""
+    from tabhyper_update.readback.buckets import RangeBuckets
+    from tabhyper_update.readback.dataservice import FieldInfo
+
+    rng = random.Random(52)
+    fields = {"r": FieldInfo("r", "r", "STRING"), "n": FieldInfo("n", "n", "INTEGER")}
+    rows = [(rng.choice(["a", "b", "b'c", "ü"]), rng.randrange(-50, 50)) for _ in range(400)]
+    rows += [(None, 1), ("a", None)]
+    frame = spark.createDataFrame(rows, "r string, n long").cache()
+    for trial in range(6):
+        buckets = RangeBuckets(["r", "n"], fields, fan_out=8)
+        keys = sorted({k for k in rows if None not in k})
+        buckets.bounds[1] = sorted(rng.sample(keys, rng.randint(1, 12)))
+        # Padded as plan() pads them: the last bound again, its copies empty buckets.
+        buckets.bounds[1] += buckets.bounds[1][-1:] * rng.randint(0, 3)
+        count = len(buckets.bounds[1]) + 1
+        chosen = sorted(rng.sample(range(count), rng.randint(1, count)))
+        found = frame.select(
+            "r", "n", buckets.spark(1).alias("b"), buckets.spark_in(1, chosen).alias("in")
+        ).collect()
+        for r, n, b, inside in found:
+            if r is None or n is None:
+                assert (b, inside) == (None, None)
+                continue
+            assert b == buckets.of((r, n), 1), (trial, r, n)
+            assert bool(inside) == (b in chosen), (trial, r, n, chosen)
+    frame.unpersist()

@@ -188,7 +188,7 @@ class _Reconciler:
     def _descend(self, level: int, chosen: list[Any]) -> None:
         """Narrow the region to ``chosen``, the buckets of ``level`` to cut next."""
         assert self.buckets is not None
-        region = self._region().where(self.buckets.spark(level).isin(chosen)).persist()
+        region = self._region().where(self.buckets.spark_in(level, chosen)).persist()
         self.path.append((level, chosen))
         self.regions.append(region)
 
@@ -383,7 +383,7 @@ class _Reconciler:
         ]
         mine: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         for r in (
-            self._region().where(self.buckets.spark(level).isin(buckets)).select(*picked).collect()
+            self._region().where(self.buckets.spark_in(level, buckets)).select(*picked).collect()
         ):
             values = {
                 c: canonical(r[f"c{i}"], self.fields[c].data_type)
