@@ -602,7 +602,9 @@ def test_spark_buckets_and_bucket_membership_agree_with_the_bounds_for_every_cho
 
     rng = random.Random(52)
     fields = {"r": FieldInfo("r", "r", "STRING"), "n": FieldInfo("n", "n", "INTEGER")}
-    rows = [(rng.choice(["a", "b", "b'c", "ü"]), rng.randrange(-50, 50)) for _ in range(400)]
+    rows: list[tuple[str | None, int | None]] = [
+        (rng.choice(["a", "b", "b'c", "ü"]), rng.randrange(-50, 50)) for _ in range(400)
+    ]
     rows += [(None, 1), ("a", None)]
     frame = spark.createDataFrame(rows, "r string, n long").cache()
     for trial in range(6):
