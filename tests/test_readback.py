@@ -608,7 +608,7 @@ def test_spark_buckets_and_bucket_membership_agree_with_the_bounds_for_every_cho
     rows += [(None, 1), ("a", None)]
     frame = spark.createDataFrame(rows, "r string, n long").cache()
     for trial in range(6):
-        buckets = RangeBuckets(["r", "n"], fields, fan_out=8)
+        buckets = RangeBuckets(["r", "n"], fields, 8, {"r": "string", "n": "bigint"})
         keys = sorted({k for k in rows if None not in k})
         buckets.bounds[1] = sorted(rng.sample(keys, rng.randint(1, 12)))
         # Padded as plan() pads them: the last bound again, its copies empty buckets.

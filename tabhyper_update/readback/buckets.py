@@ -40,6 +40,15 @@ def _ref(caption: str) -> str:
     return "[" + caption.replace("]", "]]") + "]"
 
 
+def _tuple_at_or_above(columns: Sequence[str], values: Sequence[str]) -> str:
+    """``(columns) >= (values)`` as tuples in order, in the syntax Tableau's calculations and
+    Spark SQL share: ``(a > x OR (a = x AND ...))``."""
+    out = f"{columns[-1]} >= {values[-1]}"
+    for column, value in zip(columns[-2::-1], values[-2::-1], strict=True):
+        out = f"({column} > {value} OR ({column} = {value} AND {out}))"
+    return out
+
+
 class IntegerBuckets:
     """One integer key column cut by ``FLOOR((key - low) / width)``; a date or timestamp
     key as its whole days or seconds since 1970 (``unit``), so that it is cut at the
@@ -64,10 +73,6 @@ class IntegerBuckets:
         if self.unit == "second":
             return math.floor(int(value) / 1_000_000)
         return int(value)
-
-    def prepare(self, source: DataFrame) -> DataFrame:
-        """Nothing to add: the key itself is cut."""
-        return source
 
     def plan(
         self,
@@ -124,10 +129,18 @@ class RangeBuckets:
     Each level's bounds are the keys at evenly spaced places among a sample of the region
     being cut (every range that differed above, each cut about ``fan_out`` ways), read in
     one pass over the source without sorting it. Both sides then bucket a row by comparing
-    its key with the bounds, a binary search: Spark with the same comparisons the service's
-    formula makes."""
+    its key with the bounds: the service by a binary search of nested ``IF``s, Spark by a
+    search of the same comparisons (:meth:`spark`). ``spark_types``: each source column's
+    Spark type (the bounds are written in their column's own type, so that no row's value
+    is cast to compare)."""
 
-    def __init__(self, key: Sequence[str], fields: Mapping[str, FieldInfo], fan_out: int) -> None:
+    def __init__(
+        self,
+        key: Sequence[str],
+        fields: Mapping[str, FieldInfo],
+        fan_out: int,
+        spark_types: Mapping[str, str],
+    ) -> None:
         self.key = list(key)
         self.kinds = [fields[k].data_type for k in self.key]
         for name, kind in zip(self.key, self.kinds, strict=True):
@@ -142,15 +155,7 @@ class RangeBuckets:
         #: Each level's bounds (canonical key tuples, ascending).
         self.bounds: dict[int, list[tuple[Any, ...]]] = {}
         self._spark: dict[int, Column] = {}
-        #: Each key column's Spark type (from :meth:`prepare`).
-        self._types: list[str] = []
-
-    def prepare(self, source: DataFrame) -> DataFrame:
-        """Nothing to add: the key itself is compared with the bounds (written in each key
-        column's own Spark type, so that no row's value is cast to compare)."""
-        types = {f.name: f.dataType.simpleString() for f in source.schema.fields}
-        self._types = [types[k] for k in self.key]
-        return source
+        self._types = [spark_types[k] for k in self.key]
 
     def plan(
         self,
@@ -169,7 +174,6 @@ class RangeBuckets:
         regions = max(1, len(above) if above is not None and level > 1 else 1)
         per_range = max(2, min(MAX_BOUNDS, self.fan_out * max(1, ranges)) // regions)
         wanted = min(rows, SAMPLE_PER_BOUND * per_range * regions)
-        by_region: dict[Any, set[tuple[Any, ...]]] = {}
         fraction = 1.0 if rows <= 0 else min(1.0, wanted / rows)
         while True:
             by_region = self._sample(level, region, fraction)
@@ -183,10 +187,12 @@ class RangeBuckets:
         for keys in by_region.values():
             ordered = sorted(keys)
             count = len(ordered)
-            places = {
-                min(count - 1, max(1, round(i * count / per_range))) for i in range(1, per_range)
-            }
-            bounds += [ordered[p] for p in sorted(places) if count > 1]
+            if count > 1:  # a range of one key has nothing to cut
+                places = {
+                    min(count - 1, max(1, round(i * count / per_range)))
+                    for i in range(1, per_range)
+                }
+                bounds += [ordered[p] for p in sorted(places)]
         chosen = sorted(set(bounds))
         if chosen:
             # Padded to 2^k - 1 with the last bound again (its copies make empty buckets on
@@ -230,11 +236,8 @@ class RangeBuckets:
 
     def _at_or_above(self, bound: tuple[Any, ...]) -> str:
         """Tableau: the key at or above ``bound``, as tuples in key order."""
-        out = f"{self.refs[-1]} >= {self._literal(bound[-1], self.kinds[-1])}"
-        for i in range(len(self.key) - 2, -1, -1):
-            value = self._literal(bound[i], self.kinds[i])
-            out = f"({self.refs[i]} > {value} OR ({self.refs[i]} = {value} AND {out}))"
-        return out
+        values = [self._literal(v, kind) for v, kind in zip(bound, self.kinds, strict=True)]
+        return _tuple_at_or_above(self.refs, values)
 
     def formula(self, level: int) -> str:
         """How many of the level's bounds the key is at or above: a binary search of nested
@@ -261,7 +264,6 @@ class RangeBuckets:
     def _sql_value(self, value: Any, index: int) -> str:
         """A bound's value for key column ``index``, as a Spark SQL literal of its type."""
         kind = self.kinds[index]
-        spark_type = self._types[index] if self._types else None
         if kind == "DATE":
             assert isinstance(value, date)
             return f"DATE'{value.isoformat()}'"
@@ -272,19 +274,15 @@ class RangeBuckets:
                 text = f"'{value!r}'"
             else:
                 text = str(int(value))
-            return f"CAST({text} AS {spark_type or ('DOUBLE' if kind == 'REAL' else 'BIGINT')})"
+            return f"CAST({text} AS {self._types[index]})"
         return sql_text(str(value))
 
     def _sql_at_or_above(self, bound: tuple[Any, ...], known: int = 0) -> str:
         """Spark SQL: the key at or above ``bound``, as tuples in key order (as
         :meth:`_at_or_above` has it for the service), for a key whose first ``known``
         columns are known to equal the bound's (only the rest are compared)."""
-        cols = [sql_name(k) for k in self.key]
-        out = f"{cols[-1]} >= {self._sql_value(bound[-1], len(cols) - 1)}"
-        for i in range(len(self.key) - 2, known - 1, -1):
-            value = self._sql_value(bound[i], i)
-            out = f"({cols[i]} > {value} OR ({cols[i]} = {value} AND {out}))"
-        return out
+        values = [self._sql_value(bound[i], i) for i in range(known, len(self.key))]
+        return _tuple_at_or_above([sql_name(k) for k in self.key[known:]], values)
 
     def _sql_search(self, points: Sequence[tuple[Any, ...]], leaf: Callable[[int], str]) -> str:
         """Spark SQL: ``leaf(n)``, ``n`` how many of ``points`` (ascending) the key is at or

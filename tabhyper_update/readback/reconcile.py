@@ -258,7 +258,8 @@ class _Reconciler:
         highs: list[Any] = [v["hi0"] for v in (top_mine, top_theirs) if v and v["hi0"] is not None]
         key_type = self.fields[self.key[0]].data_type
         if len(self.key) > 1 or key_type not in INTEGER_UNITS:
-            self.buckets = RangeBuckets(self.key, self.fields, self.fan_out)
+            types = {f.name: f.dataType.simpleString() for f in self.source.schema.fields}
+            self.buckets = RangeBuckets(self.key, self.fields, self.fan_out, types)
         if not lows:  # both sides empty of keys: the difference is in NULL keys
             report.unresolved.append("the sides differ only in rows whose key is NULL")
             return
@@ -272,7 +273,6 @@ class _Reconciler:
                 INTEGER_UNITS[key_type],
             )
         # Every level reads the source again: keep it rather than recompute it.
-        self.source = self.buckets.prepare(self.source)
         cached = not self.source.is_cached
         if cached:
             self.source = self.source.persist()
