@@ -63,7 +63,7 @@ MAX_CHUNK_MB = 64
 #: Tableau's REST reference limits a file upload to 1,000 appended blocks.
 MAX_BLOCKS = 1000
 #: Blocks in flight at once where the server takes ``sequenceID`` (``upload_streams=``):
-#: measured in ``benchmarks/upload.py --streams``.
+#: measured in ``benchmarks/parallel_upload.py``.
 DEFAULT_UPLOAD_STREAMS = 4
 
 #: Servers (their URLs) that refused ``sequenceID`` (their blocks go one after another),
@@ -87,27 +87,31 @@ def check_upload_streams(value: object) -> int:
     return value
 
 
+def _server_key(server: str) -> str:
+    return server.rstrip("/").lower()
+
+
 def takes_sequence_ids(server: str) -> bool:
     """Whether blocks to ``server`` may carry ``sequenceID`` (until it refused one)."""
     with _SEQUENCE_LOCK:
-        return server.rstrip("/").lower() not in _SEQUENTIAL
+        return _server_key(server) not in _SEQUENTIAL
 
 
 def refuses_sequence_ids(server: str) -> None:
     """Remember that ``server`` refused ``sequenceID``."""
     with _SEQUENCE_LOCK:
-        _SEQUENTIAL.add(server.rstrip("/").lower())
-        _SEQUENCED.discard(server.rstrip("/").lower())
+        _SEQUENTIAL.add(_server_key(server))
+        _SEQUENCED.discard(_server_key(server))
 
 
 def _took_sequence_ids(server: str) -> bool:
     with _SEQUENCE_LOCK:
-        return server.rstrip("/").lower() in _SEQUENCED
+        return _server_key(server) in _SEQUENCED
 
 
 def _takes_sequence_ids(server: str) -> None:
     with _SEQUENCE_LOCK:
-        _SEQUENCED.add(server.rstrip("/").lower())
+        _SEQUENCED.add(_server_key(server))
 
 
 def even_blocks(total: int, chunk_size: int, streams: int) -> int:
