@@ -1,12 +1,13 @@
 """Benchmark: the bytes the ordering guard adds to a change set's payload.
 
-    python benchmarks/guard_bytes.py [--changes 200000]
+    python benchmarks/guard_bytes.py [--changes 200000] [--commits N]
 
 Builds one change set (``BIGINT`` key, a text value, a ``BIGINT`` position; every key once,
-a tenth of them deleted) with and without ``ChangeSet(guard=True)``, one part each
-(``max_payload_mb=None``), ``--runs`` times (Hyper's file sizes vary by a few blocks from
-build to build), and prints each payload's tables, its bytes per run and the guard's bytes
-per change (medians).
+a tenth of them deleted; each change its own position, or with ``--commits N`` the
+positions of N commits, as a Delta change feed's ``_commit_version`` gives a batch) with
+and without ``ChangeSet(guard=True)``, one part each (``max_payload_mb=None``), ``--runs``
+times (Hyper's file sizes vary by a few blocks from build to build), and prints each
+payload's tables, its bytes per run and the guard's bytes per change (medians).
 """
 
 from __future__ import annotations
@@ -23,15 +24,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--commits",
+        type=int,
+        default=0,
+        help="positions of this many commits (0: each change its own position)",
+    )
     args = parser.parse_args()
     with local_spark() as spark:
         frame = spark.range(args.changes).selectExpr(
             "id",
             "concat('value-', id) AS v",
             "CASE WHEN id % 10 = 0 THEN 'D' ELSE 'U' END AS op",
-            "1700000000000 + id * 3 AS seq",
+            "1700000000000 + id * 3 AS seq"
+            if args.commits <= 0
+            else f"1000 + id * {args.commits} DIV {args.changes} AS seq",
         )
-        found: dict[str, object] = {"changes": args.changes}
+        found: dict[str, object] = {"changes": args.changes, "commits": args.commits or None}
         sizes: dict[bool, list[int]] = {False: [], True: []}
         for _ in range(args.runs):
             for guard in (False, True):
