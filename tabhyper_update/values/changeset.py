@@ -128,10 +128,10 @@ class ChangeSet:
     value. The data source holds a table ``<target table>_positions`` (the key, the one
     ``order_by`` column, and a ``guarded`` BOOLEAN NOT NULL column) where each update
     records the position of every key it touched, deleted keys included; the data table
-    holds the position only when ``keep_columns`` names it. Every update first checks there, in the same atomic
-    batch, that no key it touches holds a later position: its first action sets
-    ``guarded`` to NULL on every key that does, which the NOT NULL column refuses, so the
-    whole update fails and applies nothing
+    holds the position only when ``keep_columns`` names it. Every update first checks
+    there, in the same atomic batch, that no key it touches holds a later position: its
+    first action sets ``guarded`` to NULL on every key that does, which the NOT NULL column
+    refuses, so the whole update fails and applies nothing
     (:class:`~tabhyper_update.values.errors.OutOfOrderError`).
     """
 
