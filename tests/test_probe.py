@@ -19,7 +19,17 @@ from tabhyper_update.values.probes import ProbeResult
 
 from ._util import CONNECTED_APP, PAT, client_for, read_rows, use_environment
 
-CASES = ("multi_match", "not_null", "narrowing", "replay", "guard", "data_service", "read_back")
+CASES = (
+    "multi_match",
+    "not_null",
+    "narrowing",
+    "extra_columns",
+    "missing_columns",
+    "replay",
+    "guard",
+    "data_service",
+    "read_back",
+)
 
 
 def findings(found: ProbeResult) -> dict[str, Any]:
@@ -54,9 +64,28 @@ def test_the_probe_tells_how_a_repeated_request_id_is_answered(replay: str, tmp_
     assert found.replay == {"new_job": "new_job", "refuse": "refused"}[replay]
 
 
+@pytest.mark.parametrize("profile", ["ideal", "server-2021.4"])
+def test_the_probe_tells_how_source_columns_unlike_the_targets_are_met(
+    profile: str, tmp_path: Path
+) -> None:
+    # The reverse of every fake's default (a stray column refused, missing ones NULL), read
+    # back through the service and, without one, by follow-up updates.
+    with FakeTableauServer(
+        profile=profile, extra_columns="ignore", missing_columns="refuse", pats=dict([PAT])
+    ) as server:
+        found = probed(server, tmp_path)
+        assert findings(found) == findings(server.expected_probe())
+    assert (found.extra_columns, found.missing_columns) == ("ignored", "refused")
+    assert found.requests <= 200
+
+
 def test_a_fake_answers_as_the_probed_server_did(tmp_path: Path) -> None:
     with FakeTableauServer(
-        profile="server-2021.4", semantics="strict", replay="new_job", pats=dict([PAT])
+        profile="server-2021.4",
+        semantics="strict",
+        replay="new_job",
+        extra_columns="ignore",
+        pats=dict([PAT]),
     ) as server:
         first = probed(server, tmp_path / "a")
     saved = tmp_path / "probe.json"
@@ -65,6 +94,7 @@ def test_a_fake_answers_as_the_probed_server_did(tmp_path: Path) -> None:
         again = probed(server, tmp_path / "b")
         assert server.backend.max_upload_mb == 100  # the probe did not measure a cap
     assert findings(again) == findings(first)
+    assert first.extra_columns == "ignored"
     assert again.api_version == first.api_version == "3.14"
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tabhyper_update import Insert, Payload, Update, Upsert, keys_match
 from tabhyper_update.errors import ApplyError, InvalidActionBatchError
-from tabhyper_update.local.engine import apply
+from tabhyper_update.local.engine import SourceColumns, apply
 from tabhyper_update.testing import FakeTableauServer, make_hyper, read_table
 
 from ._util import PAT, client_for
@@ -60,6 +60,46 @@ def test_overflow_and_null_into_not_null_fail_under_both(
     with pytest.raises(ApplyError, match=words):
         apply(INSERT, target=t, payload=source(tmp_path, columns, [row]), semantics=semantics)
     assert len(read_table(t, "T", schema="Extract")) == 1  # nothing applied
+
+
+@pytest.mark.parametrize("action", [Update, Upsert])
+def test_a_source_column_the_target_lacks_is_refused_unless_a_server_ignores_it(
+    tmp_path: Path, action: Any
+) -> None:
+    batch = [action(target_table="T", source_table="S", condition=keys_match("id"))]
+    p = source(tmp_path, "id INT, code TEXT, stray TEXT", ["(1, 'xy', 's')", "(2, 'z', 's')"])
+    t = target(tmp_path)
+    with pytest.raises(ApplyError, match=r"source column\(s\) 'stray' of .* do not exist"):
+        apply(batch, target=t, payload=p)
+    assert read_table(t, "T", schema="Extract") == [(1, Decimal("1.50"), "ab", 7)]
+    apply(batch, target=t, payload=p, source_columns=SourceColumns(extra="ignore"))
+    want: list[tuple[Any, ...]] = [(1, Decimal("1.50"), "xy", 7)]
+    if action is Upsert:
+        want.append((2, None, "z", None))
+    assert sorted(read_table(t, "T", schema="Extract")) == want
+
+
+@pytest.mark.parametrize("action", [Insert, Upsert])
+def test_rows_inserted_lacking_target_columns_get_null_unless_a_server_refuses_them(
+    tmp_path: Path, action: Any
+) -> None:
+    batch = [
+        action(target_table="T", source_table="S", condition=keys_match("id"))
+        if action is Upsert
+        else action(target_table="T", source_table="S")
+    ]
+    p = source(tmp_path, "id INT, code TEXT", ["(2, 'new')"])
+    t = target(tmp_path)
+    with pytest.raises(ApplyError, match=r"lacks column\(s\) 'amount', 'small'"):
+        apply(batch, target=t, payload=p, source_columns=SourceColumns(missing="refuse"))
+    assert len(read_table(t, "T", schema="Extract")) == 1  # nothing applied
+    apply(batch, target=t, payload=p)
+    assert sorted(read_table(t, "T", schema="Extract"))[1] == (2, None, "new", None)
+    # An update inserts nothing: a source of fewer columns sets those it has, under both.
+    t2 = make_hyper(tmp_path / "t2.hyper", {"T": (NARROW, ["(2, 1.50, 'ab', 7)"])})
+    update = [Update(target_table="T", source_table="S", condition=keys_match("id"))]
+    apply(update, target=t2, payload=p, source_columns=SourceColumns(missing="refuse"))
+    assert read_table(t2, "T", schema="Extract") == [(2, Decimal("1.50"), "new", 7)]
 
 
 def _doubled(tmp_path: Path, name: str) -> Path:

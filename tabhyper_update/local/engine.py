@@ -8,7 +8,9 @@ Semantics (the fake server runs exactly this), in one of two modes:
 * actions run in order in one transaction; any failure rolls the whole batch back and
   names the failing action's index and the reason;
 * columns are matched by exact name; insert fills target columns the source lacks with
-  NULL; update and upsert set every source column on the matching target rows;
+  NULL; update and upsert set every source column on the matching target rows; a source
+  column the target lacks is refused (each of these two as Hyper's SQL does, and each a
+  setting where a probed server differs: :class:`SourceColumns`);
 * delete removes the target rows the condition matches (for some source row, when a source
   table is given, which may hold only the columns the condition names);
 * replace empties the target and inserts the source; names and types must match exactly
@@ -66,7 +68,7 @@ if TYPE_CHECKING:
 
     from ..values.conditions import Condition
 
-__all__ = ["SEMANTICS", "Semantics", "apply", "check_semantics"]
+__all__ = ["SEMANTICS", "Semantics", "SourceColumns", "apply", "check_semantics"]
 
 log = get_logger("tabhyper_update")
 
@@ -211,23 +213,35 @@ class _Sql:
         return f"({left} {_OPS[node.op]} {right})"
 
 
-def _check_insertable(source: _Table, target: _Table) -> list[str]:
-    """The source columns, once checked to exist in the target with a compatible type."""
-    missing = [c for c in source.columns if c not in target.columns]
-    if missing:
+def _check_insertable(
+    source: _Table, target: _Table, columns: SourceColumns, *, inserting: bool
+) -> list[str]:
+    """The source columns written into ``target``, once checked to exist there with a
+    compatible type (a column the target lacks refused, or left out under
+    ``extra="ignore"``); rows ``inserting`` from a source that lacks target columns refused
+    under ``missing="refuse"`` (else those columns are NULL)."""
+    extra = [c for c in source.columns if c not in target.columns]
+    if extra and columns.extra == "refuse":
         raise _Refusal(
-            f"source column(s) {', '.join(map(repr, missing))} of {source.label} do not exist "
+            f"source column(s) {', '.join(map(repr, extra))} of {source.label} do not exist "
             f"in target table {target.label} (its columns: "
             f"{', '.join(map(repr, target.columns))})"
         )
-    for name, stype in source.columns.items():
-        ttype = target.columns[name]
+    lacking = [c for c in target.columns if c not in source.columns]
+    if inserting and lacking and columns.missing == "refuse":
+        raise _Refusal(
+            f"source table {source.label} lacks column(s) {', '.join(map(repr, lacking))} of "
+            f"target table {target.label}: rows inserted must give every column"
+        )
+    written = [c for c in source.columns if c in target.columns]
+    for name in written:
+        stype, ttype = source.columns[name], target.columns[name]
         if not _assignable(stype, ttype):
             raise _Refusal(
                 f"column {name!r} is {stype} in source table {source.label} but {ttype} in "
                 f"target table {target.label}"
             )
-    return list(source.columns)
+    return written
 
 
 _TYPE_NAMES = {
@@ -278,6 +292,24 @@ Semantics = Literal["hyper", "strict"]
 SEMANTICS: tuple[Semantics, ...] = ("hyper", "strict")
 
 
+@dataclass(frozen=True)
+class SourceColumns:
+    """How source columns that differ from the target's are met, where Tableau is silent.
+    ``extra``: a source column the target lacks is ``"refuse"``-d (what Hyper does with a
+    column that does not exist; the default) or ``"ignore"``-d. ``missing``: rows inserted
+    from a source lacking target columns get NULL there (``"null"``, Hyper's ``INSERT``
+    with a column list; the default) or are ``"refuse"``-d."""
+
+    extra: Literal["refuse", "ignore"] = "refuse"
+    missing: Literal["null", "refuse"] = "null"
+
+    def __post_init__(self) -> None:
+        if self.extra not in ("refuse", "ignore"):
+            raise ApplyError(f"extra_columns must be 'refuse' or 'ignore', got {self.extra!r}")
+        if self.missing not in ("null", "refuse"):
+            raise ApplyError(f"missing_columns must be 'null' or 'refuse', got {self.missing!r}")
+
+
 def check_semantics(semantics: object) -> Semantics:
     if semantics not in SEMANTICS:
         raise ApplyError(f"semantics must be 'hyper' or 'strict', got {semantics!r}")
@@ -286,12 +318,18 @@ def check_semantics(semantics: object) -> Semantics:
 
 class _Engine:
     def __init__(
-        self, conn: Connection, payload_attached: bool, semantics: Semantics, seed: int
+        self,
+        conn: Connection,
+        payload_attached: bool,
+        semantics: Semantics,
+        seed: int,
+        columns: SourceColumns,
     ) -> None:
         self.conn = conn
         self.payload_attached = payload_attached
         self.strict = semantics == "strict"
         self.seed = seed
+        self.columns = columns
 
     def run(self, sql: str) -> int:
         log.debug("hyper: %s", sql)
@@ -365,7 +403,7 @@ class _Engine:
                 )
 
     def update(self, sql: _Sql, target: _Table, source: _Table, condition: Condition | bool) -> int:
-        columns = _check_insertable(source, target)
+        columns = _check_insertable(source, target, self.columns, inserting=False)
         if self.strict:
             self.refuse_losses(source, target)
         where = sql.condition(condition)
@@ -401,7 +439,8 @@ class _Engine:
         sql = _Sql(target, source)
         if isinstance(action, Insert):
             assert source is not None
-            cols = ", ".join(quote_name(c) for c in _check_insertable(source, target))
+            written = _check_insertable(source, target, self.columns, inserting=True)
+            cols = ", ".join(quote_name(c) for c in written)
             if self.strict:
                 self.refuse_losses(source, target)
             return self.run(f"INSERT INTO {target.ref} ({cols}) SELECT {cols} FROM {source.ref}")
@@ -436,8 +475,9 @@ class _Engine:
             return self.update(sql, target, source, action.condition)
         assert isinstance(action, Upsert)
         updated = self.update(sql, target, source, action.condition)
-        cols = ", ".join(quote_name(c) for c in source.columns)
-        picked = ", ".join(f"s.{quote_name(c)}" for c in source.columns)
+        written = _check_insertable(source, target, self.columns, inserting=True)
+        cols = ", ".join(quote_name(c) for c in written)
+        picked = ", ".join(f"s.{quote_name(c)}" for c in written)
         where = sql.condition(action.condition)
         inserted = self.run(
             f"INSERT INTO {target.ref} ({cols}) SELECT {picked} FROM {source.ref} AS s "
@@ -476,6 +516,7 @@ def apply(
     payload: str | os.PathLike[str] | PayloadLike | None = None,
     semantics: Semantics = "hyper",
     seed: int = 0,
+    source_columns: SourceColumns | None = None,
 ) -> list[int]:
     """Apply ``batch`` to the ``.hyper`` file ``target`` in one transaction.
 
@@ -483,7 +524,8 @@ def apply(
     :class:`~tabhyper_update.Payload`). Returns the rows each action affected. Any error
     leaves ``target`` exactly as it was and raises :class:`ApplyError`. ``semantics``:
     ``"hyper"`` (what Hyper does) or ``"strict"`` (see the module docstring); ``seed``
-    chooses which of several source rows a key takes under ``"hyper"``.
+    chooses which of several source rows a key takes under ``"hyper"``; ``source_columns``:
+    how source columns that differ from the target's are met (:class:`SourceColumns`).
     """
     check_semantics(semantics)
     checked = ActionBatch.coerce(batch)
@@ -500,7 +542,9 @@ def apply(
             conn.catalog.attach_database(os.path.abspath(target_path), alias=Name(TARGET_DB))
             if payload_path is not None:
                 conn.catalog.attach_database(os.path.abspath(payload_path), alias=Name(SOURCE_DB))
-            engine = _Engine(conn, payload_path is not None, semantics, seed)
+            engine = _Engine(
+                conn, payload_path is not None, semantics, seed, source_columns or SourceColumns()
+            )
             conn.execute_command("BEGIN TRANSACTION")
             committed = False
             try:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from typing_extensions import Unpack
 
+from ..local.engine import SourceColumns, check_semantics
 from ..local.engine import apply as apply_locally
-from ..local.engine import check_semantics
 from ..local.hyper import connect
 from ..values.actions import ActionBatch, Insert
 from ..values.errors import ApplyError
@@ -156,6 +156,11 @@ class FakeBackend(SignIns, Uploads):
         #: several source rows for a key under "hyper".
         self.semantics = check_semantics(settings.get("semantics", profile.semantics))
         self.seed = settings.get("seed", random.SystemRandom().randrange(2**31))
+        #: How source columns that differ from the target's are met (where Tableau is silent).
+        self.source_columns = SourceColumns(
+            extra=settings.get("extra_columns", profile.extra_columns),
+            missing=settings.get("missing_columns", profile.missing_columns),
+        )
         #: How a repeated RequestID is answered: "original" (the first request's job),
         #: "new_job" (a new job that applies nothing) or "refuse" (409, naming the duplicate).
         self.replay = settings.get("replay", profile.replay)
@@ -428,6 +433,7 @@ class FakeBackend(SignIns, Uploads):
                     payload=job.upload,
                     semantics=self.semantics,
                     seed=self.seed,
+                    source_columns=self.source_columns,
                 )
                 code, notes = 0, None
             except ApplyError as err:

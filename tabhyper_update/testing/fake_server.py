@@ -269,6 +269,8 @@ class FakeTableauServer:
             canary="",
             api_version=backend.api_version,
             parallel_upload="sequence" if backend.sequence_ids else "refused",
+            extra_columns={"refuse": "refused", "ignore": "ignored"}[backend.source_columns.extra],
+            missing_columns={"null": "null", "refuse": "refused"}[backend.source_columns.missing],
         )
 
     def remember_probe(self, state_dir: str | os.PathLike[str] | None = None) -> ProbeResult:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ..values.probes import ProbeResult
 
@@ -63,6 +64,10 @@ class ServerProfile:
     #: Whether an upload's blocks may carry ``sequenceID`` (sent at once, assembled by
     #: sequence); a server without it refuses the parameter.
     sequence_ids: bool = False
+    #: A source column the target lacks: "refuse" (Hyper's SQL) or "ignore".
+    extra_columns: Literal["refuse", "ignore"] = "refuse"
+    #: Rows inserted from a source lacking target columns: "null" there, or "refuse".
+    missing_columns: Literal["null", "refuse"] = "null"
 
 
 PROFILES: dict[str, ServerProfile] = {
@@ -112,14 +117,26 @@ def profile_named(name: str) -> ServerProfile:
 #: A probe's findings → the fake's semantics.
 _SEMANTICS = {("one_row_used", "rounded"): "hyper", ("refused", "refused"): "strict"}
 _REPLAY = {"original": "original", "new_job": "new_job", "refused": "refuse"}
+_EXTRA: dict[str | None, Literal["refuse", "ignore"]] = {
+    "refused": "refuse",
+    "ignored": "ignore",
+    None: "refuse",
+}
+_MISSING: dict[str | None, Literal["null", "refuse"]] = {
+    "null": "null",
+    "refused": "refuse",
+    None: "null",
+}
 
 
 def profile_from_probe(path: str | Path) -> ServerProfile:
     """The profile of a server as its probe found it (``tabhyper-update probe --json >
-    FILE``): its semantics, its answer to a repeated RequestID, its VizQL Data Service
-    release (or none), its REST API version and its update cap. A finding the fake cannot
-    reproduce (NOT NULL not enforced, a RequestID applied twice, a key matched twice refused
-    while narrowed values are rounded) is an error naming it, never answered otherwise."""
+    FILE``): its semantics, its answer to a repeated RequestID, how it meets source columns
+    that differ from the target's (a probe from before those cases: as Hyper's SQL does),
+    its VizQL Data Service release (or none), its REST API version and its update cap. A
+    finding the fake cannot reproduce (NOT NULL not enforced, a RequestID applied twice, a
+    key matched twice refused while narrowed values are rounded) is an error naming it,
+    never answered otherwise."""
     try:
         found = ProbeResult.load(path)
     except (OSError, ValueError, TypeError) as err:
@@ -135,6 +152,10 @@ def profile_from_probe(path: str | Path) -> ServerProfile:
         problems.append(f"not_null={found.not_null!r} (Hyper enforces NOT NULL)")
     if found.replay not in _REPLAY:
         problems.append(f"replay={found.replay!r}")
+    if found.extra_columns not in _EXTRA:
+        problems.append(f"extra_columns={found.extra_columns!r}")
+    if found.missing_columns not in _MISSING:
+        problems.append(f"missing_columns={found.missing_columns!r}")
     if problems:
         raise ValueError(
             f"the fake cannot answer as the server of {str(path)!r} did: {'; '.join(problems)}"
@@ -157,4 +178,6 @@ def profile_from_probe(path: str | Path) -> ServerProfile:
         semantics=str(semantics),
         replay=_REPLAY[found.replay],
         sequence_ids=found.parallel_upload == "sequence",
+        extra_columns=_EXTRA[found.extra_columns],
+        missing_columns=_MISSING[found.missing_columns],
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Literal
 
 from typing_extensions import TypedDict
 
@@ -45,7 +46,11 @@ class BackendSettings(TypedDict, total=False):
     job), ``"new_job"`` (202 with a new job that applies nothing, its notes saying so) or
     ``"refuse"`` (409 naming the duplicate) ["original"]. ``sequence_ids``: an upload's
     blocks may carry ``sequenceID`` (sent at once, assembled by sequence, a gap refused), or
-    the parameter is refused [the profile's].
+    the parameter is refused [the profile's]. ``extra_columns``: a source column the target
+    lacks is ``"refuse"``-d (what Hyper does with a column that does not exist) or
+    ``"ignore"``-d; ``missing_columns``: rows inserted from a source lacking target columns
+    get ``"null"`` there (Hyper's ``INSERT`` with a column list) or are ``"refuse"``-d [the
+    profile's: ``"refuse"`` and ``"null"``].
     """
 
     pats: Mapping[str, str] | None
@@ -75,3 +80,5 @@ class BackendSettings(TypedDict, total=False):
     seed: int
     replay: str
     sequence_ids: bool
+    extra_columns: Literal["refuse", "ignore"]
+    missing_columns: Literal["null", "refuse"]

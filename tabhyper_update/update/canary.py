@@ -6,12 +6,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..local.hyper import connect, create_tables, quote_name, table_ref
 from ..values.actions import Insert, Update, Upsert, _Action
 from ..values.conditions import keys_match
 
-__all__ = ["CANARY", "SCHEMA", "by_id", "hyper_file", "insert_padding", "padding_file", "upsert_by"]
+__all__ = [
+    "CANARY",
+    "ROW_CASES",
+    "SCHEMA",
+    "by_id",
+    "hyper_file",
+    "insert_from",
+    "padding_file",
+    "upsert_by",
+]
 
 #: The schema of every table the probe makes.
 SCHEMA = "Extract"
@@ -23,6 +33,7 @@ CANARY = {
             "(2, 'two', 2.00, TRUE)",
             "(3, 'three', 3.00, TRUE)",
             "(4, 'four', 4.00, TRUE)",
+            "(6, 'six', 6.00, TRUE)",
         ],
     ),
     "Guarded": ("gid BIGINT NOT NULL, gval TEXT", ["(5, 'start')"]),
@@ -60,12 +71,12 @@ def upsert_by(source_table: str, target_table: str, key: str) -> Upsert:
     )
 
 
-def insert_padding() -> _Action:
+def insert_from(source_table: str, target_table: str) -> _Action:
     return Insert(
         target_schema=SCHEMA,
-        target_table="Padding",
+        target_table=target_table,
         source_schema=SCHEMA,
-        source_table="Padding",
+        source_table=source_table,
     )
 
 
@@ -83,3 +94,42 @@ def padding_file(path: Path, size: int) -> None:
             "|| CAST(random() AS TEXT) || CAST(random() AS TEXT) || CAST(random() AS TEXT) "
             f"FROM generate_series(1, {rows}) AS s(g)"
         )
+
+
+#: A case read back from one canary row: the update's payload tables (name → column DDL,
+#: rows as SQL) and its action, the row read back (key, column), and what each value found
+#: there says (the update refused: "refused").
+RowCase = tuple[dict[str, tuple[str, list[str]]], _Action, tuple[int, str], dict[Any, str]]
+
+#: The probe's cases read back from one canary row.
+ROW_CASES: dict[str, RowCase] = {
+    # A key matched by two source rows: one of them used, or refused.
+    "multi_match": (
+        {"twice": ("id BIGINT, val TEXT", ["(1, 'first')", "(1, 'second')"])},
+        by_id("twice"),
+        (1, "val"),
+        {"first": "one_row_used", "second": "one_row_used"},
+    ),
+    # A NUMERIC(12,4) value into NUMERIC(12,2).
+    "narrowing": (
+        {"wide": ("id BIGINT, amount NUMERIC(12,4)", ["(3, 1.2345)"])},
+        by_id("wide"),
+        (3, "amount"),
+        {1.23: "rounded", 1.2345: "kept"},
+    ),
+    # An update whose source holds a column the target lacks.
+    "extra_columns": (
+        {"extra": ("id BIGINT, val TEXT, stray TEXT", ["(6, 'extra', 'stray')"])},
+        by_id("extra"),
+        (6, "val"),
+        {"extra": "ignored"},
+    ),
+    # Rows inserted from a source lacking target columns (the canary's have no default:
+    # inserted, they are NULL).
+    "missing_columns": (
+        {"lacking": ("id BIGINT, flag BOOLEAN", ["(7, TRUE)"])},
+        insert_from("lacking", "Extract"),
+        (7, "flag"),
+        {True: "null"},
+    ),
+}

@@ -15,6 +15,10 @@ NOT NULL column to NULL for that row: refused, it applies nothing). The cases:
 * ``not_null``: NULL into a NOT NULL column: ``"enforced"`` or ``"not_enforced"``;
 * ``narrowing``: a ``NUMERIC(12,4)`` value into ``NUMERIC(12,2)``: ``"refused"``,
   ``"rounded"`` or ``"kept"``;
+* ``extra_columns``: an update whose source holds a column the target lacks: ``"refused"``
+  or ``"ignored"`` (the other columns applied);
+* ``missing_columns``: rows inserted from a source lacking target columns: ``"null"``
+  (those columns NULL) or ``"refused"``;
 * ``replay``: the same RequestID sent again with other rows: ``"original"`` (the first
   job), ``"new_job"`` (a new job that applies nothing), ``"refused"`` (an error naming the
   duplicate) or ``"applied_again"`` (the server ran it twice);
@@ -38,6 +42,7 @@ import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +65,16 @@ from ..values.errors import (
 )
 from ..values.probes import ProbeResult
 from ..values.redaction import get_logger
-from .canary import CANARY, SCHEMA, by_id, hyper_file, insert_padding, padding_file, upsert_by
+from .canary import (
+    CANARY,
+    ROW_CASES,
+    SCHEMA,
+    by_id,
+    hyper_file,
+    insert_from,
+    padding_file,
+    upsert_by,
+)
 from .options import ProbeOptions, check_options
 from .publish import publish
 from .resplit import stated_cap, too_large
@@ -297,27 +311,13 @@ class _Probe:
             self.not_null_enforced = False
         return "enforced"
 
-    def multi_match(self) -> str:
-        outcome = self.update(
-            "multi_match",
-            {"twice": ("id BIGINT, val TEXT", ["(1, 'first')", "(1, 'second')"])},
-            [by_id("twice")],
-        )
-        if not outcome.applied:
+    def row_case(self, case: str) -> str:
+        """A case of :data:`ROW_CASES`: ``"refused"`` if the server refuses its update, else
+        what the value its canary row holds says (``"unknown"``: none of those values)."""
+        tables, action, (key, column), found = ROW_CASES[case]
+        if not self.update(case, tables, [action]).applied:
             return "refused"
-        used = self.value_of(1, "val", ["first", "second"])
-        return "one_row_used" if used is not None else "unknown"
-
-    def narrowing(self) -> str:
-        outcome = self.update(
-            "narrowing",
-            {"wide": ("id BIGINT, amount NUMERIC(12,4)", ["(3, 1.2345)"])},
-            [by_id("wide")],
-        )
-        if not outcome.applied:
-            return "refused"
-        found = self.value_of(3, "amount", [1.23, 1.2345])
-        return {1.23: "rounded", 1.2345: "kept"}.get(found, "unknown")
+        return found.get(self.value_of(key, column, list(found)), "unknown")
 
     def replay(self) -> str:
         request_id = f"tabhyper-probe-{uuid.uuid4()}"
@@ -405,7 +405,7 @@ class _Probe:
                 job = self.client.update_data(
                     self.ref,
                     ActionBatch(
-                        actions=[insert_padding()],
+                        actions=[insert_from("Padding", "Padding")],
                     ),
                     upload_session_id=session,
                 )
@@ -519,8 +519,15 @@ def probe(
         run.publish()
         service = case("the VizQL Data Service", run.data_service)
         not_null = case("NULL into a NOT NULL column", run.not_null)
-        multi = case("a key matched by two source rows", run.multi_match)
-        narrowing = case("a NUMERIC(12,4) value into NUMERIC(12,2)", run.narrowing)
+        multi = case("a key matched by two source rows", partial(run.row_case, "multi_match"))
+        narrowing = case(
+            "a NUMERIC(12,4) value into NUMERIC(12,2)", partial(run.row_case, "narrowing")
+        )
+        extra = case("a source column the target lacks", partial(run.row_case, "extra_columns"))
+        missing = case(
+            "rows inserted from a source lacking target columns",
+            partial(run.row_case, "missing_columns"),
+        )
         replay = case("the same RequestID sent twice", run.replay)
         guard = case("a stale update under the ordering guard", run.guard)
         parallel = case("an upload's blocks sent at once (sequenceID)", run.parallel_upload)
@@ -557,6 +564,8 @@ def probe(
         scopes=run.scopes if _is_connected_app(client) else None,
         cap_mb=cap_mb,
         parallel_upload=parallel,
+        extra_columns=extra,
+        missing_columns=missing,
         notes=run.notes,
     )
     store.remember_probe(found)

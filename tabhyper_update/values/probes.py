@@ -45,6 +45,12 @@ class ProbeResult:
     #: (the parameter refused: one after another) or "ignored" (taken but not honoured: one
     #: after another, never at once).
     parallel_upload: str | None = None
+    #: An update whose source holds a column the target lacks: "refused" or "ignored" (the
+    #: other columns applied). None: not probed (a probe from before this case).
+    extra_columns: str | None = None
+    #: Rows inserted from a source lacking target columns: "null" (those columns NULL) or
+    #: "refused". None: not probed.
+    missing_columns: str | None = None
     probed_at: float = field(default_factory=time.time)
     #: What the server said where it refused an update, case by case (scrubbed).
     notes: dict[str, str] = field(default_factory=dict)
