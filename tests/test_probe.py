@@ -179,3 +179,11 @@ def test_the_probe_command_prints_one_json_object(
     assert data["requests"] <= 200
     assert data["cap_mb"] is None
     assert PAT[1] not in out
+    # Without --json: one line per case, each as the JSON says.
+    with FakeTableauServer(profile="server-2025.1", pats=dict([PAT])) as server:
+        use_environment(monkeypatch, server, tmp_path / "xdg", "unused")
+        assert main(["probe", "--project", "Default", "--state-dir", str(tmp_path)]) == 0
+    shown = capsys.readouterr().out
+    for case in ("multi_match", "extra_columns", "missing_columns", "parallel_upload"):
+        assert f"  {case:<15} {data[case]}\n" in shown
+    assert PAT[1] not in shown

@@ -393,11 +393,21 @@ def _cmd_probe(args: argparse.Namespace) -> int:
             on_step=None if quiet else lambda what: print(f"probing: {what}", file=sys.stderr),
         )
     data = found.as_dict()
-    shown = ["multi_match", "not_null", "narrowing", "replay", "guard", "data_service"]
+    shown = [
+        "multi_match",
+        "not_null",
+        "narrowing",
+        "extra_columns",
+        "missing_columns",
+        "replay",
+        "guard",
+        "data_service",
+        "parallel_upload",
+    ]
     lines = [f"probe of {found.server} (site {found.site!r}), {found.requests} requests:"]
-    lines += [f"  {k:<13} {data[k]}" for k in shown]
+    lines += [f"  {k:<15} {data[k]}" for k in shown]
     if found.cap_mb is not None:
-        lines.append(f"  {'cap_mb':<13} {found.cap_mb:g}")
+        lines.append(f"  {'cap_mb':<15} {found.cap_mb:g}")
     if found.scopes:
         lines += [f"  scope refused: {s['scope']} ({s['case']})" for s in found.scopes]
     lines.append(f"  canary {found.canary!r} " + ("kept" if found.kept else "removed"))
