@@ -351,7 +351,10 @@ def _under_a_terminal(argv: list[str], cwd: Path, timeout: float = 240) -> tuple
 
 
 def test_a_build_on_a_terminal_shows_its_bar_and_no_jvm_noise(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     source = tmp_path / "rows"
     spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], "id long, v string").write.parquet(
@@ -366,11 +369,16 @@ def test_a_build_on_a_terminal_shows_its_bar_and_no_jvm_noise(
     for noise in ("log4j", "WARN NativeCodeLoader", "incubator", "[Stage ", "setLogLevel"):
         assert noise not in shown, shown
     assert "payload:" in shown  # the result itself
-    code, shown = _under_a_terminal(
-        ["build", "-q", "--input", str(source), "--output-dir", str(tmp_path / "quiet")], tmp_path
-    )
+    # -q on a terminal: no bar. In this process (no second JVM), its stderr taken for a
+    # terminal: the bar shows without -q, and not with it.
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    inputs = ["--input", str(source), "--output-dir"]
+    code, _, err = build_here(capsys, *inputs, str(tmp_path / "here"))
     assert code == 0
-    assert "build payload" not in shown
+    assert "build payload" in err
+    code, _, err = build_here(capsys, "-q", *inputs, str(tmp_path / "quiet"))
+    assert code == 0
+    assert "build payload" not in err
 
 
 def test_verbose_says_what_the_sdk_does(tmp_path: Path, server: FakeTableauServer) -> None:
