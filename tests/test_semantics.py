@@ -95,11 +95,13 @@ def test_rows_inserted_lacking_target_columns_get_null_unless_a_server_refuses_t
     assert len(read_table(t, "T", schema="Extract")) == 1  # nothing applied
     apply(batch, target=t, payload=p)
     assert sorted(read_table(t, "T", schema="Extract"))[1] == (2, None, "new", None)
-    # An update inserts nothing: a source of fewer columns sets those it has, under both.
-    t2 = make_hyper(tmp_path / "t2.hyper", {"T": (NARROW, ["(2, 1.50, 'ab', 7)"])})
-    update = [Update(target_table="T", source_table="S", condition=keys_match("id"))]
-    apply(update, target=t2, payload=p, source_columns=SourceColumns(missing="refuse"))
-    assert read_table(t2, "T", schema="Extract") == [(2, Decimal("1.50"), "new", 7)]
+    # Rows that insert nothing (an update, an upsert matching every row): a source of fewer
+    # columns sets those it has, under both.
+    for matched in (Update, Upsert):
+        t2 = make_hyper(tmp_path / "t2.hyper", {"T": (NARROW, ["(2, 1.50, 'ab', 7)"])})
+        batch = [matched(target_table="T", source_table="S", condition=keys_match("id"))]
+        apply(batch, target=t2, payload=p, source_columns=SourceColumns(missing="refuse"))
+        assert read_table(t2, "T", schema="Extract") == [(2, Decimal("1.50"), "new", 7)]
 
 
 def _doubled(tmp_path: Path, name: str) -> Path:

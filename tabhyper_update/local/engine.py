@@ -213,25 +213,16 @@ class _Sql:
         return f"({left} {_OPS[node.op]} {right})"
 
 
-def _check_insertable(
-    source: _Table, target: _Table, columns: SourceColumns, *, inserting: bool
-) -> list[str]:
+def _check_insertable(source: _Table, target: _Table, columns: SourceColumns) -> list[str]:
     """The source columns written into ``target``, once checked to exist there with a
     compatible type (a column the target lacks refused, or left out under
-    ``extra="ignore"``); rows ``inserting`` from a source that lacks target columns refused
-    under ``missing="refuse"`` (else those columns are NULL)."""
+    ``extra="ignore"``)."""
     extra = [c for c in source.columns if c not in target.columns]
     if extra and columns.extra == "refuse":
         raise _Refusal(
             f"source column(s) {', '.join(map(repr, extra))} of {source.label} do not exist "
             f"in target table {target.label} (its columns: "
             f"{', '.join(map(repr, target.columns))})"
-        )
-    lacking = [c for c in target.columns if c not in source.columns]
-    if inserting and lacking and columns.missing == "refuse":
-        raise _Refusal(
-            f"source table {source.label} lacks column(s) {', '.join(map(repr, lacking))} of "
-            f"target table {target.label}: rows inserted must give every column"
         )
     written = [c for c in source.columns if c in target.columns]
     for name in written:
@@ -402,8 +393,19 @@ class _Engine:
                     "nothing. Widen the target column, or round or cut the value in the source"
                 )
 
+    def inserted(self, rows: int, source: _Table, target: _Table) -> int:
+        """``rows`` inserted from ``source``: refused under ``missing="refuse"`` when the
+        source lacks target columns (the batch then rolls back)."""
+        lacking = [c for c in target.columns if c not in source.columns]
+        if rows and lacking and self.columns.missing == "refuse":
+            raise _Refusal(
+                f"source table {source.label} lacks column(s) {', '.join(map(repr, lacking))} "
+                f"of target table {target.label}: rows inserted must give every column"
+            )
+        return rows
+
     def update(self, sql: _Sql, target: _Table, source: _Table, condition: Condition | bool) -> int:
-        columns = _check_insertable(source, target, self.columns, inserting=False)
+        columns = _check_insertable(source, target, self.columns)
         if self.strict:
             self.refuse_losses(source, target)
         where = sql.condition(condition)
@@ -439,11 +441,11 @@ class _Engine:
         sql = _Sql(target, source)
         if isinstance(action, Insert):
             assert source is not None
-            written = _check_insertable(source, target, self.columns, inserting=True)
-            cols = ", ".join(quote_name(c) for c in written)
+            cols = ", ".join(quote_name(c) for c in _check_insertable(source, target, self.columns))
             if self.strict:
                 self.refuse_losses(source, target)
-            return self.run(f"INSERT INTO {target.ref} ({cols}) SELECT {cols} FROM {source.ref}")
+            rows = self.run(f"INSERT INTO {target.ref} ({cols}) SELECT {cols} FROM {source.ref}")
+            return self.inserted(rows, source, target)
         if isinstance(action, Replace):
             assert source is not None
             self.check_replace(source, target)
@@ -475,7 +477,7 @@ class _Engine:
             return self.update(sql, target, source, action.condition)
         assert isinstance(action, Upsert)
         updated = self.update(sql, target, source, action.condition)
-        written = _check_insertable(source, target, self.columns, inserting=True)
+        written = _check_insertable(source, target, self.columns)
         cols = ", ".join(quote_name(c) for c in written)
         picked = ", ".join(f"s.{quote_name(c)}" for c in written)
         where = sql.condition(action.condition)
@@ -483,7 +485,7 @@ class _Engine:
             f"INSERT INTO {target.ref} ({cols}) SELECT {picked} FROM {source.ref} AS s "
             f"WHERE NOT EXISTS (SELECT 1 FROM {target.ref} AS t WHERE {where})"
         )
-        return updated + inserted
+        return updated + self.inserted(inserted, source, target)
 
     @staticmethod
     def check_replace(source: _Table, target: _Table) -> None:
