@@ -238,7 +238,9 @@ def test_a_refresh_that_outlasts_the_wait_fails_with_what_to_do(
 def test_calls_over_the_rate_limit_are_retried_after_the_servers_wait(
     spark: SparkSession, tmp_path: Path, start_file: Path
 ) -> None:
-    server = served(start_file, rest_calls_per_window=6, rate_window=1.0)
+    # An update makes more than 5 calls, well within 1.5 s however loaded the machine is: at
+    # least one is refused and retried after the server's wait.
+    server = served(start_file, rest_calls_per_window=5, rate_window=1.5)
     try:
         with client_for(server) as client:
             result = client.update_datasource(
@@ -248,7 +250,7 @@ def test_calls_over_the_rate_limit_are_retried_after_the_servers_wait(
                 progress=False,
             )
         assert result.done
-        assert server.backend.limits.refused["calls"] >= 1
+        assert server.backend.limits.refused["calls"] >= 1, dict(server.counts)
         assert sum(server.jobs_run.values()) == 1
         assert rows_of(server) == expected(10)
     finally:
