@@ -15,21 +15,11 @@ from tabhyper_update.cli import main
 from tabhyper_update.errors import ConfigurationError
 from tabhyper_update.rest.scopes import DEFAULT_JWT_SCOPES
 from tabhyper_update.testing import FakeTableauServer, make_hyper
-from tabhyper_update.values.probes import ProbeResult
+from tabhyper_update.values.probes import PROBE_CASES, ProbeResult
 
 from ._util import CONNECTED_APP, PAT, client_for, read_rows, use_environment
 
-CASES = (
-    "multi_match",
-    "not_null",
-    "narrowing",
-    "extra_columns",
-    "missing_columns",
-    "replay",
-    "guard",
-    "data_service",
-    "read_back",
-)
+CASES = (*PROBE_CASES, "read_back")
 
 
 def findings(found: ProbeResult) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from ..values.errors import (
     InvalidActionBatchError,
     PayloadAppliedError,
 )
+from ..values.probes import PROBE_CASES
 from .exit_codes import (
     EXIT_DRIFT,
     EXIT_FAILED,
@@ -393,19 +394,8 @@ def _cmd_probe(args: argparse.Namespace) -> int:
             on_step=None if quiet else lambda what: print(f"probing: {what}", file=sys.stderr),
         )
     data = found.as_dict()
-    shown = [
-        "multi_match",
-        "not_null",
-        "narrowing",
-        "extra_columns",
-        "missing_columns",
-        "replay",
-        "guard",
-        "data_service",
-        "parallel_upload",
-    ]
     lines = [f"probe of {found.server} (site {found.site!r}), {found.requests} requests:"]
-    lines += [f"  {k:<15} {data[k]}" for k in shown]
+    lines += [f"  {k:<15} {data[k]}" for k in PROBE_CASES]
     if found.cap_mb is not None:
         lines.append(f"  {'cap_mb':<15} {found.cap_mb:g}")
     if found.scopes:

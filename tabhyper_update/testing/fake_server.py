@@ -37,7 +37,7 @@ from ..values.probes import ProbeResult
 from ..values.redaction import get_logger
 from .backend import FakeBackend
 from .handlers import Handlers, job_body
-from .profiles import ServerProfile
+from .profiles import FOUND_AS, ServerProfile
 from .routes import route_of
 from .settings import BackendSettings
 from .wire import ApiFailure, Request, Response, encode
@@ -259,9 +259,7 @@ class FakeTableauServer:
             multi_match="one_row_used" if hyper else "refused",
             not_null="enforced",
             narrowing="rounded" if hyper else "refused",
-            replay={"original": "original", "new_job": "new_job", "refuse": "refused"}[
-                backend.replay
-            ],
+            replay=FOUND_AS[backend.replay],
             guard="works",
             data_service=backend.service_release if service == "on" else service,
             read_back="data_service" if service == "on" else "not_null",
@@ -269,8 +267,8 @@ class FakeTableauServer:
             canary="",
             api_version=backend.api_version,
             parallel_upload="sequence" if backend.sequence_ids else "refused",
-            extra_columns={"refuse": "refused", "ignore": "ignored"}[backend.source_columns.extra],
-            missing_columns={"null": "null", "refuse": "refused"}[backend.source_columns.missing],
+            extra_columns=FOUND_AS[backend.source_columns.extra],
+            missing_columns=FOUND_AS[backend.source_columns.missing],
         )
 
     def remember_probe(self, state_dir: str | os.PathLike[str] | None = None) -> ProbeResult:

@@ -25,7 +25,7 @@ from typing import Literal
 
 from ..values.probes import ProbeResult
 
-__all__ = ["PROFILES", "SERVICE_OPTIONS", "ServerProfile", "profile_named"]
+__all__ = ["FOUND_AS", "PROFILES", "SERVICE_OPTIONS", "ServerProfile", "profile_named"]
 
 #: The VizQL Data Service's query options, by the release that added them.
 _FIRST = frozenset({"returnFormat", "debug", "disaggregate"})
@@ -116,15 +116,25 @@ def profile_named(name: str) -> ServerProfile:
 
 #: A probe's findings → the fake's semantics.
 _SEMANTICS = {("one_row_used", "rounded"): "hyper", ("refused", "refused"): "strict"}
-_REPLAY = {"original": "original", "new_job": "new_job", "refused": "refuse"}
+#: A setting of the fake → what a probe of it finds (and back: a probe's finding → the
+#: setting that answers as that server did; a case a probe from before it did not measure
+#: reads as Hyper's SQL).
+FOUND_AS = {
+    "original": "original",
+    "new_job": "new_job",
+    "refuse": "refused",
+    "ignore": "ignored",
+    "null": "null",
+}
+_REPLAY = {FOUND_AS[v]: v for v in ("original", "new_job", "refuse")}
 _EXTRA: dict[str | None, Literal["refuse", "ignore"]] = {
-    "refused": "refuse",
-    "ignored": "ignore",
+    FOUND_AS["refuse"]: "refuse",
+    FOUND_AS["ignore"]: "ignore",
     None: "refuse",
 }
 _MISSING: dict[str | None, Literal["null", "refuse"]] = {
-    "null": "null",
-    "refused": "refuse",
+    FOUND_AS["null"]: "null",
+    FOUND_AS["refuse"]: "refuse",
     None: "null",
 }
 

@@ -13,10 +13,22 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["PROBE_FORMAT", "ProbeResult", "probe_key"]
+__all__ = ["PROBE_CASES", "PROBE_FORMAT", "ProbeResult", "probe_key"]
 
 #: What a probe's JSON says it is.
 PROBE_FORMAT = "tabhyper-probe/1"
+#: The cases a probe measures on every server, in the order it shows them.
+PROBE_CASES = (
+    "multi_match",
+    "not_null",
+    "narrowing",
+    "extra_columns",
+    "missing_columns",
+    "replay",
+    "guard",
+    "data_service",
+    "parallel_upload",
+)
 
 
 @dataclass
