@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -272,3 +273,20 @@ def test_advice_is_given_in_the_commands_own_terms() -> None:
     assert "only for a test server, --insecure" in said
     assert "(TABLEAU_SERVER_URL, or --server)" in said
     assert "set TABLEAU_VERIFY_TLS to its CA bundle's path;" in said
+
+
+def test_a_program_calling_the_command_keeps_its_own_logging(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A script that runs `tabhyper-update ... -q` through main() and then uses the SDK itself
+    # still sees the SDK's warnings: the command's quiet level and its stderr handler end
+    # with the command.
+    sdk = logging.getLogger("tabhyper_update")
+    level, handlers = sdk.level, list(sdk.handlers)
+    assert main(["validate", "-q", str(EXAMPLE)]) == 0
+    assert main(["validate", "-vv", str(EXAMPLE)]) == 0
+    assert (sdk.level, sdk.handlers) == (level, handlers)
+    with caplog.at_level(logging.WARNING):
+        logging.getLogger("tabhyper_update.rest").warning("after the command")
+    assert "after the command" in caplog.text
+    assert "after the command" not in capsys.readouterr().err

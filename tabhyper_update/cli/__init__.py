@@ -46,7 +46,7 @@ from .exit_codes import (
     EXIT_USAGE,
 )
 from .failures import Refused, UsageError, as_flags
-from .parser import build_parser, configure_logging
+from .parser import build_parser, configured_logging
 
 if TYPE_CHECKING:
     from .commands import action_batch_schema, schema_text
@@ -89,19 +89,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     args.verbose = getattr(args, "verbose", 0) or 0
     args.quiet = getattr(args, "quiet", False) or False
-    configure_logging(args)
-    try:
-        # A folder flag is checked (and named as written) before the command does anything.
-        check_folder(getattr(args, "state_dir", None), "--state-dir", create=False)
-        code: int = args.func(args)
-    except UsageError as err:
-        return _fail(args, err, EXIT_USAGE)
-    except KeyboardInterrupt:
-        print(_interrupted(getattr(args.func, "name", "")), file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except (TabHyperError, OSError) as err:
-        return _fail(args, err, exit_code_for(err))
-    return code
+    with configured_logging(args):
+        try:
+            # A folder flag is checked (and named as written) before the command does anything.
+            check_folder(getattr(args, "state_dir", None), "--state-dir", create=False)
+            code: int = args.func(args)
+        except UsageError as err:
+            return _fail(args, err, EXIT_USAGE)
+        except KeyboardInterrupt:
+            print(_interrupted(getattr(args.func, "name", "")), file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except (TabHyperError, OSError) as err:
+            return _fail(args, err, exit_code_for(err))
+        return code
 
 
 #: The exit code of each error, the first class that matches winning (what the reference's

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .._version import __version__
@@ -80,8 +82,11 @@ def _add_verbosity(p: argparse.ArgumentParser, default: Any) -> None:
     )
 
 
-def configure_logging(args: argparse.Namespace) -> None:
-    """The SDK's log lines on stderr: warnings by default, more with -v, none with -q."""
+@contextmanager
+def configured_logging(args: argparse.Namespace) -> Iterator[None]:
+    """The SDK's log lines on stderr while a command runs: warnings by default, more with -v,
+    none with -q. The logger is left as it was found when the command returns, so that a
+    program calling :func:`main` keeps its own logging."""
     verbose, quiet = getattr(args, "verbose", 0) or 0, getattr(args, "quiet", False)
     level = (
         logging.ERROR
@@ -89,15 +94,20 @@ def configure_logging(args: argparse.Namespace) -> None:
         else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     )
     logger = logging.getLogger("tabhyper_update")
+    before = logger.level
     logger.setLevel(level)
-    if not any(isinstance(h, _CommandLineHandler) for h in logger.handlers):
-        handler = _CommandLineHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("tabhyper-update: %(levelname)s: %(message)s"))
-        logger.addHandler(handler)
+    handler = _CommandLineHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("tabhyper-update: %(levelname)s: %(message)s"))
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)
 
 
 class _CommandLineHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """The command line's own handler (added once, however often logging is configured)."""
+    """The command line's own handler, there while a command runs."""
 
 
 def build_parser() -> argparse.ArgumentParser:
