@@ -5,6 +5,7 @@ ranks it in one partition: again the same payload, and the same refusals."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -390,19 +391,47 @@ def test_probed_rows_the_driver_received_but_hyper_cannot_read_are_an_error(
     assert list((tmp_path / "out").iterdir()) == []  # no half-built payload
 
 
-def test_a_change_set_hyper_cannot_rank_is_not_probed(
-    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(("limit", "counted"), [(12, True), (11, False)])
+def test_a_change_set_hyper_cannot_rank_is_counted_not_probed(
+    spark: SparkSession,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    limit: int,
+    counted: bool,
 ) -> None:
-    # Spark's ranking needs the whole change set: a probe's rows could not be ranked.
-    df = spark.createDataFrame(
-        [(0.5, "a", "U", 1), (0.5, "b", "U", 2)], "k double, v string, op string, seq long"
-    )
+    # Spark's ranking needs the whole change set: a probe's rows could not be ranked. Its
+    # source's rows are counted instead (at most the probe's rows are read): within the
+    # probe's rows it is small, staged through the driver and ranked in one partition.
+    monkeypatch.setattr(staging, "PROBE_ROWS", limit)
+    rows = [(0.5 * (i % 4), f"v{i}", "U", i) for i in range(12)]
+    df = spark.createDataFrame(rows, "k double, v string, op string, seq long")
     payload, said = build_logged(
-        df, ChangeSet("k", op_column="op", order_by="seq"), caplog, output_dir=tmp_path
+        df, ChangeSet("k", op_column="op", order_by="seq"), caplog, output_dir=tmp_path / "a"
     )
-    assert said.endswith("Spark estimates no size; staged in the shared folder")
-    with payload:
-        assert read_table(payload.parts[0].path, "upserts") == [(0.5, "b")]
+    assert "if at most" not in said
+    if counted:
+        assert said.endswith(
+            "Spark estimates no size; its sources' rows make at most 12; staged through the "
+            "driver, ranked in one partition"
+        )
+    else:
+        assert said.endswith("Spark estimates no size; staged in the shared folder")
+    shared, _ = build_logged(
+        df,
+        ChangeSet("k", op_column="op", order_by="seq"),
+        caplog,
+        output_dir=tmp_path / "b",
+        staging="shared",
+    )
+    with payload, shared:
+        assert sorted(read_table(payload.parts[0].path, "upserts")) == [
+            (0.0, "v8"),
+            (0.5, "v9"),
+            (1.0, "v10"),
+            (1.5, "v11"),
+        ]
+        assert payload.digest == shared.digest
 
 
 def test_a_micro_batch_s_tagging_compiles_to_the_same_code_whatever_its_source_holds(
@@ -436,3 +465,114 @@ def test_a_micro_batch_s_tagging_compiles_to_the_same_code_whatever_its_source_h
     first, second = (tagging_code(df) for df in staged)
     assert len(first) == 1
     assert first == second
+
+
+def _debezium_lines(count: int, *, connector: str) -> list[str]:
+    """``count`` Debezium events of five keys (creates, updates, a key move, deletes), with
+    the ``source`` positions ``connector`` orders by; one event delivered twice."""
+    lines = []
+    for i in range(count):
+        key = i % 5
+        op = "c" if i < 5 else "d" if i % 7 == 0 else "u"
+        after = None if op == "d" else {"id": key + (100 if i == 8 else 0), "v": f"v{i}"}
+        before = None if op == "c" else {"id": key, "v": "old"}
+        source = {"lsn": 100 + i, "file": "binlog.000007", "pos": 4000 + i, "row": 0}
+        lines.append(
+            json.dumps({"before": before, "after": after, "op": op, "ts_ms": i, "source": source})
+        )
+    return [*lines, lines[-1]]
+
+
+def test_an_unprobed_plan_is_counted_only_when_its_sources_bound_its_rows(
+    spark: SparkSession,
+) -> None:
+    from pyspark.sql import functions as F
+
+    from tabhyper_update.streaming import Debezium
+
+    df = spark.createDataFrame(
+        [(1, "a", "U", 1), (2, "b", "U", 2), (2, "b", "U", 2)],
+        "id long, v string, op string, seq long",
+    )
+    assert staging.counted_rows(df) == 3
+    # Dropping duplicates gives at most the rows it reads.
+    assert staging.counted_rows(df.distinct()) == 3
+    assert staging.counted_rows(df.dropDuplicates(["id"]).where("seq > 0")) == 3
+    # Each row exploded into a known number: an array's length, the longest of a choice.
+    three = F.explode(F.array(F.lit(1), F.lit(2), F.lit(3)))
+    assert staging.counted_rows(df.select("*", three)) == 9
+    choice = F.when(F.col("id") > 1, F.array(F.lit(1), F.lit(2))).otherwise(F.array(F.lit(0)))
+    assert staging.counted_rows(df.select("*", F.explode(choice)).distinct()) == 6
+    # Debezium's events: each at most two rows (a key move's pre-image), duplicates dropped.
+    events = spark.createDataFrame(
+        [(line,) for line in _debezium_lines(9, connector="postgresql")], "value string"
+    )
+    changes = Debezium("id BIGINT, v STRING", key="id").changes(events)
+    assert staging.counted_rows(changes) == 20
+    # No bound: an array a row holds, operators that can give more rows than they read or
+    # hide what they read, and sources that are not rows an RDD holds.
+    arrays = spark.createDataFrame([([1, 2, 3],)], "a array<int>")
+    assert staging.counted_rows(arrays.select(F.explode("a"))) is None
+    assert staging.counted_rows(df.join(df.select("id"), "id")) is None
+    assert staging.counted_rows(df.groupBy("id").agg(F.max("seq"))) is None
+    assert staging.counted_rows(df.repartition(3)) is None
+    assert staging.counted_rows(spark.range(5)) is None
+
+
+def test_counting_a_large_source_reads_no_more_than_the_probes_rows(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(staging, "PROBE_ROWS", 100)
+    read = spark.sparkContext.accumulator(0)
+
+    def each(i: int) -> tuple[int, str, int]:
+        read.add(1)
+        return (i % 50, "U", i)
+
+    rdd = spark.sparkContext.parallelize(range(20_000), 8).map(each)
+    df = spark.createDataFrame(rdd, "id long, op string, seq long").dropDuplicates()
+    assert staging.counted_rows(df) is None  # more than 100 rows
+    assert read.value < 20_000  # a few of its rows were read, not all of them
+    before = read.value
+    assert df.count() == 20_000
+    assert read.value - before == 20_000  # (the count of what is read counts every row)
+
+
+@pytest.mark.parametrize(
+    ("connector", "key_type"), [("postgresql", "BIGINT"), ("mysql", "BIGINT"), ("mysql", "DOUBLE")]
+)
+def test_debezium_events_spark_cannot_size_are_counted_and_staged_through_the_driver(
+    spark: SparkSession,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    connector: str,
+    key_type: str,
+) -> None:
+    # Events as a Kafka micro-batch or Python rows give them: no size. Their parse drops
+    # redelivered events (a shuffle), so they are not probed; counted, they are small: the
+    # driver stages them and they are ranked in one partition (by Hyper, or by Spark for a
+    # key Hyper does not compare as Spark does). The payload is the one the shared folder
+    # gives.
+    from tabhyper_update.streaming import Debezium
+
+    events = Debezium(f"id {key_type}, v STRING", key="id", connector=connector)
+    lines = _debezium_lines(30, connector=connector)
+    df = spark.createDataFrame([(line,) for line in lines], "value string")
+    counted, said = build_logged(
+        events.changes(df), events.change_set, caplog, output_dir=tmp_path / "a"
+    )
+    assert said.endswith(
+        f"Spark estimates no size; its sources' rows make at most {2 * len(lines)}; staged "
+        "through the driver, ranked in one partition"
+    )
+    by_hyper = any("Hyper ranks them" in r.getMessage() for r in caplog.records)
+    assert by_hyper is (key_type == "BIGINT")
+    shared, said = build_logged(
+        events.changes(df), events.change_set, caplog, output_dir=tmp_path / "b", staging="shared"
+    )
+    assert said.endswith("staged in the shared folder")
+    with counted, shared:
+        # Keys 0-4 as their last events left them; key 3 moved to 103 by event 8.
+        upserts = sorted(read_table(counted.parts[0].path, "upserts"))
+        assert upserts == sorted(read_table(shared.parts[0].path, "upserts"))
+        assert counted.digest == shared.digest

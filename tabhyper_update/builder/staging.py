@@ -19,6 +19,11 @@ plan with a join, an aggregate or a window is not probed: its whole input would 
 computed for it. The driver holds the probe's rows in Spark's process once (10,000 rows of
 the widths Spark assumes are ~8 MiB; longer strings take more).
 
+A plan a probe cannot take (one that drops duplicates, as a Debezium parse does, or a change
+set Spark ranks, which needs all of it) is *counted* instead when it reads only rows RDDs
+hold (:func:`counted_rows`): at most a probe's rows of the RDDs are taken, and when they bound
+its rows within a probe's, it is staged as a small change set.
+
 ``staging="shared"``: the executors write Parquet into ``staging_dir`` and Hyper, on the
 driver, reads it there. Fast for large change sets, and the driver never holds rows; on a
 cluster the folder must be one path that every executor and the driver see (NFS, a FUSE
@@ -58,6 +63,7 @@ __all__ = [
     "StagingMode",
     "check_staging",
     "compiled_apart",
+    "counted_rows",
     "estimated_bytes",
     "has_pyarrow",
     "probe_rows",
@@ -91,6 +97,10 @@ PROBE_ROWS = 10_000
 #: limit above them stops reading once that many rows have passed.
 #: (The plan is the analyzed one: a view's or an alias's name passes its rows on as read.)
 _PROBED_NODES = frozenset({"Project", "Filter", "Union", "LogicalRDD", "SubqueryAlias", "View"})
+#: Operators that give at most the rows they read, but only once they have read them all (a
+#: shuffle): a probe above one would compute its whole input. Its input is counted instead
+#: (:func:`counted_rows`).
+_REDUCING_NODES = frozenset({"Deduplicate", "Distinct"})
 #: What :func:`compiled_apart` coalesces to: more partitions than a DataFrame staged through
 #: the driver has, so the coalesce keeps them as they are.
 _APART_PARTITIONS = 1 << 16
@@ -184,21 +194,29 @@ def staging_for(
     """Where ``df``'s rows are staged, whether Spark estimates it small enough to rank in
     one partition (a change set's last-change-wins without a shuffle), and for an unsized
     DataFrame under ``auto`` how many rows to probe through the driver first (none unless
-    ``probe``)."""
+    ``probe``). An unsized DataFrame that is not probed is small when counting its sources
+    shows it is (:func:`counted_rows`)."""
     if staging != "auto" and not change_set:
         return Placement(staging, False)
     size = estimated_bytes(df)
     small = size is not None and size <= SMALL_BYTES
     mode: StagingMode = staging
     rows = 0
+    counted = None
     if staging == "auto":
         mode = "driver" if small and has_pyarrow() else "shared"
-        if probe and size is None and has_pyarrow():
-            rows = probe_rows(df)
+        if size is None and has_pyarrow():
+            rows = probe_rows(df) if probe else 0
+            counted = None if rows else counted_rows(df)
+        if counted is not None:
+            mode, small = "driver", True
+    estimate = "no size" if size is None else f"{size:,} bytes"
+    if counted is not None:
+        estimate += f"; its sources' rows make at most {counted:,}"
     log.debug(
         "table %r: Spark estimates %s; staged %s%s",
         table,
-        "no size" if size is None else f"{size:,} bytes",
+        estimate,
         f"through the driver if at most {rows:,} rows, else in the shared folder"
         if rows
         else "through the driver"
@@ -229,6 +247,80 @@ def probe_rows(df: DataFrame) -> int:
     except Exception:  # a probe is optional: without one the rows are staged shared
         return 0
     return min(PROBE_ROWS, SMALL_BYTES // max(1, width))
+
+
+def counted_rows(df: DataFrame) -> int | None:
+    """At most how many rows ``df`` gives, when its plan cannot be probed (a shuffle that
+    drops duplicates) or Spark ranks it, and counting its sources shows it small; else
+    ``None``.
+
+    Counted when the plan reads only rows RDDs hold, through operators that pass them on
+    (:data:`_PROBED_NODES`), drop duplicates (:data:`_REDUCING_NODES`) or explode each row
+    into at most a known number of rows (an array of fixed length, or a choice between such
+    arrays: how a Debezium change's pre-image is made). The bound is the RDDs' rows, each
+    times its explosions, and it must stay within :func:`probe_rows`' rows for such rows'
+    width: Spark takes at most that many rows of the RDDs (it stops reading there), so a
+    large source costs a few partitions' rows, never its whole input."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return None
+    try:
+        sources = _counted_sources(_sizing_plan(jdf))
+        if not sources:
+            return None
+        limit = min(PROBE_ROWS, SMALL_BYTES // max(1, int(jdf.schema().defaultSize())))
+        bound = 0
+        for rdd, fanout in sources:
+            bound += fanout * len(rdd.take((limit - bound) // fanout + 1))
+            if bound > limit:
+                return None
+    except Exception:  # a count is optional: without one the rows are staged shared
+        return None
+    return bound
+
+
+def _counted_sources(plan: Any) -> list[tuple[Any, int]] | None:
+    """The RDDs ``plan`` reads, each with the most rows one of its rows can become; ``None``
+    when the plan holds any other operator or an explosion of unknown size."""
+    sources: list[tuple[Any, int]] = []
+    pending = [(plan, 1)]
+    while pending:
+        node, fanout = pending.pop()
+        name = node.nodeName()
+        if name == "LogicalRDD":
+            sources.append((node.rdd(), fanout))
+        elif name == "Generate":
+            most = _exploded_at_most(node.generator())
+            if most is None:
+                return None
+            fanout *= max(1, most)
+        elif name not in _PROBED_NODES and name not in _REDUCING_NODES:
+            return None
+        children = node.children()
+        pending.extend((children.apply(i), fanout) for i in range(children.size()))
+    return sources
+
+
+def _exploded_at_most(generator: Any) -> int | None:
+    """The most rows ``explode`` (or ``posexplode``) makes of one row, when its array has a
+    known greatest length: ``array(...)``, or a choice (``CASE``, ``IF``) between such."""
+    if generator.nodeName() not in ("Explode", "PosExplode"):
+        return None
+    pending, most = [generator.child()], 0
+    while pending:
+        expr = pending.pop()
+        name = expr.nodeName()
+        if name == "CreateArray":
+            most = max(most, expr.children().size())
+        elif name in ("CaseWhen", "If"):
+            children = expr.children()
+            for i in range(children.size()):
+                child = children.apply(i)
+                if child.dataType().typeName() != "boolean":  # the conditions
+                    pending.append(child)
+        else:
+            return None
+    return most
 
 
 def probe_to_driver(rows: DataFrame, target: Path, probe: int, name: str) -> int | None:
