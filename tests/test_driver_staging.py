@@ -467,9 +467,10 @@ def test_a_micro_batch_s_tagging_compiles_to_the_same_code_whatever_its_source_h
     assert first == second
 
 
-def _debezium_lines(count: int, *, connector: str) -> list[str]:
-    """``count`` Debezium events of five keys (creates, updates, a key move, deletes), with
-    the ``source`` positions ``connector`` orders by; one event delivered twice."""
+def _debezium_lines(count: int) -> list[str]:
+    """``count`` Debezium events of five keys (creates, updates, a key move, deletes), whose
+    ``source`` holds both PostgreSQL's position (``lsn``) and MySQL's (``file``, ``pos``,
+    ``row``); the last event delivered twice."""
     lines = []
     for i in range(count):
         key = i % 5
@@ -504,9 +505,7 @@ def test_an_unprobed_plan_is_counted_only_when_its_sources_bound_its_rows(
     choice = F.when(F.col("id") > 1, F.array(F.lit(1), F.lit(2))).otherwise(F.array(F.lit(0)))
     assert staging.counted_rows(df.select("*", F.explode(choice)).distinct()) == 6
     # Debezium's events: each at most two rows (a key move's pre-image), duplicates dropped.
-    events = spark.createDataFrame(
-        [(line,) for line in _debezium_lines(9, connector="postgresql")], "value string"
-    )
+    events = spark.createDataFrame([(line,) for line in _debezium_lines(9)], "value string")
     changes = Debezium("id BIGINT, v STRING", key="id").changes(events)
     assert staging.counted_rows(changes) == 20
     # No bound: an array a row holds, operators that can give more rows than they read or
@@ -556,7 +555,7 @@ def test_debezium_events_spark_cannot_size_are_counted_and_staged_through_the_dr
     from tabhyper_update.streaming import Debezium
 
     events = Debezium(f"id {key_type}, v STRING", key="id", connector=connector)
-    lines = _debezium_lines(30, connector=connector)
+    lines = _debezium_lines(30)
     df = spark.createDataFrame([(line,) for line in lines], "value string")
     counted, said = build_logged(
         events.changes(df), events.change_set, caplog, output_dir=tmp_path / "a"

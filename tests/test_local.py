@@ -481,3 +481,59 @@ def test_a_wider_type_whose_values_fit_is_applied_unchanged(
     p = payload(tmp_path, {"new": (source_columns, [row])})
     apply([Insert(target_table="Orders", source_table="new")], target=target_file, payload=p)
     assert ids(target_file) == [1, 9]
+
+
+def test_a_file_the_sdk_only_reads_is_opened_for_reading_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A payload file may be the caller's own: the SDK reads it as the main database would
+    # be read (unqualified names, the catalog), and Hyper refuses to write into it.
+    from tableauhyperapi import HyperException
+    from tableauhyperapi.hyperexception import ContextId
+
+    from tabhyper_update import Payload
+    from tabhyper_update.local import hyper
+
+    file = make_hyper(
+        tmp_path / "mine.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')", "(2, 'b')"])}
+    )
+    before = file.read_bytes()
+    with hyper.connect(file, read_only=True) as conn:
+        assert conn.execute_scalar_query('SELECT COUNT(*) FROM "Extract"."Extract"') == 2
+        (schema,) = [s for s in conn.catalog.get_schema_names() if s.name.unescaped == "Extract"]
+        assert [str(t.name.unescaped) for t in conn.catalog.get_table_names(schema)] == ["Extract"]
+        with pytest.raises(HyperException, match="read-only"):
+            conn.execute_command('INSERT INTO "Extract"."Extract" VALUES (3, \'c\')')
+    payload = Payload.from_hyper(file)
+    assert payload.parts[0].tables["Extract"].row_count == 2
+    target = make_hyper(tmp_path / "target.hyper", {"Extract": ("id BIGINT, v TEXT", [])})
+    apply(
+        ActionBatch(actions=[Insert(source_table="Extract", target_table="Extract")]),
+        target=target,
+        payload=file,
+    )
+    assert sorted(read_rows(target, "Extract")) == [(1, "a"), (2, "b")]
+    assert file.read_bytes() == before
+
+    # A Hyper that does not know the option: the file is attached as before, and the
+    # answer is remembered for the process.
+    class OldHyper:
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        def execute_command(self, sql: str) -> None:
+            self.sent.append(sql)
+            if "access_mode" in sql:
+                raise HyperException(
+                    ContextId(0), 'unsupported database attach option "access_mode"'
+                )
+
+    monkeypatch.setattr(hyper, "_read_only_attach", None)
+    old = OldHyper()
+    hyper.attach_read_only(old, file, "src")
+    hyper.attach_read_only(old, file, "src2")
+    assert [s.endswith("WITH (access_mode = 'readonly')") for s in old.sent] == [True, False, False]
+    # Any other failure (a missing file) is raised, never hidden by the fallback.
+    monkeypatch.setattr(hyper, "_read_only_attach", None)
+    with hyper.connect() as conn, pytest.raises(HyperException):
+        hyper.attach_read_only(conn, tmp_path / "missing.hyper", "src")

@@ -61,7 +61,7 @@ from ..values.errors import ApplyError
 from ..values.narrowing import ColumnType, losses
 from ..values.parts import PayloadLike
 from ..values.redaction import get_logger
-from .hyper import connect, quote_literal, quote_name
+from .hyper import attach_read_only, connect, quote_literal, quote_name
 
 if TYPE_CHECKING:
     from tableauhyperapi import Connection
@@ -543,7 +543,7 @@ def apply(
             # Absolute: the shared Hyper process resolves paths against its own directory.
             conn.catalog.attach_database(os.path.abspath(target_path), alias=Name(TARGET_DB))
             if payload_path is not None:
-                conn.catalog.attach_database(os.path.abspath(payload_path), alias=Name(SOURCE_DB))
+                attach_read_only(conn, payload_path, SOURCE_DB)
             engine = _Engine(
                 conn, payload_path is not None, semantics, seed, source_columns or SourceColumns()
             )

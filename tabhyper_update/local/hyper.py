@@ -18,6 +18,7 @@ from typing import Any
 from tableauhyperapi import (
     Connection,
     CreateMode,
+    HyperException,
     HyperProcess,
     Telemetry,
     escape_name,
@@ -29,6 +30,7 @@ from ..values.errors import InvalidArgumentError
 __all__ = [
     "DEFAULT_DATABASE_VERSION",
     "SUPPORTED_DATABASE_VERSIONS",
+    "attach_read_only",
     "connect",
     "create_tables",
     "hyper_process",
@@ -85,19 +87,53 @@ def connect(
     database: str | os.PathLike[str] | None = None,
     *,
     create: bool = False,
+    read_only: bool = False,
     database_version: int = DEFAULT_DATABASE_VERSION,
 ) -> Iterator[Connection]:
-    """A connection to ``database`` (created, replacing any file, when ``create``).
+    """A connection to ``database`` (created, replacing any file, when ``create``; only read
+    when ``read_only``: see :func:`attach_read_only`).
 
     Paths are made absolute here: the shared Hyper process keeps the working directory it
     started in, so a relative path would name another file."""
     process = hyper_process(database_version)
     kwargs: dict[str, Any] = {}
-    if database is not None:
+    if database is not None and not read_only:
         kwargs["database"] = os.path.abspath(database)
         kwargs["create_mode"] = CreateMode.CREATE_AND_REPLACE if create else CreateMode.NONE
     with Connection(process.endpoint, **kwargs) as connection:
+        if database is not None and read_only:
+            # The one database attached: unqualified names resolve in it, as in the main one,
+            # and under the alias Hyper gives a main database (the file's stem).
+            attach_read_only(connection, database, os.path.splitext(os.path.basename(database))[0])
         yield connection
+
+
+#: Whether this Hyper attaches a database for reading only (``None``: not tried yet).
+_read_only_attach: bool | None = None
+
+
+def attach_read_only(connection: Connection, path: str | os.PathLike[str], alias: str) -> None:
+    """Attach the ``.hyper`` file ``path`` as ``alias`` for reading only.
+
+    A file the SDK reads may be the caller's own (``Payload.from_hyper``): attached for
+    writing, Hyper may write into it even when nothing is changed (its header, measured
+    under load). Read-only (``access_mode 'readonly'``), Hyper refuses to. A Hyper that
+    does not know the option attaches it as before."""
+    global _read_only_attach
+    statement = f"ATTACH DATABASE {quote_name(os.path.abspath(path))} AS {quote_name(alias)}"
+    if _read_only_attach is not False:
+        try:
+            connection.execute_command(f"{statement} WITH (access_mode = 'readonly')")
+        except HyperException as err:
+            text = str(err).lower()
+            unknown = "access_mode" in text or "attach option" in text or "syntax" in text
+            if _read_only_attach or not unknown:
+                raise
+            _read_only_attach = False
+        else:
+            _read_only_attach = True
+            return
+    connection.execute_command(statement)
 
 
 def quote_name(name: str) -> str:

@@ -127,7 +127,7 @@ def read_hyper(path: str | os.PathLike[str], schema: str | None) -> tuple[Payloa
     if not file.is_file():
         raise PayloadError(f"{str(file)!r} is not a file: give the path of a .hyper file")
     try:
-        with connect(file) as connection:
+        with connect(file, read_only=True) as connection:
             catalog = connection.catalog
             found = [
                 (str(s.name.unescaped), catalog.get_table_definition(t))
@@ -285,7 +285,7 @@ def duplicated_keys(
     and up to ``shown`` of them as text: one query on the file."""
     keys = ", ".join(quote_name(c) for c in columns)
     text = " || ', ' || ".join(f"COALESCE(CAST({quote_name(c)} AS TEXT), 'NULL')" for c in columns)
-    with connect(path) as conn:
+    with connect(path, read_only=True) as conn:
         rows = conn.execute_list_query(
             f"SELECT {text}, COUNT(*) OVER () FROM {table_ref(schema, table)} "
             f"GROUP BY {keys} HAVING COUNT(*) > 1 LIMIT {int(shown)}"

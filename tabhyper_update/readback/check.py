@@ -112,7 +112,7 @@ def expected_changes(payload: PayloadLike, sample: int = 0) -> ExpectedChanges:
     upserts: list[tuple[Any, ...]] = []
     deletes: list[tuple[Any, ...]] = []
     for part in payload.parts:
-        with connect(part.path) as conn:
+        with connect(part.path, read_only=True) as conn:
             for name, rows in (
                 (change_set.upsert_table, upserts),
                 (change_set.delete_table, deletes),

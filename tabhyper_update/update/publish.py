@@ -118,7 +118,7 @@ def _tables_of(path: Path) -> dict[str, TableInfo]:
     """The tables of a ``.hyper`` file with their columns (types and nullability)."""
     found: dict[str, TableInfo] = {}
     try:
-        with connect(path) as conn:
+        with connect(path, read_only=True) as conn:
             for schema in conn.catalog.get_schema_names():
                 for name in conn.catalog.get_table_names(schema):
                     table = conn.catalog.get_table_definition(name)

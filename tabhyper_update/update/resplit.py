@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tableauhyperapi import SchemaName, TableDefinition, TableName
 
-from ..local.hyper import connect, quote_literal, quote_name, table_ref
+from ..local.hyper import attach_read_only, connect, quote_literal, quote_name, table_ref
 from ..values.actions import ActionBatch, Insert
 from ..values.errors import ApiError, PayloadError
 from ..values.parts import PayloadLike, PayloadPart, TableInfo
@@ -101,7 +101,7 @@ def split_part(
         here = path.stem  # the name Hyper gives the file's database
         with connect(path, create=True) as conn:
             path.chmod(0o600)
-            conn.execute_command(f"ATTACH DATABASE {quote_name(str(part.path))} AS src")
+            attach_read_only(conn, part.path, "src")
             for name, info in part.tables.items():
                 source = TableName("src", info.schema, name)
                 definition = conn.catalog.get_table_definition(source)

@@ -316,7 +316,7 @@ def _holds_nulls(payload: PayloadLike, table: TableInfo, column: str) -> bool:
     for part in payload.parts:
         if table.name not in part.tables:
             continue
-        with connect(part.path) as conn:
+        with connect(part.path, read_only=True) as conn:
             count: Any = conn.execute_scalar_query(
                 f"SELECT COUNT(*) FROM {table_ref(table.schema, table.name)} "
                 f"WHERE {quote_name(column)} IS NULL"

@@ -19,7 +19,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from tableauhyperapi import SchemaName, TableDefinition, TableName
 
-from ..local.hyper import connect, quote_name, table_ref
+from ..local.hyper import attach_read_only, connect, quote_name, table_ref
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession
 from ..values.actions import ActionBatch
@@ -102,7 +102,7 @@ def without_columns(part: PayloadPart, drop: Mapping[str, list[str]], folder: Pa
     tables: dict[str, TableInfo] = {}
     with connect(path, create=True) as conn:
         path.chmod(0o600)
-        conn.execute_command(f"ATTACH DATABASE {quote_name(str(part.path))} AS src")
+        attach_read_only(conn, part.path, "src")
         for name, info in part.tables.items():
             left_out = set(drop.get(name, ()))
             definition = conn.catalog.get_table_definition(TableName("src", info.schema, name))
