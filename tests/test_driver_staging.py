@@ -518,7 +518,7 @@ def test_an_unprobed_plan_is_counted_only_when_its_sources_bound_its_rows(
     assert staging.counted_rows(spark.range(5)) is None
 
 
-def test_counting_a_large_source_reads_no_more_than_the_probes_rows(
+def test_counting_a_large_source_reads_a_part_of_it_not_all_of_it(
     spark: SparkSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(staging, "PROBE_ROWS", 100)

@@ -243,10 +243,15 @@ def probe_rows(df: DataFrame) -> int:
                 return 0
             children = node.children()
             pending.extend(children.apply(i) for i in range(children.size()))
-        width = int(jdf.schema().defaultSize())
+        return _rows_within_small(jdf)
     except Exception:  # a probe is optional: without one the rows are staged shared
         return 0
-    return min(PROBE_ROWS, SMALL_BYTES // max(1, width))
+
+
+def _rows_within_small(jdf: Any) -> int:
+    """:data:`PROBE_ROWS`, fewer when Spark's default width of ``jdf``'s rows says they
+    would exceed :data:`SMALL_BYTES`."""
+    return min(PROBE_ROWS, SMALL_BYTES // max(1, int(jdf.schema().defaultSize())))
 
 
 def counted_rows(df: DataFrame) -> int | None:
@@ -268,7 +273,7 @@ def counted_rows(df: DataFrame) -> int | None:
         sources = _counted_sources(_sizing_plan(jdf))
         if not sources:
             return None
-        limit = min(PROBE_ROWS, SMALL_BYTES // max(1, int(jdf.schema().defaultSize())))
+        limit = _rows_within_small(jdf)
         bound = 0
         for rdd, fanout in sources:
             bound += fanout * len(rdd.take((limit - bound) // fanout + 1))
