@@ -17,6 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+#: The variable naming a Spark Connect server for these steps (``sc://127.0.0.1:15002``).
+CONNECT_URL = "TABHYPER_TEST_CONNECT"
+
 
 def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
@@ -35,7 +38,9 @@ def main(argv: list[str]) -> int:
 
     url, work_dir, *steps = argv
     work = Path(work_dir)
-    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    # A server of the caller's (TABHYPER_TEST_CONNECT: sc://host:port), else pyspark's own
+    # local one (shipped with pyspark 4).
+    spark = SparkSession.builder.remote(os.environ.get(CONNECT_URL, "local[2]")).getOrCreate()
     client = TableauClient(url, "", PersonalAccessToken(*PAT))
     changes = ChangeSet("id", op_column="op", order_by="seq")
 

@@ -39,7 +39,6 @@ import os
 import shutil
 import tempfile
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +49,7 @@ from typing_extensions import Unpack
 from ..local.folders import check_folder, private_dir, sweep_leftovers_if_due
 from ..local.progress import bar as progress_bar
 from ..local.progress import show_progress
+from ..local.spark_versions import observe, require_supported_pyspark
 from ..local.telemetry import span
 from ..payload.model import (
     DEFAULT_MAX_PAYLOAD_MB,
@@ -66,7 +66,7 @@ from ..values.errors import (
 from ..values.parts import PayloadPart
 from ..values.positions import json_positions
 from ..values.redaction import get_logger
-from ..values.spark_sql import sql_name
+from ..values.spark_sql import source_views, sql_name
 from .cdc import (
     KIND_DELETE,
     KIND_UPSERT,
@@ -96,7 +96,7 @@ from .hyper_types import (
     plan_columns,
 )
 from .options import BuildOptions, check_build_options
-from .spark_ranking import metric, rank_in_spark
+from .spark_ranking import rank_in_spark
 from .staging import (
     StagingMode,
     check_staging,
@@ -268,6 +268,7 @@ def _frames_of(source: DataFrame | Mapping[str, DataFrame], table: str) -> dict[
             raise PayloadArgumentError(
                 f"table {name!r}: expected a Spark DataFrame, got {type(df).__name__}"
             )
+    require_supported_pyspark()
     return frames
 
 
@@ -329,7 +330,8 @@ def _build_parts(
         shutil.rmtree(stage, ignore_errors=True)
         raise
     try:
-        parts, positions = _stage_and_write(frames, stage, owned, options, progress, drop_empty)
+        with source_views():
+            parts, positions = _stage_and_write(frames, stage, owned, options, progress, drop_empty)
     except TabHyperError:
         shutil.rmtree(owned, ignore_errors=True)
         raise
@@ -461,7 +463,6 @@ def _staged_values(plans: Sequence[ColumnPlan]) -> tuple[list[str], list[str]]:
 
 def _stage_table(frame: _Frame, route: _Route, target: Path) -> Staged:
     """A plain table's rows staged, with their identity columns; counted as they go."""
-    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     staged_names, values = _staged_values(frame.plans)
@@ -472,9 +473,9 @@ def _stage_table(frame: _Frame, route: _Route, target: Path) -> Staged:
         # The driver counts the rows it receives: no observation to wait for.
         sent = write_on_driver(rows, target)
     elif sent is None:
-        observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
-        _write_staged(rows.observe(observed, F.expr("count(1)").alias("rows")), target, route.mode)
-        sent = metric(observed, "rows")
+        counted, count = observe(rows, F.expr("count(1)").alias("rows"))
+        _write_staged(counted, target, route.mode)
+        sent = int(count().get("rows") or 0)
     return Staged(frame.name, frame.plans, staged_names, staged_files(target), sent)
 
 

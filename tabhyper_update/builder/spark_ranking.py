@@ -3,11 +3,13 @@ written (what Hyper's ranking does where it can: :mod:`.hyper_ranking`)."""
 
 from __future__ import annotations
 
-import uuid
+import json
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from ..local.spark_versions import observe
 from ..values.spark_sql import sql_name
 from .cdc import KIND_COLUMN, KIND_DELETE, KIND_UPSERT, OP_TEXT_COLUMN, ORDER_TEXT_COLUMN, CdcSpec
 from .hyper_parts import change_identity_sql
@@ -16,7 +18,7 @@ from .staging import selected
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["metric", "rank_in_spark"]
+__all__ = ["rank_in_spark"]
 
 
 def rank_in_spark(
@@ -30,33 +32,34 @@ def rank_in_spark(
     (``columns``: the staged columns, ``values``: their values as Spark SQL); the rows per
     kind (upserts, deletes, errors), observed as they are written, and the greatest position
     among the changes (observed as Spark reads them)."""
-    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     kind = sql_name(KIND_COLUMN)
-    observed = Observation(f"tabhyper-staged-{uuid.uuid4().hex}")
-    read = Observation(f"tabhyper-read-{uuid.uuid4().hex}")
     ordered = spec.order_sql or tuple(sql_name(o) for o in spec.order_by)
-    rows = selected(
-        # Each position column at the greatest position, one scalar each (a struct metric
-        # of an empty change set is a NULL row, which PySpark cannot take).
-        df.observe(
-            read,
-            *(
-                F.expr(f"max_by({o}, struct({', '.join(ordered)}))").alias(f"last{i}")
-                for i, o in enumerate(ordered)
-            ),
+    types = spec.position_types or (None,) * len(ordered)
+    # Each position column at the greatest position, one scalar each (a struct metric of an
+    # empty change set is a NULL row, which PySpark cannot take).
+    read, greatest_of = observe(
+        df,
+        *(
+            F.expr(_observable(f"max_by({o}, struct({', '.join(ordered)}))", spark_type)).alias(
+                f"last{i}"
+            )
+            for i, (o, spark_type) in enumerate(zip(ordered, types, strict=True))
         ),
-        [
-            *columns,
-            *change_identity_sql(spec, values, kind),
-            kind,
-            sql_name(OP_TEXT_COLUMN),
-            sql_name(ORDER_TEXT_COLUMN),
-        ],
-        spec.latest_query(df.columns),
-    ).observe(
-        observed,
+    )
+    rows, counted = observe(
+        selected(
+            read,
+            [
+                *columns,
+                *change_identity_sql(spec, values, kind),
+                kind,
+                sql_name(OP_TEXT_COLUMN),
+                sql_name(ORDER_TEXT_COLUMN),
+            ],
+            spec.latest_query(df.columns),
+        ),
         F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)").alias("U"),
         F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)").alias("D"),
         F.expr(f"sum(CASE WHEN substr({kind}, 1, 2) = 'E_' THEN 1 ELSE 0 END)").alias("errors"),
@@ -64,23 +67,48 @@ def rank_in_spark(
     # One data set with the kind beside each row, not a folder per kind: a partitioned
     # write makes Spark sort every row by the kind first. Hyper reads each kind apart.
     write(rows)
-    counts = {k: metric(observed, k) for k in (KIND_UPSERT, KIND_DELETE, "errors")}
+    found = counted()
+    counts = {k: int(found.get(k) or 0) for k in (KIND_UPSERT, KIND_DELETE, "errors")}
     if not any(counts.values()):
         # No change came through (Spark may then drop the observed step): no position.
         return counts, None
-    greatest = [read.get.get(f"last{i}") for i in range(len(ordered))]
+    got = greatest_of()
+    greatest = [_observed(got.get(f"last{i}"), t) for i, t in enumerate(types)]
     if greatest[0] is None:
         return counts, None
-    # Spark gives an instant as the driver's local time: as Hyper gives it, in UTC.
-    instants = [t == "timestamp" for t in spec.position_types] or [False] * len(greatest)
-    last = tuple(
-        v.astimezone(timezone.utc) if instant and isinstance(v, datetime) else v
-        for v, instant in zip(greatest, instants, strict=True)
-    )
-    return counts, last
+    return counts, tuple(greatest)
 
 
-def metric(observed: Any, name: str) -> int:
-    """An observed count (0 when the observation saw no row)."""
-    value = observed.get.get(name)
-    return int(value or 0)
+def _observable(expr: str, spark_type: str | None) -> str:
+    """``expr`` (a position of ``spark_type``) as a value every supported pyspark hands back
+    alike from an observation: pyspark 3.x gives a metric as the JVM's object (a date, an
+    instant or an array stays a Java object), 4.x as Python's. A number or a text passes as
+    it is; :func:`_observed` reads the others back."""
+    if spark_type == "timestamp":
+        return f"unix_micros({expr})"
+    if spark_type == "timestamp_ntz":
+        return f"date_format({expr}, 'yyyy-MM-dd HH:mm:ss.SSSSSS')"
+    if spark_type == "date":
+        return f"unix_date({expr})"
+    if spark_type is not None and spark_type.startswith("array<"):
+        return f"to_json({expr})"
+    return expr
+
+
+def _observed(value: Any, spark_type: str | None) -> Any:
+    """The Python value of a position observed as :func:`_observable` made it: an instant
+    in UTC (as Hyper gives it), a date, a wall-clock time, a list of decimals."""
+    if value is None:
+        return None
+    if spark_type == "timestamp":
+        return _EPOCH + timedelta(microseconds=int(value))
+    if spark_type == "timestamp_ntz":
+        return datetime.strptime(str(value), "%Y-%m-%d %H:%M:%S.%f")
+    if spark_type == "date":
+        return date(1970, 1, 1) + timedelta(days=int(value))
+    if spark_type is not None and spark_type.startswith("array<"):
+        return json.loads(str(value), parse_float=Decimal, parse_int=Decimal)
+    return value
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

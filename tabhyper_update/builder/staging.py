@@ -42,14 +42,14 @@ Needs pyarrow (``pip install 'tabhyper-update[connect]'`` or ``pyarrow``).
 from __future__ import annotations
 
 import shutil
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from ..local.folders import make_private
 from ..local.optional import available
-from ..values.errors import ConfigurationError, PayloadError
+from ..local.spark_versions import arrow_batches
+from ..values.errors import ConfigurationError
 from ..values.redaction import get_logger
 from ..values.spark_sql import query_over
 
@@ -352,16 +352,18 @@ def staged_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*.parquet") if p.is_file())
 
 
-def write_on_driver(df: DataFrame, target: Path) -> int:
+def write_on_driver(df: DataFrame, target: Path, *, route: str | None = None) -> int:
     """Write ``df`` as Parquet files under ``target`` on the driver, a record batch at a
-    time, a new file every :data:`ROWS_PER_FILE` rows; returns how many rows came."""
+    time, a new file every :data:`ROWS_PER_FILE` rows; returns how many rows came.
+    ``route``: how the rows come (:func:`~tabhyper_update.local.spark_versions.arrow_route`),
+    chosen by what the running pyspark offers unless given."""
     import pyarrow.parquet as pq
 
     make_private(target)
     made: Any = None
     rows, counter, total = 0, 0, 0
     try:
-        for batch in _arrow_batches(df):
+        for batch in arrow_batches(df, route=route):
             if batch.num_rows == 0:
                 continue
             if made is None or rows >= ROWS_PER_FILE:
@@ -383,61 +385,3 @@ def write_on_driver(df: DataFrame, target: Path) -> int:
         if made is not None:
             made.close()
     return total
-
-
-def _arrow_batches(df: DataFrame) -> Iterator[Any]:
-    """``df``'s rows as Arrow record batches, in the order Spark finishes them (the order
-    does not matter to the payload), without holding them all."""
-    if type(df).__module__.startswith("pyspark.sql.connect"):
-        yield from _connect_batches(df)
-    else:
-        yield from _classic_batches(df)
-
-
-def _connect_batches(df: Any) -> Iterator[Any]:
-    import pyarrow as pa
-
-    client = df._session.client
-    plan = df._plan.to_proto(client)
-    for item in client.to_table_as_iterator(plan, df._plan.observations):
-        if isinstance(item, pa.Table):
-            yield from item.to_batches()
-
-
-def _classic_batches(df: Any) -> Iterator[Any]:
-    # pyspark's own plumbing for toArrow() (untyped): reached through Any.
-    from pyspark import serializers, traceback_utils, util
-    from pyspark.errors.exceptions import captured
-
-    with warnings.catch_warnings():  # its module checks pandas' version; no pandas is used
-        warnings.simplefilter("ignore", FutureWarning)
-        from pyspark.sql.pandas.serializers import ArrowStreamSerializer
-
-    spark_io: Any = serializers
-    call_site: Any = traceback_utils.SCCallSiteSync
-    load: Any = util._load_from_socket
-    unwrap: Any = captured.unwrap_spark_exception
-
-    class _AsTheyCome(ArrowStreamSerializer):
-        """Spark's Arrow collect stream, batch by batch (its own reader keeps them all to
-        put them in order first), then its trailer: the order, or the JVM's error."""
-
-        def load_stream(self, stream: Any) -> Iterator[Any]:
-            yield from super().load_stream(stream)
-            count = spark_io.read_int(stream)
-            if count == -1:
-                raise PayloadError(
-                    "Spark failed while sending the rows to the driver: "
-                    f"{spark_io.UTF8Deserializer().loads(stream)}"
-                )
-            for _ in range(count):
-                spark_io.read_int(stream)
-
-    with call_site(df._sc):
-        port, secret, server = df._jdf.collectAsArrowToPython()
-    try:
-        with load((port, secret), _AsTheyCome()) as stream:
-            yield from stream
-    finally:
-        with unwrap():
-            server.getResult()

@@ -31,13 +31,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
+from ..local.spark_versions import require_supported_pyspark, struct_from_ddl
 from ..values.changeset import MISSING_OP, ChangeSet
 from ..values.errors import ArgumentTypeError, InvalidArgumentError, PayloadError
 from ..values.positions import OrderAs
 from ..values.spark_sql import sql_name
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
 __all__ = ["CONNECTOR_POSITIONS", "SOURCE_FIELDS", "Debezium"]
@@ -215,16 +216,14 @@ class Debezium:
         )
 
     # -- schema --------------------------------------------------------------------------
-    def _row_type(self) -> StructType:
+    def _row_type(self, spark: SparkSession) -> StructType:
         from pyspark.sql.types import StructType
 
         if isinstance(self.row_schema, StructType):
             schema = self.row_schema
         else:
             try:
-                parsed = StructType.fromDDL(self.row_schema)
-                assert isinstance(parsed, StructType)
-                schema = parsed
+                schema = struct_from_ddl(self.row_schema, spark)
             except Exception as err:
                 raise PayloadError(
                     f"Debezium row_schema {self.row_schema!r} is not a valid schema: "
@@ -281,7 +280,8 @@ class Debezium:
         from pyspark.sql import functions as F
         from pyspark.sql.types import BinaryType
 
-        row = self._row_type()
+        require_supported_pyspark()
+        row = self._row_type(events.sparkSession)
         columns = events.columns
         extra: dict[str, Column] = {}
         for p in self.position:

@@ -564,6 +564,10 @@ def build_failure(
     return PayloadError(f"{engine} failed while building the payload: {first}{where}")
 
 
+#: Spark's error classes that only wrap the error that caused them.
+_WRAPPING_CLASSES = ("[TASK_WRITE_FAILED]",)
+#: A Java exception's class before its message (``java.lang.RuntimeException: ``).
+_JAVA_CLASS = re.compile(r"^(?:[a-z_][\w]*\.)+[A-Z][\w$]*: ")
 #: Spark's error classes (``[MALFORMED_RECORD_IN_PARSING.WITHOUT_SUGGESTION]``).
 _ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*\]")
 
@@ -572,10 +576,19 @@ def _first_cause(text: str) -> str:
     """The line of an engine's error that says what went wrong: the first naming a Spark
     error class, else the first that is not Py4J's "An error occurred while calling"."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in lines:
-        found = _ERROR_CLASS.search(line)
-        if found is not None and not line.startswith("at "):
-            return line[found.start() :]
+    named = [
+        line[found.start() :]
+        for line in lines
+        if (found := _ERROR_CLASS.search(line)) is not None and not line.startswith("at ")
+    ]
+    # A class that only wraps another (Spark 3.x's write of a task that failed) gives way
+    # to the cause it wraps.
+    causes = [line for line in named if not line.startswith(_WRAPPING_CLASSES)]
+    if causes:
+        return causes[0]
+    if named:  # only a wrapper: the deepest cause Java names says what went wrong
+        deepest = [line for line in lines if line.startswith("Caused by: ")]
+        return _JAVA_CLASS.sub("", deepest[-1].removeprefix("Caused by: ")) if deepest else named[0]
     for line in lines:
         if not line.startswith(("An error occurred while calling", "at ", "Traceback")):
             return line
