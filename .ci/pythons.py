@@ -1,7 +1,7 @@
-"""Print the interpreters CI runs the README's first command with besides the ``python3`` on
-the PATH: the oldest and the newest Python this machine has among those the package claims
-(its ``Programming Language :: Python :: 3.X`` classifiers), leaving out the PATH's own
-version. One path per line; none when the machine has no other claimed Python."""
+"""Print an interpreter CI runs with: ``oldest``, the oldest Python the package claims (its
+``Programming Language :: Python :: 3.X`` classifiers), which CI must have (the lowest
+versions run there); ``newest``, the newest claimed Python this machine has, unless it is
+the ``python3`` on the PATH (then nothing is printed)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 
@@ -49,20 +50,26 @@ def candidates(version: tuple[int, int]) -> list[str]:
     return found
 
 
-def main() -> None:
+def main(which: str) -> None:
     own = version_of("python3")
     have: dict[tuple[int, int], str] = {}
     for version in claimed():
-        if version == own:
-            continue
-        for python in candidates(version):
+        for python in candidates(version) or (["python3"] if version == own else []):
             if version_of(python) == version:
                 have[version] = python
                 break
-    chosen = sorted(have)
-    for version in sorted({chosen[0], chosen[-1]}) if chosen else []:
-        print(have[version])
+    if which == "oldest":
+        oldest = claimed()[0]
+        if oldest not in have:
+            raise SystemExit(f"CI needs Python {oldest[0]}.{oldest[1]}, the oldest claimed")
+        print(have[oldest])
+    elif which == "newest":
+        newest = max(have)
+        if newest != own:
+            print(have[newest])
+    else:
+        raise SystemExit("pythons.py oldest|newest")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1])

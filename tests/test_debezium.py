@@ -95,6 +95,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.every_spark
 @pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "schema-wrapper"])
 @pytest.mark.parametrize("as_bytes", [False, True], ids=["text", "bytes"])
 def test_every_op_tombstones_and_a_key_change(
@@ -117,6 +118,7 @@ def test_wrapped_and_plain_events_mix(spark: SparkSession) -> None:
     assert tables_of(df) == EXPECTED
 
 
+@pytest.mark.every_spark
 def test_parsed_structs(spark: SparkSession) -> None:
     fields = "STRUCT<id: BIGINT, name: STRING, qty: INT>"
     envelope = (
@@ -258,6 +260,7 @@ def orders_server(tmp_path: Path) -> Iterator[tuple[FakeTableauServer, TableauCl
             yield server, client
 
 
+@pytest.mark.every_spark
 def test_a_stream_of_debezium_json_files_through_the_sink(
     spark: SparkSession, tmp_path: Path, orders_server: tuple[FakeTableauServer, TableauClient]
 ) -> None:

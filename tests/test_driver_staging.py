@@ -52,6 +52,7 @@ def assert_same_change_set(a: Payload, b: Payload) -> None:
             assert sorted(read_table(x.path, table)) == sorted(read_table(y.path, table))
 
 
+@pytest.mark.every_spark
 @pytest.mark.parametrize("cap", [None, 0.2])
 def test_a_change_set_staged_on_the_driver_is_the_same_payload(
     spark: SparkSession, tmp_path: Path, cap: float | None
@@ -119,6 +120,7 @@ def build_logged(
     return payload, said[0]
 
 
+@pytest.mark.every_spark
 def test_auto_takes_the_driver_for_a_small_change_set_and_the_same_payload_comes_out(
     spark: SparkSession,
     tmp_path: Path,
@@ -253,6 +255,7 @@ def test_auto_stages_rows_spark_cannot_size_in_the_shared_folder(
         ]
 
 
+@pytest.mark.every_spark
 def test_rows_spark_cannot_size_are_probed_and_hyper_ranks_them(
     spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -537,6 +540,7 @@ def test_counting_a_large_source_reads_a_part_of_it_not_all_of_it(
     assert read.value - before == 20_000  # (the count of what is read counts every row)
 
 
+@pytest.mark.every_spark
 @pytest.mark.parametrize(
     ("connector", "key_type"), [("postgresql", "BIGINT"), ("mysql", "BIGINT"), ("mysql", "DOUBLE")]
 )

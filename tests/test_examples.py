@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
+#: Run on every pyspark CI installs (see pyproject's markers).
+pytestmark = pytest.mark.every_spark
+
 
 @pytest.fixture
 def example(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> Any:

@@ -23,6 +23,7 @@ def tables(payload: Any) -> dict[str, list[tuple[Any, ...]]]:
     return {name: read_rows(part.path, name) for name in part.tables}
 
 
+@pytest.mark.every_spark
 def test_delta_change_data_feed(spark: SparkSession) -> None:
     ts = datetime(2024, 5, 1)
     rows = [
@@ -306,6 +307,7 @@ def test_op_column_is_detected_for_debezium(spark: SparkSession) -> None:
         assert tables(payload) == {"upserts": [(1,)]}
 
 
+@pytest.mark.every_spark
 def test_content_digest_is_stable_across_rebuilds_and_layouts(spark: SparkSession) -> None:
     df = spark.range(5000).selectExpr("id", "CAST(id AS STRING) AS v", "'U' AS op", "1 AS seq")
 

@@ -310,6 +310,7 @@ def test_each_kind_of_drift_is_found(
     assert not report.unresolved
 
 
+@pytest.mark.every_spark
 def test_all_drift_at_once_is_found_then_repaired_once(
     spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
 ) -> None:
@@ -594,6 +595,7 @@ def keyed_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.every_spark
 @pytest.mark.parametrize(
     ("key", "drifted"),
     [

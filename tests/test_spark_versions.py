@@ -46,6 +46,9 @@ EVERY_TYPE = [
     "CAST(timestamp_micros(1700000000654321 + id) AS TIMESTAMP_NTZ) AS ntz",
 ]
 
+#: Run on every pyspark CI installs (see pyproject's markers).
+pytestmark = pytest.mark.every_spark
+
 
 def every_type(spark: SparkSession, rows: int = 50) -> DataFrame:
     columns = []
@@ -236,3 +239,22 @@ def test_the_supported_range_is_what_the_package_claims() -> None:
     spark_floor, connect_floor = (tuple(map(int, f)) for f in floors)
     assert spark_floor == spark_versions.OLDEST_PYSPARK
     assert connect_floor == spark_versions.OLDEST_CONNECT
+
+
+def test_a_pyspark_that_cannot_be_imported_on_this_python_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pyspark 3.4 fails to import on Python 3.13 (``typing.io`` is gone): the command says
+    that the installed pyspark cannot run here, not that pyspark is missing."""
+    import importlib.metadata
+    import sys
+
+    from tabhyper_update.cli.failures import UsageError
+    from tabhyper_update.cli.inputs import require_pyspark
+
+    monkeypatch.setitem(sys.modules, "pyspark.sql", None)  # its import now fails
+    with pytest.raises(UsageError) as caught:
+        require_pyspark("the demo builds its change set")
+    said = str(caught.value)
+    assert f"pyspark {importlib.metadata.version('pyspark')} is installed but cannot be" in said
+    assert "install a pyspark that runs on this Python" in said

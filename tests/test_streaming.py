@@ -104,6 +104,7 @@ def env(tmp_path: Path) -> Iterator[Env]:
             yield Env(server, client, tmp_path)
 
 
+@pytest.mark.every_spark
 def test_each_batch_is_applied_once_in_order_and_a_repeat_of_earlier_rows_is_applied(
     spark: SparkSession, env: Env
 ) -> None:
@@ -117,6 +118,7 @@ def test_each_batch_is_applied_once_in_order_and_a_repeat_of_earlier_rows_is_app
     assert env.server.counts["update"] == 4
 
 
+@pytest.mark.every_spark
 def test_a_restart_from_the_checkpoint_runs_only_the_new_batches(
     spark: SparkSession, env: Env
 ) -> None:

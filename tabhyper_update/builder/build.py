@@ -49,7 +49,7 @@ from typing_extensions import Unpack
 from ..local.folders import check_folder, private_dir, sweep_leftovers_if_due
 from ..local.progress import bar as progress_bar
 from ..local.progress import show_progress
-from ..local.spark_versions import observe, require_supported_pyspark
+from ..local.spark_versions import observe, pyspark_version, require_supported_pyspark
 from ..local.telemetry import span
 from ..payload.model import (
     DEFAULT_MAX_PAYLOAD_MB,
@@ -60,6 +60,7 @@ from ..values.changeset import ChangeSet
 from ..values.errors import (
     ArgumentTypeError,
     PayloadArgumentError,
+    PayloadError,
     TabHyperError,
     build_failure,
 )
@@ -264,12 +265,32 @@ def _frames_of(source: DataFrame | Mapping[str, DataFrame], table: str) -> dict[
     else:
         frames = {table: source}
     for name, df in frames.items():
-        if not hasattr(df, "schema") or not hasattr(df, "write"):
+        if not hasattr(type(df), "schema") or not hasattr(df, "write"):
             raise PayloadArgumentError(
                 f"table {name!r}: expected a Spark DataFrame, got {type(df).__name__}"
             )
     require_supported_pyspark()
+    for name, df in frames.items():
+        _readable_schema(name, df)
     return frames
+
+
+def _readable_schema(name: str, df: DataFrame) -> None:
+    """Refuse a DataFrame whose schema pyspark itself cannot read (pyspark 3.4 cannot name
+    a year-month interval in Python), naming the table."""
+    try:
+        df.schema  # noqa: B018 - only whether pyspark can read it
+    except Exception as err:
+        said = next((line for line in str(err).splitlines() if line.strip()), "")
+        what = (
+            "Tableau cannot use interval columns: cast the column or leave it out"
+            if "interval" in said.lower()
+            else "cast the column to a type the SDK maps"
+        )
+        raise PayloadError(
+            f"table {name!r}: pyspark {pyspark_version()[2]} cannot read a column's type "
+            f"({said.strip()}); {what}"
+        ) from None
 
 
 def _plan_frames(

@@ -115,7 +115,20 @@ def require_pyspark(why: str) -> None:
     # an embedding application made it unimportable since.
     try:
         import pyspark.sql  # noqa: F401 - only whether it can be imported
-    except Exception:
+    except Exception as err:
+        import importlib.metadata
+        import platform
+
+        try:
+            installed = importlib.metadata.version("pyspark")
+        except importlib.metadata.PackageNotFoundError:
+            raise UsageError(
+                f"{why} with Spark: pip install 'tabhyper-update[spark]' (and have Java 17+)"
+            ) from None
+        # Installed but broken: an old pyspark on a newer Python (3.4 on Python 3.13).
         raise UsageError(
-            f"{why} with Spark: pip install 'tabhyper-update[spark]' (and have Java 17+)"
+            f"{why} with Spark, and pyspark {installed} is installed but cannot be imported "
+            f"on Python {platform.python_version()} ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}): install a pyspark that runs "
+            "on this Python (pip install -U 'tabhyper-update[spark]')"
         ) from None

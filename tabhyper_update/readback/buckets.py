@@ -101,11 +101,12 @@ class IntegerBuckets:
     def spark(self, level: int) -> Column:
         from pyspark.sql import functions as F
 
+        # SQL functions (pyspark's own Python wrappers of them arrived in 3.5).
         col = F.col(sql_name(self.key))
         if self.unit == "day":
-            col = F.unix_date(col)
+            col = F.expr(f"unix_date({sql_name(self.key)})")
         elif self.unit == "second":
-            col = F.unix_seconds(col)
+            col = F.expr(f"unix_seconds({sql_name(self.key)})")
         return F.floor((col - F.lit(self.low)) / F.lit(self.width(level))).cast("long")
 
     def spark_in(self, level: int, buckets: Sequence[Any]) -> Column:

@@ -109,7 +109,11 @@ def _aggregates(
                 _Aggregate(f"l{i}", "INTEGER", f"SUM(LEN({ref(c)}))", F.sum(F.length(col)))
             )
         if kind == "DATE" or (kind == "DATETIME" and moment):
-            part, since = ("second", F.unix_seconds(col)) if moment else ("day", F.unix_date(col))
+            # SQL functions (pyspark's own Python wrappers of them arrived in 3.5).
+            since = F.expr(
+                f"unix_seconds({sql_name(c)})" if moment else f"unix_date({sql_name(c)})"
+            )
+            part = "second" if moment else "day"
             formula = f"SUM(DATEDIFF('{part}', #1970-01-01#, {ref(c)}))"
             found.append(_Aggregate(f"e{i}", "INTEGER", formula, F.sum(since)))
         if kind == "BOOLEAN":
@@ -117,7 +121,7 @@ def _aggregates(
                 _Aggregate(f"b{i}", "INTEGER", f"SUM(INT({ref(c)}))", F.sum(col.cast("int")))
             )
         if kind in ("INTEGER", "REAL", "STRING", "DATE", "DATETIME"):
-            value = F.unix_micros(col) if moment else col
+            value = F.expr(f"unix_micros({sql_name(c)})") if moment else col
             found.append(_Aggregate(f"lo{i}", kind, f"MIN({ref(c)})", F.min(value)))
             found.append(_Aggregate(f"hi{i}", kind, f"MAX({ref(c)})", F.max(value)))
     return found
@@ -375,7 +379,7 @@ class _Reconciler:
         spark_types = {f.name: f.dataType for f in self.source.schema.fields}
         picked = [
             (
-                F.unix_micros(F.col(sql_name(c)))
+                F.expr(f"unix_micros({sql_name(c)})")
                 if isinstance(spark_types[c], TimestampType)
                 else F.col(sql_name(c))
             ).alias(f"c{i}")

@@ -564,8 +564,12 @@ def build_failure(
     return PayloadError(f"{engine} failed while building the payload: {first}{where}")
 
 
-#: Spark's error classes that only wrap the error that caused them.
-_WRAPPING_CLASSES = ("[TASK_WRITE_FAILED]",)
+#: What Spark says of an error that only wraps the error that caused it.
+_WRAPPERS = (
+    "[TASK_WRITE_FAILED]",
+    "Exception thrown in awaitResult",
+    "Job aborted due to stage failure",
+)
 #: A Java exception's class before its message (``java.lang.RuntimeException: ``).
 _JAVA_CLASS = re.compile(r"^(?:[a-z_][\w]*\.)+[A-Z][\w$]*: ")
 #: Spark's error classes (``[MALFORMED_RECORD_IN_PARSING.WITHOUT_SUGGESTION]``).
@@ -574,22 +578,29 @@ _ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*\]")
 
 def _first_cause(text: str) -> str:
     """The line of an engine's error that says what went wrong: the first naming a Spark
-    error class, else the first that is not Py4J's "An error occurred while calling"."""
+    error class, else the first that is not Py4J's "An error occurred while calling"; where
+    that line only wraps another error (Spark 3.x's failed task, a failed job, the wait for
+    a result), the deepest cause Java names."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     named = [
         line[found.start() :]
         for line in lines
         if (found := _ERROR_CLASS.search(line)) is not None and not line.startswith("at ")
     ]
-    # A class that only wraps another (Spark 3.x's write of a task that failed) gives way
-    # to the cause it wraps.
-    causes = [line for line in named if not line.startswith(_WRAPPING_CLASSES)]
+    causes = [line for line in named if not _wraps(line)]
     if causes:
         return causes[0]
-    if named:  # only a wrapper: the deepest cause Java names says what went wrong
-        deepest = [line for line in lines if line.startswith("Caused by: ")]
-        return _JAVA_CLASS.sub("", deepest[-1].removeprefix("Caused by: ")) if deepest else named[0]
-    for line in lines:
-        if not line.startswith(("An error occurred while calling", "at ", "Traceback")):
-            return line
-    return lines[0] if lines else ""
+    plain = [
+        line
+        for line in lines
+        if not line.startswith(("An error occurred while calling", "at ", "Traceback"))
+    ]
+    first = named[0] if named else plain[0] if plain else lines[0] if lines else ""
+    deepest = [line for line in lines if line.startswith("Caused by: ")]
+    if _wraps(first) and deepest:
+        return _JAVA_CLASS.sub("", deepest[-1].removeprefix("Caused by: "))
+    return first
+
+
+def _wraps(line: str) -> bool:
+    return any(wrapper in line for wrapper in _WRAPPERS)
