@@ -280,11 +280,16 @@ def test_a_stream_of_debezium_json_files_through_the_sink(
 
 
 def test_an_event_without_an_op_is_refused_not_dropped(spark: SparkSession) -> None:
-    # A row flattened by ExtractNewRecordState is no envelope: it must not read as a tombstone.
+    # A row flattened by ExtractNewRecordState without the position its add.fields would
+    # add: refused naming what it lacks, never read as a tombstone.
     flattened = json.dumps({"id": 1, "name": "a", "qty": 1, "__deleted": "false"})
     df = spark.createDataFrame([(flattened,), (None,)], "value string")
-    with pytest.raises(PayloadError, match="event without an 'op'"):
+    with pytest.raises(PayloadError, match=r"has no position.*add\.fields"):
         tables_of(df)
+    # An object that is neither an envelope nor a flattened row: no op.
+    stray = json.dumps({"id": 1, "name": "a", "qty": 1})
+    with pytest.raises(PayloadError, match="event without an 'op'"):
+        tables_of(spark.createDataFrame([(stray,)], "value string"))
     # Parsed columns: an event with a row but no op is refused too; all-null is a tombstone.
     parsed = spark.createDataFrame(
         [(None, {"id": 1, "name": "a", "qty": 1}, None, 1), (None, None, None, 2)],

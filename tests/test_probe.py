@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tabhyper_update import ChangeSet, ConnectedAppJWT, TableauClient, build_payload
+from tabhyper_update import ChangeSet, ConnectedAppJWT, PollPolicy, TableauClient, build_payload
 from tabhyper_update.cli import main
 from tabhyper_update.errors import ConfigurationError
 from tabhyper_update.rest.scopes import DEFAULT_JWT_SCOPES
@@ -27,7 +27,9 @@ def findings(found: ProbeResult) -> dict[str, Any]:
 
 
 def probed(server: FakeTableauServer, state: Path, **options: Any) -> ProbeResult:
-    with client_for(server) as client:
+    # Polls that back off as a real client's do: on a loaded machine the fake's jobs take
+    # longer, and polls every 0.05 s would spend the probe's bound of 200 requests on them.
+    with client_for(server, poll=PollPolicy(initial=0.01, maximum=1.0, timeout=60)) as client:
         found = client.probe(project="Default", state_dir=state, **options)
     server.wait_idle()
     return found

@@ -27,7 +27,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..values.changeset import DEFAULT_OP_MAP, METADATA_COLUMNS, MISSING_OP, ChangeSet, OpMeaning
+from ..values.changeset import (
+    DEFAULT_OP_MAP,
+    METADATA_COLUMNS,
+    MISSING_OP,
+    PARTIAL_UPDATE_OP,
+    ChangeSet,
+    OpMeaning,
+)
 from ..values.errors import ArgumentTypeError, PayloadArgumentError, PayloadError
 from ..values.positions import order_sql, position_type
 from ..values.spark_sql import query_over, sql_name, sql_text
@@ -44,6 +51,7 @@ __all__ = [
     "latest_of",
     "position_column",
     "resolve_change_sets",
+    "without_carry_overs",
 ]
 
 KIND_UPSERT = "U"
@@ -61,6 +69,11 @@ ORDER_TEXT_COLUMN = "__tabhyper_order"
 PRIORITY_COLUMN = "__tabhyper_priority"
 _RANK_COLUMN = "__tabhyper_rank"
 _TIES_COLUMN = "__tabhyper_n"
+_DELETES_COLUMN = "__tabhyper_deletes"
+_UPSERTS_COLUMN = "__tabhyper_upserts"
+#: The ``order_by`` of a commit's changelog (Delta's change data feed and Spark's
+#: changelog: ``_commit_version``; Iceberg's changelog view: ``_change_ordinal``).
+COMMIT_ORDERS = (("_commit_version",), ("_change_ordinal",))
 
 
 class Tagging(NamedTuple):
@@ -92,10 +105,16 @@ def latest_of(
     keep: Sequence[str],
     op_text: str,
     order_text: str,
+    carry_overs: Sequence[str] = (),
 ) -> str:
     """SQL that Spark and Hyper both read: the last change per key among the tagged rows
     of the relation ``tagged`` (:meth:`CdcSpec.tag_query`'s columns), as ``keep`` and the
     final kind, with the op and position texts for the error rows only.
+
+    ``carry_overs`` (a commit's changelog: the row's columns): a delete and an upsert of one
+    key at one position whose columns are all equal are a *carry-over* (a row a commit
+    rewrote unchanged, or an update that changed nothing): both are left out before the
+    ranking, so that the key's last real change, if any, wins.
 
     ``quote`` quotes a name in the engine's dialect; ``keys``, ``keep``, ``op_text`` and
     ``order_text`` are expressions over ``tagged`` in it. Error rows rank first, so a later
@@ -105,6 +124,10 @@ def latest_of(
     """
     kind, rank, ties = quote(KIND_COLUMN), quote(_RANK_COLUMN), quote(_TIES_COLUMN)
     is_error = f"(substr({kind}, 1, 2) = 'E_')"
+    if carry_overs:
+        tagged = without_carry_overs(
+            tagged, quote=quote, keys=keys, positions=positions, columns=carry_overs
+        )
     ordering = (
         f"PARTITION BY {', '.join(keys)} ORDER BY {is_error} DESC, "
         + "".join(f"{quote(position_column(i))} DESC NULLS LAST, " for i in range(positions))
@@ -126,6 +149,32 @@ def latest_of(
         f"CASE WHEN {failed} THEN {op_text} END AS {quote(OP_TEXT_COLUMN)}, "
         f"CASE WHEN {failed} THEN {order_text} END AS {quote(ORDER_TEXT_COLUMN)} "
         f"FROM ({latest}) AS latest"
+    )
+
+
+def without_carry_overs(
+    tagged: str,
+    *,
+    quote: Callable[[str], str],
+    keys: Sequence[str],
+    positions: int,
+    columns: Sequence[str],
+) -> str:
+    """SQL that Spark and Hyper both read: the tagged rows of ``tagged`` but the
+    carry-overs, a delete and an upsert of one key at one position whose ``columns`` are
+    all equal (see :func:`latest_of`)."""
+    kind = quote(KIND_COLUMN)
+    # NULLs fall into one partition: a NULL equals a NULL here, as a carry-over's do.
+    same = ", ".join([*keys, *(quote(position_column(i)) for i in range(positions)), *columns])
+    deletes, upserts = quote(_DELETES_COLUMN), quote(_UPSERTS_COLUMN)
+    return (
+        f"SELECT * FROM (SELECT *, "
+        f"count(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 END) OVER (PARTITION BY {same}) "
+        f"AS {deletes}, "
+        f"count(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 END) OVER (PARTITION BY {same}) "
+        f"AS {upserts} FROM ({tagged}) AS both_kinds) AS carried "
+        f"WHERE NOT ({deletes} = 1 AND {upserts} = 1 AND {kind} IN "
+        f"('{KIND_DELETE}', '{KIND_UPSERT}'))"
     )
 
 
@@ -236,6 +285,9 @@ class CdcSpec:
     #: Columns staged only for the guard's tables, not sent in the upsert table (the
     #: position the guard compares, unless ``keep_columns`` names it).
     guard_only: tuple[str, ...] = ()
+    #: A commit's changelog (:data:`COMMIT_ORDERS`): one commit's delete and insert of a
+    #: key are one update, and a carry-over is no change.
+    commit: bool = False
 
     @classmethod
     def create(
@@ -279,12 +331,13 @@ class CdcSpec:
                 )
         need(op_column, "op")
         if order_by is None:
-            if "_commit_version" not in present:
+            found = next((o for o in COMMIT_ORDERS if o[0] in present), None)
+            if found is None:
                 raise fail(
                     "order_by= is required to pick the last change per key (e.g. a commit "
                     "version, a log sequence number or an event timestamp)"
                 )
-            order_by = ("_commit_version",)
+            order_by = found
         orders = tuple(order_by)
         for o in orders:
             need(o, "order_by")
@@ -317,6 +370,7 @@ class CdcSpec:
             guard_table=change_set.guard_table if change_set.guard else None,
             positions_table=change_set.positions_table if change_set.guard else None,
             guard_only=guard_only,
+            commit=op_column == "_change_type" and orders in COMMIT_ORDERS,
         )
 
     def data_columns(self, columns: Sequence[str]) -> list[str]:
@@ -374,8 +428,11 @@ class CdcSpec:
             [
                 f"{kind} AS {sql_name(KIND_COLUMN)}",
                 # A pre-image says its key held a row before this position: every other change
-                # at the same position outranks it.
-                f"CASE WHEN {preimage} THEN 0 ELSE 1 END AS {sql_name(PRIORITY_COLUMN)}",
+                # at the same position outranks it. In a commit's changelog an insert also
+                # outranks a delete of its key: the commit replaced the row (an update written
+                # as a delete and an insert, as Iceberg's copy-on-write tables write it).
+                f"CASE WHEN {preimage} THEN 0 WHEN {delete} THEN {1 if self.commit else 2} "
+                f"ELSE 2 END AS {sql_name(PRIORITY_COLUMN)}",
                 *(f"{o} AS {sql_name(position_column(i))}" for i, o in enumerate(order_sql)),
             ],
         )
@@ -409,6 +466,8 @@ class CdcSpec:
         op_text, order_text = self.texts()
         keys = [sql_name(k) for k in self.key]
         data = [sql_name(c) for c in columns]
+        # A carry-over's delete and insert differ only in the change feed's own columns.
+        row = [sql_name(c) for c in self.data_columns(columns)]
 
         def query(source: str) -> str:
             return latest_of(
@@ -419,6 +478,7 @@ class CdcSpec:
                 keep=data,
                 op_text=op_text,
                 order_text=order_text,
+                carry_overs=row if self.commit else (),
             )
 
         return query
@@ -454,6 +514,13 @@ class CdcSpec:
                     "ExtractNewRecordState is a plain change set: read it with a ChangeSet "
                     "naming its op column)"
                 )
+            if op == PARTIAL_UPDATE_OP:
+                return (
+                    f"the change set holds a MongoDB update that carries only what changed "
+                    f"(updateDescription), not the document{more}, e.g. with key ({key_text}): "
+                    "a row cannot be replaced from it. Set the connector's capture.mode to "
+                    "change_streams_update_full (or change_streams_update_full_with_pre_image)"
+                )
             if op == "t" and self.op_map.get("d") == "delete" and "c" in self.op_map:
                 return (
                     f"the change set holds a Debezium truncate (op 't'){more}: a truncate has "
@@ -475,7 +542,9 @@ class CdcSpec:
             )
             debezium = (
                 " (Debezium: the events lack that position field; pass connector= naming "
-                "their connector, e.g. Debezium(..., connector='mysql'), or position=)"
+                "their connector, e.g. Debezium(..., connector='mysql'), or position=; a row "
+                "ExtractNewRecordState flattened carries it where its add.fields names it, "
+                "e.g. add.fields=op,lsn)"
                 if any(o.startswith("__source_") for o in self.order_by)
                 else ""
             )

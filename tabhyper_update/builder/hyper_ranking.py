@@ -33,6 +33,7 @@ from .cdc import (
     CdcSpec,
     latest_of,
     position_column,
+    without_carry_overs,
 )
 from .hyper_parts import (
     BUCKET_COLUMN,
@@ -170,6 +171,8 @@ def rank_in_hyper(
     target = out / "part-00000.parquet"
     source = external(tagged)
     kind_col = quote_name(KIND_COLUMN)
+    # The row's own columns: its identity columns differ between a delete and an insert.
+    row = [quote_name(k) for k in keep if k not in (ROWHASH_COLUMN, BUCKET_COLUMN)]
     ranked = latest_of(
         # Ignored changes carry no kind: left out here, as Spark's own ranking leaves them.
         f"SELECT * FROM {source} WHERE {kind_col} IS NOT NULL",
@@ -179,6 +182,7 @@ def rank_in_hyper(
         keep=[quote_name(k) for k in keep],
         op_text=quote_name(OP_TEXT_COLUMN) if texts else "CAST(NULL AS TEXT)",
         order_text=quote_name(ORDER_TEXT_COLUMN) if texts else "CAST(NULL AS TEXT)",
+        carry_overs=row if spec.commit else (),
     )
     with connect() as conn:
         ordered = [quote_name(position_column(i)) for i in range(len(spec.order_by))]
@@ -205,6 +209,21 @@ def rank_in_hyper(
         stats = bucket_stats(
             conn, external([target]), by=KIND_COLUMN, bucket=STAGED_BUCKET, size=size
         )
+    if kept and not stats and spec.commit:
+        # A commit's changelog of carry-overs only ranks none: count what is left without them.
+        with connect() as conn:
+            left = conn.execute_scalar_query(
+                "SELECT COUNT(*) FROM ("
+                + without_carry_overs(
+                    f"SELECT * FROM {source} WHERE {kind_col} IS NOT NULL",
+                    quote=quote_name,
+                    keys=[quote_name(k) for k in keys],
+                    positions=len(spec.order_by),
+                    columns=row,
+                )
+                + ") AS changes"
+            )
+        kept = int(left or 0)
     if kept and not stats:
         # Every key read has a last change: none ranked would report an empty change set.
         ignored = f" ({read - kept} ignored change(s) left out)" if read > kept else ""

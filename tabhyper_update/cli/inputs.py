@@ -113,15 +113,23 @@ def read_input(spark: Any, args: argparse.Namespace) -> Any:
 def require_pyspark(why: str) -> None:
     # Asked afresh (not the process's cached answer): cheap once imported, and right when
     # an embedding application made it unimportable since.
+    missing = False
     try:
-        import pyspark.sql  # noqa: F401 - only whether it can be imported
+        try:
+            import pyspark  # only whether it can be imported
+        except ModuleNotFoundError as err:
+            missing = err.name == "pyspark"
+            raise
+        import pyspark.sql  # noqa: F401
     except Exception as err:
         import importlib.metadata
         import platform
 
         try:
-            installed = importlib.metadata.version("pyspark")
+            installed = None if missing else importlib.metadata.version("pyspark")
         except importlib.metadata.PackageNotFoundError:
+            installed = None
+        if installed is None:
             raise UsageError(
                 f"{why} with Spark: pip install 'tabhyper-update[spark]' (and have Java 17+)"
             ) from None

@@ -96,7 +96,14 @@ def _assignable(source: SqlType, target: SqlType) -> bool:
     s, t = _category(source.tag), _category(target.tag)
     if s == t:
         return True
-    widening = {("integer", "numeric"), ("integer", "float"), ("numeric", "float")}
+    # Hyper takes a TIMESTAMP into a TIMESTAMPTZ column as that wall-clock time in UTC
+    # (measured): the instant the SDK's UTC wall-clock TIMESTAMP stands for.
+    widening = {
+        ("integer", "numeric"),
+        ("integer", "float"),
+        ("numeric", "float"),
+        ("timestamp", "timestamp_tz"),
+    }
     return (s, t) in widening
 
 

@@ -28,18 +28,30 @@ nothing is dropped unseen.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..local.spark_versions import require_supported_pyspark, struct_from_ddl
-from ..values.changeset import MISSING_OP, ChangeSet
+from ..values.changeset import MISSING_OP, PARTIAL_UPDATE_OP, ChangeSet
 from ..values.errors import ArgumentTypeError, InvalidArgumentError, PayloadError
 from ..values.positions import OrderAs
-from ..values.spark_sql import sql_name
+from ..values.spark_sql import sql_name, sql_text
+from .debezium_values import (
+    BinaryHandling,
+    DecimalHandling,
+    Encodings,
+    Step,
+    TimePrecision,
+    Unit,
+    decoding_steps,
+    mongo_unwrapped_sql,
+    needs_decoding,
+    schema_encoding_sql,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType, StructField, StructType
 
 __all__ = ["CONNECTOR_POSITIONS", "SOURCE_FIELDS", "Debezium"]
 
@@ -68,6 +80,7 @@ SOURCE_FIELDS = {
     "db": "string",
     "schema": "string",
     "table": "string",
+    "collection": "string",
 }
 
 #: How each ``source`` field orders as a position (``ChangeSet.order_as``; ``None``: it is a
@@ -106,25 +119,52 @@ OP_COLUMN = "__op"
 TS_COLUMN = "__ts_ms"
 #: The op of the pre-image row an update whose key changed adds (a delete of the old key).
 PREIMAGE_OP = "u:before"
+#: The op of what is no change of a row (a transaction's BEGIN or END, a heartbeat, a
+#: schema change): dropped.
+METADATA_OP = "(metadata)"
 _UPSERT_OPS = ("c", "r", "u")
-_IGNORED_OPS = ("m",)
+_IGNORED_OPS = ("m", METADATA_OP)
 _ENVELOPE = ("before", "after", "op", "ts_ms", "source")
+#: What ``ExtractNewRecordState`` adds to a flattened row (``add.fields=op,...`` and
+#: ``delete.handling.mode=rewrite``): besides these, ``__<field>`` or ``__source_<field>``
+#: for each field of ``source`` it adds.
+_FLAT_MARKERS = ("__op", "__deleted", "__ts_ms", "__source_ts_ms", "__table", "__source_table")
+#: Top-level fields of events that change no row: a transaction's metadata (``status``),
+#: a schema change (``ddl``, ``tableChanges``).
+_METADATA_FIELDS = ("status", "ddl", "tableChanges", "databaseName")
 
 
 class Debezium:
     """How to read Debezium change events for one table.
 
     ``row_schema``: the table's columns (a Spark ``StructType`` or a DDL string such as
-    ``"id BIGINT, name STRING"``), typed as the JSON converter writes them. ``key``: the key
-    column(s). ``connector``: the connector that wrote the events (``"postgresql"``, the
-    default, ``"mysql"``, ``"mariadb"``, ``"sqlserver"``, ``"db2"``, ``"oracle"`` or
-    ``"mongodb"``), which picks the position that orders one key's changes, compared as that
-    connector means it (an Oracle SCN or a binlog file's sequence as a number, an LSN part
-    by part). ``position``: that position given yourself instead, as ``source.<field>``
-    paths or numeric columns of the event DataFrame (e.g. Kafka's ``offset``: Debezium keys
-    its messages, so one key's events share a partition); ``ts_ms`` breaks ties. ``table``:
-    keep only events whose ``source.table`` is this (a topic carrying several tables).
+    ``"id BIGINT, amount DECIMAL(10, 2), created TIMESTAMP"``), typed as they should land:
+    values Debezium encodes (decimals as bytes, dates as days, timestamps as milli-, micro- or
+    nanoseconds, binary as base64) are decoded into these types
+    (:mod:`tabhyper_update.streaming.debezium_values`). ``key``: the key column(s).
+    ``connector``: the connector that wrote the events (``"postgresql"``, the default,
+    ``"mysql"``, ``"mariadb"``, ``"sqlserver"``, ``"db2"``, ``"oracle"`` or ``"mongodb"``),
+    which picks the position that orders one key's changes, compared as that connector means
+    it (an Oracle SCN or a binlog file's sequence as a number, an LSN part by part).
+    ``position``: that position given yourself instead, as ``source.<field>`` paths or
+    numeric columns of the event DataFrame (e.g. Kafka's ``offset``: Debezium keys its
+    messages, so one key's events share a partition); ``ts_ms`` breaks ties. ``table``: keep
+    only events whose ``source.table`` is this (a topic carrying several tables).
     ``truncate``: ``"error"`` or ``"ignore"``.
+
+    For events whose own schema does not say how a value is encoded (the JSON converter
+    with ``schemas.enable=false``, or rows already parsed), the connector's settings:
+    ``decimal_handling`` (``decimal.handling.mode``: ``"precise"``, the default,
+    ``"string"`` or ``"double"``), ``time_precision`` (``time.precision.mode``: which unit
+    an integer timestamp is in; under ``"adaptive"``, the default, it depends on each
+    column's precision: name it in ``units``), ``binary_handling``
+    (``binary.handling.mode``) and ``units`` (column → ``"millis"``, ``"micros"``,
+    ``"nanos"`` or ``"days"``).
+
+    Accepted as events: a ``value`` column of JSON text or bytes (with or without the
+    schema wrapper), already-parsed ``before`` / ``after`` / ``op`` columns (or a
+    ``payload`` struct holding them, as ``from_avro`` gives them), and rows flattened by
+    ``ExtractNewRecordState`` (``__op`` or ``__deleted`` beside the row's columns).
     """
 
     def __init__(
@@ -136,6 +176,10 @@ class Debezium:
         position: Sequence[str] | str | None = None,
         table: str | None = None,
         truncate: Literal["error", "ignore"] = "error",
+        decimal_handling: DecimalHandling = "precise",
+        time_precision: TimePrecision | None = None,
+        binary_handling: BinaryHandling = "bytes",
+        units: Mapping[str, Unit] | None = None,
     ) -> None:
         if not isinstance(row_schema, str) and not hasattr(row_schema, "fields"):
             raise ArgumentTypeError(
@@ -157,6 +201,13 @@ class Debezium:
                 f"Debezium connector= is one of {', '.join(map(repr, CONNECTOR_POSITIONS))}, "
                 f"got {connector!r}; for another, pass position= naming its position fields"
             )
+        if units is not None and not isinstance(units, Mapping):
+            raise ArgumentTypeError(
+                f"Debezium units= takes a mapping of column → unit, got {type(units).__name__}"
+            )
+        self.encodings = Encodings(
+            decimal_handling, time_precision, binary_handling, dict(units or {})
+        )
         if position is None:
             position = CONNECTOR_POSITIONS[connector or "postgresql"]
         positions = (position,) if isinstance(position, str) else tuple(position)
@@ -195,15 +246,28 @@ class Debezium:
             key, op_column=OP_COLUMN, order_by=self.order_columns, op_map=ops, order_as=order_as
         )
         self.key = self.change_set.key
+        if not isinstance(row_schema, str):
+            names = [f.name for f in row_schema.fields]
+            unknown = [c for c in self.encodings.units if c not in names]
+            if unknown:
+                raise InvalidArgumentError(
+                    f"Debezium units= names column(s) {', '.join(map(repr, unknown))} that "
+                    f"row_schema does not have (its columns: {', '.join(map(repr, names))})"
+                )
 
     def for_table(self, table: str) -> Debezium:
         """The same description, keeping only the events of ``source.table`` ``table``."""
+        settings = self.encodings
         routed = Debezium(
             self.row_schema,
             key=self.key,
             position=self.position,
             table=table,
             truncate=self.truncate,
+            decimal_handling=settings.decimal_handling,
+            time_precision=settings.time_precision,
+            binary_handling=settings.binary_handling,
+            units=settings.units,
         )
         routed.connector = self.connector
         return routed
@@ -236,6 +300,12 @@ class Debezium:
                     f"Debezium key column {k!r} is not in row_schema (its columns: "
                     f"{', '.join(map(repr, names))})"
                 )
+        unknown = [c for c in self.encodings.units if c not in names]
+        if unknown:
+            raise PayloadError(
+                f"Debezium units= names column(s) {', '.join(map(repr, unknown))} that "
+                f"row_schema does not have (its columns: {', '.join(map(repr, names))})"
+            )
         clash = [n for n in names if n in (OP_COLUMN, *self.order_columns)]
         if clash:
             raise PayloadError(
@@ -244,60 +314,116 @@ class Debezium:
             )
         return schema
 
+    @property
+    def _mongo(self) -> bool:
+        return self.connector == "mongodb"
+
+    def _wire_row(self, row: StructType) -> StructType:
+        """``row`` as the events carry it: a column Debezium encodes (and, from MongoDB,
+        every column: its documents are extended JSON) as its raw JSON text."""
+        from pyspark.sql.types import StringType, StructType
+
+        wire = StructType()
+        for f in row.fields:
+            as_text = self._mongo or needs_decoding(f.dataType)
+            wire = wire.add(f.name, StringType() if as_text else f.dataType, f.nullable)
+        return wire
+
     def _source_type(self) -> StructType:
         from pyspark.sql.types import StructType, _parse_datatype_string
 
-        fields = {"table"}
-        for p in self.position:
-            if p.startswith("source."):
-                name = p.removeprefix("source.")
-                fields.add(name)
         result = StructType()
         for name in SOURCE_FIELDS:
-            if name in fields:
+            if name in self._source_fields():
                 kind: DataType = _parse_datatype_string(SOURCE_FIELDS[name])
                 result = result.add(name, kind)
         return result
 
-    def _envelope_type(self, row: StructType) -> StructType:
-        from pyspark.sql.types import LongType, StringType, StructType
+    def _source_fields(self) -> set[str]:
+        # MongoDB names a document's collection where the others name a row's table.
+        return {"table", "collection"} | {
+            p.removeprefix("source.") for p in self.position if p.startswith("source.")
+        }
 
-        return (
+    def _envelope_fields(self, wire: StructType) -> list[StructField]:
+        from pyspark.sql.types import LongType, StringType, StructField
+
+        image = StringType() if self._mongo else wire
+        return [
+            StructField("before", image),
+            StructField("after", image),
+            StructField("op", StringType()),
+            StructField("ts_ms", LongType()),
+            StructField("source", self._source_type()),
+            StructField("updateDescription", StringType()),
+        ]
+
+    def _flat_fields(self, wire: StructType) -> list[StructField]:
+        """The columns of a row ``ExtractNewRecordState`` flattened: the row's own, its
+        markers, and ``__<field>`` / ``__source_<field>`` for the position's source fields;
+        none when a row column's name is one of the envelope's (it could not be told apart)."""
+        from pyspark.sql.types import LongType, StringType, StructField, _parse_datatype_string
+
+        if self._mongo or any(f.name in (*_ENVELOPE, "updateDescription") for f in wire.fields):
+            return []
+        found = list(wire.fields)
+        taken = {f.name for f in found}
+        wanted: list[tuple[str, DataType]] = [
+            ("__op", StringType()),
+            ("__deleted", StringType()),
+            ("__ts_ms", LongType()),
+        ]
+        for name in sorted(self._source_fields() | {"ts_ms"}):
+            kind = _parse_datatype_string(SOURCE_FIELDS[name])
+            wanted += [(f"__{name}", kind), (f"__source_{name}", kind)]
+        for name, kind in wanted:
+            if name not in taken:
+                found.append(StructField(name, kind))
+                taken.add(name)
+        return found
+
+    @staticmethod
+    def _schema_info_type() -> StructType:
+        """The part of a schema wrapper's ``schema`` that says how each column is encoded."""
+        from pyspark.sql.types import ArrayType, MapType, StringType, StructType
+
+        column = (
             StructType()
-            .add("before", row)
-            .add("after", row)
-            .add("op", StringType())
-            .add("ts_ms", LongType())
-            .add("source", self._source_type())
+            .add("field", StringType())
+            .add("type", StringType())
+            .add("name", StringType())
+            .add("parameters", MapType(StringType(), StringType()))
         )
+        # An envelope's field (an image: its columns in ``fields``), or, in a flattened
+        # row's schema, a column itself.
+        image = (
+            StructType()
+            .add("field", StringType())
+            .add("type", StringType())
+            .add("name", StringType())
+            .add("parameters", MapType(StringType(), StringType()))
+            .add("fields", ArrayType(column))
+        )
+        return StructType().add("fields", ArrayType(image))
 
     # -- the change rows ---------------------------------------------------------------------
     def changes(self, events: DataFrame) -> DataFrame:
         """One row per change of ``events``: a Kafka-style DataFrame (a ``value`` column of
-        JSON text or bytes, with or without the schema wrapper) or already-parsed
-        ``before`` / ``after`` / ``op`` / ``source`` / ``ts_ms`` columns (or a ``payload``
-        struct holding them). Lazy: nothing runs until the payload is built."""
+        JSON text or bytes, with or without the schema wrapper), already-parsed ``before`` /
+        ``after`` / ``op`` / ``source`` / ``ts_ms`` columns (or a ``payload`` struct holding
+        them), or rows flattened by ``ExtractNewRecordState``. Lazy: nothing runs until the
+        payload is built."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import BinaryType
 
-        require_supported_pyspark()
+        require_supported_pyspark(events)
         row = self._row_type(events.sparkSession)
+        wire = self._wire_row(row)
+        top = self._top_type(wire)
         columns = events.columns
-        extra: dict[str, Column] = {}
-        for p in self.position:
-            if not p.startswith("source."):
-                if p not in columns:
-                    raise PayloadError(
-                        f"Debezium position {p!r} is neither 'source.<field>' nor a column of "
-                        f"the events (their columns: {', '.join(map(repr, columns))})"
-                    )
-                kind = events.schema[p].dataType.simpleString()
-                if not kind.startswith(("tinyint", "smallint", "int", "bigint", "decimal")):
-                    raise PayloadError(
-                        f"Debezium position {p!r} is {kind}, not a whole number: it cannot be "
-                        "ordered as a position (cast it, or use connector=)"
-                    )
-                extra[p] = F.col(sql_name(p))
+        extra = self._extra_positions(events)
+        meta: Column | None = None
+        key_json: Column | None = None
         if "value" in columns:
             value = F.col("value")
             if isinstance(events.schema["value"].dataType, BinaryType):
@@ -306,14 +432,60 @@ class Debezium:
             value = F.when(~F.trim(value).isin("", "null"), value)
             tombstone = value.isNull()
             # StructType.add changes the struct in place: the wrapper is a struct of its own.
-            wrapped = self._envelope_type(row).add("payload", self._envelope_type(row))
-            parsed = F.from_json(value, wrapped, {"mode": "FAILFAST"})
-            # The schema wrapper's envelope is in ``payload``; without it, at the top.
-            top = F.struct(*[parsed[f].alias(f) for f in _ENVELOPE])
-            env: Column = F.when(parsed["payload"].isNotNull(), parsed["payload"]).otherwise(top)
+            wrapped = self._top_type(wire).add("payload", top)
+            decoding = any(needs_decoding(f.dataType) for f in row.fields)
+            if decoding:
+                wrapped = wrapped.add("schema", self._schema_info_type())
+            # Each step a column of its own: the envelope reads the body many times, and
+            # an expression read many times would be parsed (and analysed) as often.
+            events = events.filter(~tombstone).select(
+                "*", F.from_json(value, wrapped, {"mode": "FAILFAST"}).alias("__parsed")
+            )
+            tombstone = F.lit(False)
+            parsed = F.col("__parsed")
+            # The schema wrapper's body is in ``payload``; without it, at the top.
+            events = events.select(
+                "*",
+                F.when(parsed["payload"].isNotNull(), parsed["payload"])
+                .otherwise(F.struct(*[parsed[f.name].alias(f.name) for f in top.fields]))
+                .alias("__body"),
+            )
+            flat_fields = self._flat_fields(wire)
+            flat = None
+            if flat_fields:
+                # A flattened row's columns, parsed only where the markers say it is one.
+                flat_top = _struct_of([(f.name, f.dataType) for f in flat_fields])
+                flat_wrapped = _struct_of([(f.name, f.dataType) for f in flat_fields]).add(
+                    "payload", flat_top
+                )
+                if decoding:
+                    flat_wrapped = flat_wrapped.add("schema", self._schema_info_type())
+                body = F.col("__body")
+                marked = body["__op"].isNotNull() | body["__deleted"].isNotNull()
+                is_flat = body["op"].isNull() & body["before"].isNull() & body["after"].isNull()
+                whole = F.from_json(value, flat_wrapped, {"mode": "FAILFAST"})
+                events = events.select("*", F.when(is_flat & marked, whole).alias("__flat_parsed"))
+                fp = F.col("__flat_parsed")
+                events = events.select(
+                    "*",
+                    F.when(fp["payload"].isNotNull(), fp["payload"])
+                    .otherwise(F.struct(*[fp[f.name].alias(f.name) for f in flat_fields]))
+                    .alias("__flat"),
+                )
+                flat = F.col("__flat")
+                if decoding:
+                    parsed = F.when(fp.isNotNull(), fp["schema"]).otherwise(parsed["schema"])
+                    meta = parsed
+            env = self._envelope_of(F.col("__body"), top, wire, flat, flat_fields)
+            if decoding and meta is None:
+                meta = parsed["schema"]
+            actual = {f.name: f.dataType for f in wire.fields}
+            if "key" in columns and self._mongo:
+                key_json = F.col("key").cast("string")
         elif "payload" in columns:
             env = F.col("payload")
             tombstone = env.isNull()
+            actual = _image_types(events.schema["payload"].dataType)
         elif "op" in columns and ("after" in columns or "before" in columns):
             if "source" not in columns and any(p.startswith("source.") for p in self.position):
                 raise PayloadError(
@@ -322,31 +494,219 @@ class Debezium:
                 )
             env = F.struct(*[F.col(c) if c in columns else F.lit(None).alias(c) for c in _ENVELOPE])
             tombstone = env["op"].isNull() & env["before"].isNull() & env["after"].isNull()
+            actual = _image_types(events.schema)
+        elif any(m in columns for m in ("__op", "__deleted")) and self._flat_fields(wire):
+            missing = [f.name for f in row.fields if f.name not in columns]
+            if missing:
+                raise PayloadError(
+                    f"the flattened rows lack row_schema's column(s) "
+                    f"{', '.join(map(repr, missing))} (their columns: "
+                    f"{', '.join(map(repr, columns))})"
+                )
+            # The row's columns as they are; the rest of the envelope absent.
+            present = {f.name: f.dataType for f in events.schema.fields}
+            wire_here = _struct_of([(f.name, present[f.name]) for f in row.fields])
+            top_here = self._top_type(wire_here)
+            flat_fields = self._flat_fields(wire_here)
+
+            def column(name: str, kind: DataType) -> Column:
+                found = F.col(sql_name(name)) if name in present else F.lit(None).cast(kind)
+                return found.alias(name)
+
+            events = events.select(
+                "*",
+                F.struct(*[column(f.name, f.dataType) for f in top_here.fields]).alias("__body"),
+                F.struct(*[column(f.name, f.dataType) for f in flat_fields]).alias("__flat"),
+            )
+            env = self._envelope_of(
+                F.col("__body"), top_here, wire_here, F.col("__flat"), flat_fields
+            )
+            tombstone = F.lit(False)
+            actual = {f.name: present[f.name] for f in row.fields}
         else:
             raise PayloadError(
                 "Debezium events need a 'value' column (JSON text or bytes), a 'payload' "
-                "struct, or 'op' with 'before' / 'after' columns; the DataFrame has "
-                f"{', '.join(map(repr, columns))}"
+                "struct, 'op' with 'before' / 'after' columns, or rows flattened by "
+                "ExtractNewRecordState ('__op' or '__deleted' beside the row's columns); the "
+                f"DataFrame has {', '.join(map(repr, columns))}"
             )
-        return self._rows(events.filter(~tombstone), env, row, extra)
+        return self._rows(
+            events.filter(~tombstone), env, row, actual, extra, meta=meta, key_json=key_json
+        )
+
+    def _extra_positions(self, events: DataFrame) -> dict[str, Column]:
+        """The position columns that are columns of the events (Kafka's ``offset``)."""
+        from pyspark.sql import functions as F
+
+        columns = events.columns
+        extra: dict[str, Column] = {}
+        for p in self.position:
+            if p.startswith("source."):
+                continue
+            if p not in columns:
+                raise PayloadError(
+                    f"Debezium position {p!r} is neither 'source.<field>' nor a column of "
+                    f"the events (their columns: {', '.join(map(repr, columns))})"
+                )
+            kind = events.schema[p].dataType.simpleString()
+            if not kind.startswith(("tinyint", "smallint", "int", "bigint", "decimal")):
+                raise PayloadError(
+                    f"Debezium position {p!r} is {kind}, not a whole number: it cannot be "
+                    "ordered as a position (cast it, or use connector=)"
+                )
+            extra[p] = F.col(sql_name(p))
+        return extra
+
+    def _top_type(self, wire: StructType) -> StructType:
+        """What a JSON event's top level (or its ``payload``) is parsed as: the envelope, the
+        markers of a row ``ExtractNewRecordState`` flattened (its columns are parsed apart,
+        only for such rows: a column named like another event's field would not parse), and
+        the fields of events that change no row."""
+        from pyspark.sql.types import StringType, StructType
+
+        top = StructType()
+        for f in self._envelope_fields(wire):
+            top = top.add(f)
+        if self._flat_fields(wire):
+            top = top.add("__op", StringType()).add("__deleted", StringType())
+        for name in _METADATA_FIELDS:
+            top = top.add(name, StringType())
+        return top
+
+    def _envelope_of(
+        self,
+        body: Column,
+        top: StructType,
+        wire: StructType,
+        flat: Column | None = None,
+        flat_fields: Sequence[StructField] = (),
+    ) -> Column:
+        """The Debezium envelope of ``body`` (a struct of ``top``'s fields): as it is, or
+        made from a row ``ExtractNewRecordState`` flattened (``wire``: that row's columns);
+        events that change no row get :data:`METADATA_OP`, a MongoDB update that carries
+        only what changed :data:`PARTIAL_UPDATE_OP`."""
+        from pyspark.sql import functions as F
+
+        names = set(top.names)
+        op, before, after = body["op"], body["before"], body["after"]
+        ts, source = body["ts_ms"], body["source"]
+        no_image = op.isNull() & before.isNull() & after.isNull()
+        markers = [body[m].isNotNull() for m in ("__op", "__deleted") if m in names]
+        marked = markers[0] if markers else F.lit(False)
+        for marker in markers[1:]:
+            marked = marked | marker
+        is_flat = no_image & marked
+        if markers and flat is not None:
+            flat_names = {f.name for f in flat_fields}
+            flat_row = F.struct(*[flat[f.name].alias(f.name) for f in wire.fields])
+            marker_op = body["__op"] if "__op" in names else F.lit(None).cast("string")
+            deleted = (
+                F.coalesce(F.lower(body["__deleted"]) == "true", F.lit(False))
+                if ("__deleted" in names)
+                else F.lit(False)
+            )
+            deleted = deleted | F.coalesce(marker_op == "d", F.lit(False))
+
+            def from_flat(name: str) -> Column:
+                options = [flat[n] for n in (f"__{name}", f"__source_{name}") if n in flat_names]
+                return F.coalesce(*options) if options else F.lit(None)
+
+            flat_source = F.struct(
+                *[
+                    from_flat(f.name).cast(f.dataType).alias(f.name)
+                    for f in self._source_type().fields
+                ]
+            )
+            before = F.when(is_flat, F.when(deleted, flat_row)).otherwise(before)
+            after = F.when(is_flat, F.when(~deleted, flat_row)).otherwise(after)
+            op = F.when(
+                is_flat, F.coalesce(marker_op, F.when(deleted, F.lit("d")).otherwise(F.lit("u")))
+            ).otherwise(op)
+            ts = F.when(is_flat, from_flat("ts_ms").cast("long")).otherwise(ts)
+            source = F.when(is_flat, flat_source).otherwise(source)
+        # Events that change no row: a transaction's BEGIN or END, a schema change, a
+        # heartbeat (nothing but its time).
+        signs = [body["ts_ms"].isNotNull() & body["source"].isNull()]
+        signs.append(F.coalesce(F.upper(body["status"]).isin("BEGIN", "END"), F.lit(False)))
+        signs += [body[n].isNotNull() for n in _METADATA_FIELDS if n != "status"]
+        any_sign = F.coalesce(signs[0], F.lit(False))
+        for sign in signs[1:]:
+            any_sign = any_sign | F.coalesce(sign, F.lit(False))
+        metadata = no_image & ~is_flat & any_sign
+        op = F.when(metadata, F.lit(METADATA_OP)).otherwise(op)
+        if "updateDescription" in names:
+            partial = (op == "u") & after.isNull() & body["updateDescription"].isNotNull()
+            op = F.when(F.coalesce(partial, F.lit(False)), F.lit(PARTIAL_UPDATE_OP)).otherwise(op)
+        return F.struct(
+            before.alias("before"),
+            after.alias("after"),
+            op.alias("op"),
+            ts.alias("ts_ms"),
+            source.alias("source"),
+        )
 
     def _rows(
-        self, events: DataFrame, env: Column, row: StructType, extra: dict[str, Column]
+        self,
+        events: DataFrame,
+        env: Column,
+        row: StructType,
+        actual: Mapping[str, DataType],
+        extra: dict[str, Column],
+        *,
+        meta: Column | None,
+        key_json: Column | None,
     ) -> DataFrame:
-        """The change rows of ``events`` (tombstones already dropped)."""
+        """The change rows of ``events`` (tombstones already dropped): each image's values
+        decoded into ``row``'s types from the types they arrive as (``actual``), by the
+        encodings the events' schemas name (``meta``) or the connector's settings."""
         from pyspark.sql import functions as F
 
         kept = events.select(
-            env.alias("e"), *[c.alias(f"p{i}") for i, c in enumerate(extra.values())]
+            env.alias("e"),
+            *([meta.alias("__schema")] if meta is not None else []),
+            *([key_json.alias("__key")] if key_json is not None else []),
+            *[c.alias(f"p{i}") for i, c in enumerate(extra.values())],
         )
-        # An event that is no tombstone but has no op is not a change event (e.g. a row
-        # flattened by Debezium's ExtractNewRecordState): the change set refuses it by name.
         op = F.coalesce(F.col("e.op"), F.lit(MISSING_OP))
+        # The event's table: ``source.table`` (MongoDB's ``source.collection``), where the
+        # events' source has it.
+        envelope: Any = kept.schema["e"].dataType
+        source_type = envelope["source"].dataType
+        named = [
+            F.col(f"e.source.{n}")
+            for n in ("table", "collection")
+            if n in getattr(source_type, "names", ())
+        ]
+        table = (F.coalesce(*named) if len(named) > 1 else named[0] if named else F.lit(None)).cast(
+            "string"
+        )
         if self.table is not None:
-            kept = kept.filter(F.col("e.source.table") == F.lit(self.table))
+            kept = kept.filter(table == F.lit(self.table))
+        before, after = F.col("e.before"), F.col("e.after")
+        if self._mongo:
+            # A MongoDB document is extended JSON text: every column read as its raw text.
+            wire = self._wire_row(row)
+            before = F.from_json(before, wire, {"mode": "FAILFAST"})
+            after = F.from_json(after, wire, {"mode": "FAILFAST"})
+            if key_json is not None and len(self.key) == 1:
+                # Without pre-images a delete's key is only in the message's key.
+                key = F.get_json_object(
+                    F.coalesce(F.get_json_object(F.col("__key"), "$.payload"), F.col("__key")),
+                    "$.id",
+                )
+                before = F.when(
+                    before.isNull() & (op == "d"),
+                    F.struct(
+                        *[
+                            (key if f.name == self.key[0] else F.lit(None).cast("string")).alias(
+                                f.name
+                            )
+                            for f in wire.fields
+                        ]
+                    ),
+                ).otherwise(before)
         # An update that moves its row to another key also yields its pre-image: a delete of
         # the old key at the same position, which the new key's own changes outrank.
-        before, after = F.col("e.before"), F.col("e.after")
         same_key = [before[k].eqNullSafe(after[k]) for k in self.key]
         key_kept = same_key[0]
         for same in same_key[1:]:
@@ -356,9 +716,9 @@ class Debezium:
         kept = kept.select("*", F.explode(images).alias("__pre"))
         pre = F.col("__pre")
         is_delete = op == F.lit("d")
-        data = [
-            F.when(pre | is_delete, before[f.name]).otherwise(after[f.name]).alias(f.name)
-            for f in row.fields
+        raw = [
+            F.when(pre | is_delete, before[f.name]).otherwise(after[f.name]).alias(f"__raw{i}")
+            for i, f in enumerate(row.fields)
         ]
         op = F.when(pre, F.lit(PREIMAGE_OP)).otherwise(op)
         order: list[Column] = []
@@ -368,7 +728,39 @@ class Debezium:
                 order.append(F.col("e.source")[p.removeprefix("source.")].alias(name))
             else:
                 order.append(F.col(f"p{extra_names.index(p)}").alias(name))
-        out = kept.select(*data, op.alias(OP_COLUMN), *order, F.col("e.ts_ms").alias(TS_COLUMN))
+        carried = [F.expr(_ENCODINGS).alias("__meta")] if meta is not None else []
+        raws = kept.select(
+            *raw,
+            op.alias(OP_COLUMN),
+            *order,
+            F.col("e.ts_ms").alias(TS_COLUMN),
+            table.alias("__table"),
+            *carried,
+        )
+        plans = [
+            self._steps(i, f, actual.get(f.name), meta is not None)
+            for i, f in enumerate(row.fields)
+        ]
+        # Each column's decoding, step by step: a step reads the columns made before it, so
+        # no expression is written out again inside another (Spark would analyse, and
+        # evaluate, each copy).
+        staged = raws
+        for level in range(max((len(p) for p in plans if p), default=1) - 1):
+            made = [
+                F.expr(plan[level][1]).alias(plan[level][0])
+                for plan in plans
+                if plan and level < len(plan) - 1
+            ]
+            if made:
+                staged = staged.select("*", *made)
+        out = staged.select(
+            *[
+                F.expr(plan[-1][1]).alias(f.name) if plan else F.col(f"__raw{i}").alias(f.name)
+                for i, (f, plan) in enumerate(zip(row.fields, plans, strict=True))
+            ],
+            OP_COLUMN,
+            *self.order_columns,
+        )
         # The same event delivered twice (a connector restart) counts once: same position,
         # same op, same row. Two events at one position with other rows stay (a tie, refused).
         names = [f.name for f in row.fields]
@@ -378,3 +770,94 @@ class Debezium:
             .dropDuplicates([*self.key, OP_COLUMN, *self.order_columns, "__event_row"])
             .drop("__event_row")
         )
+
+    def _steps(
+        self, index: int, column: StructField, arrived: DataType | None, meta: bool
+    ) -> list[Step] | None:
+        """How column ``column``'s value is made from ``__raw<index>`` (of type ``arrived``):
+        the decoding's steps (:func:`~.debezium_values.decoding_steps`), or ``None`` when it
+        arrives as it is declared."""
+        raw = f"__raw{index}"
+        declared = column.dataType
+        settings = self.encodings
+        name = column.name
+        as_string = type(declared).__name__ == "StringType"
+        timed = as_string and (meta or name in settings.units)
+        if arrived == declared and not self._mongo and not timed:
+            # As declared (a string decodes only a time of day its schema or units= names).
+            return None
+        prefix = f"__d{index}_"
+        steps: list[Step] = []
+        kind = type(arrived).__name__ if arrived is not None else "StringType"
+        text = f"`{raw}`"
+        if kind == "BinaryType":
+            text = f"base64({text})"
+        elif kind in ("StructType", "ArrayType", "MapType"):
+            text = f"to_json({text})"
+        elif kind != "StringType":
+            text = f"CAST({text} AS STRING)"
+        if text != f"`{raw}`":
+            steps.append((f"{prefix}text", text))
+            text = f"`{prefix}text`"
+        if self._mongo:
+            # Extended JSON wraps a value ({"$date": {"$numberLong": …}}): taken off twice.
+            steps.append((f"{prefix}once", mongo_unwrapped_sql(text)))
+            steps.append((f"{prefix}bare", mongo_unwrapped_sql(f"`{prefix}once`")))
+            text = f"`{prefix}bare`"
+        static = settings.static(name, declared)
+        if self._mongo:
+            # A BSON date is milliseconds since 1970; a decimal is its text ($numberDecimal).
+            static = {"unknown": "millis", "decimal-bytes": "text"}.get(static, static)
+        if meta:
+            info = f"try_element_at(`__meta`, {sql_text(name)})"
+            encoding = schema_encoding_sql(
+                f"{info}.type", f"{info}.name", static, declared, settings
+            )
+            scale = f"CAST({info}.scale AS INT)"
+        else:
+            encoding, scale = sql_text(static), "NULL"
+        return steps + decoding_steps(
+            text,
+            declared,
+            encoding,
+            prefix=prefix,
+            column=name,
+            table="`__table`",
+            scale=scale,
+            settings=settings,
+        )
+
+
+#: Column name → its encoding as the schema wrapper's ``schema`` (``__schema``) states it:
+#: its Connect ``type``, semantic ``name`` and a decimal's ``scale``, from the ``after``
+#: image's fields (the ``before`` image's where there is no ``after``). Safe under ANSI
+#: mode: a missing field or key is NULL.
+_IMAGE = (
+    "coalesce(try_element_at(filter(`__schema`.fields, f -> f.field = 'after'), 1).fields, "
+    "try_element_at(filter(`__schema`.fields, f -> f.field = 'before'), 1).fields, "
+    # A row ExtractNewRecordState flattened: the schema's own fields are its columns.
+    "transform(`__schema`.fields, c -> struct(c.field AS field, c.type AS type, "
+    "c.name AS name, c.parameters AS parameters)))"
+)
+_ENCODINGS = (
+    f"map_from_entries(transform(filter({_IMAGE}, c -> c.field IS NOT NULL), "
+    "c -> struct(c.field, struct(c.type AS type, c.name AS name, "
+    "try_element_at(c.parameters, 'scale') AS scale))))"
+)
+
+
+def _image_types(schema: DataType) -> dict[str, DataType]:
+    """The types an already-parsed event's columns arrive as (its ``after`` image's, else
+    its ``before`` image's)."""
+    fields = {f.name: f.dataType for f in getattr(schema, "fields", [])}
+    image = fields.get("after") or fields.get("before")
+    return {f.name: f.dataType for f in getattr(image, "fields", [])}
+
+
+def _struct_of(fields: Sequence[tuple[str, DataType]]) -> StructType:
+    from pyspark.sql.types import StructType
+
+    made = StructType()
+    for name, kind in fields:
+        made = made.add(name, kind)
+    return made

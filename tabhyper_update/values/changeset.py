@@ -6,6 +6,8 @@ out of the box (their values do not collide, so one table serves them all):
 | convention              | upsert                          | delete   | pre-image          |
 |-------------------------|---------------------------------|----------|--------------------|
 | Delta Change Data Feed  | insert, update_postimage        | delete   | update_preimage    |
+| Spark's changelog       | insert, update_postimage        | delete   | update_preimage    |
+| Iceberg's changelog view| INSERT, UPDATE_AFTER            | DELETE   | UPDATE_BEFORE      |
 | Debezium (``op``)       | c (create), r (snapshot), u     | d        | (``Debezium``)     |
 | plain                   | I, U                            | D        |                    |
 
@@ -29,6 +31,7 @@ __all__ = [
     "GUARD_COLUMN",
     "METADATA_COLUMNS",
     "MISSING_OP",
+    "PARTIAL_UPDATE_OP",
     "RESERVED_PREFIX",
     "ChangeSet",
     "OpMeaning",
@@ -50,13 +53,27 @@ DEFAULT_OP_MAP: dict[str, OpMeaning] = {
     "I": "upsert",
     "U": "upsert",
     "D": "delete",
+    # Iceberg's changelog view (create_changelog_view)
+    "INSERT": "upsert",
+    "UPDATE_AFTER": "upsert",
+    "UPDATE_BEFORE": "preimage",
+    "DELETE": "delete",
 }
 
 #: Change-feed bookkeeping that never reaches the payload unless kept explicitly.
-METADATA_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+METADATA_COLUMNS = (
+    "_change_type",
+    "_commit_version",
+    "_commit_timestamp",
+    "_change_ordinal",
+    "_commit_snapshot_id",
+)
 
 #: The op of a Debezium event that is no tombstone but has no ``op``: refused by name.
 MISSING_OP = "(no op)"
+#: The op of a MongoDB update that carries only what changed (``updateDescription``), not
+#: the document: refused by name.
+PARTIAL_UPDATE_OP = "(partial update)"
 
 #: Columns added to the staged change set (never part of the payload tables). Every
 #: internal column starts with this prefix, which user columns may not.

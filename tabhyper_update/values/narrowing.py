@@ -122,4 +122,8 @@ def losses(source: ColumnType, target: ColumnType) -> tuple[Loss, ...] | None:
         return ()
     if s.kind == t.kind or (s.kind, t.kind) == ("float", "float"):
         return ()
+    if (s.kind, t.kind) == ("timestamp", "timestamptz"):
+        # The SDK writes an instant as its UTC wall-clock time, which Hyper takes into a
+        # TIMESTAMPTZ column as that instant (a timestamp_ntz's wall clock as if UTC).
+        return ()
     return None

@@ -1,0 +1,444 @@
+"""A Debezium column's value as its connector wrote it, decoded into the type the user
+declared in ``row_schema``: exactly (a decimal never passes through a float, microseconds
+are kept), in Spark SQL that runs on the executors.
+
+Kafka Connect and Debezium write several of a table's types in an encoding of their own,
+which the field's schema names (its *semantic type*):
+
+- ``org.apache.kafka.connect.data.Decimal``: base64 of the unscaled two's-complement
+  bytes, the ``scale`` in its schema's parameters → ``DECIMAL(p, s)``;
+- ``io.debezium.data.VariableScaleDecimal``: ``{"scale": s, "value": base64}`` → ``DECIMAL``;
+- ``decimal.handling.mode`` ``string`` / ``double``: ``"12.34"`` / ``12.34`` → ``DECIMAL``;
+- Connect's and Debezium's ``Date``: days since 1970-01-01 → ``DATE``;
+- Connect's ``Timestamp`` and Debezium's ``Timestamp``, ``MicroTimestamp``,
+  ``NanoTimestamp``: milli-, micro-, nanoseconds since 1970 (nanoseconds cut to the
+  microsecond: Spark and Hyper keep no finer) → ``TIMESTAMP``;
+- ``io.debezium.time.ZonedTimestamp``, ``IsoDate``, ``IsoTimestamp``: ISO 8601 text →
+  ``TIMESTAMP`` / ``DATE``;
+- Connect's ``Time`` and Debezium's ``Time``, ``MicroTime``, ``NanoTime``: milli-, micro-,
+  nanoseconds since midnight → ``STRING`` (``HH:MM:SS.ffffff``); ``ZonedTime``, ``IsoTime``:
+  their text;
+- ``io.debezium.data.Bits`` and binary columns: base64 (``binary.handling.mode`` bytes or
+  base64), base64-url-safe or hex → ``BINARY``;
+- ``Year``, ``Json``, ``Uuid``, ``Enum``, ``EnumSet``, ``Xml``: the value itself → ``INT``
+  / ``STRING``.
+
+A timestamp without a zone (``Timestamp``, ``MicroTimestamp``, ``NanoTimestamp``,
+``IsoTimestamp``) is the column's wall-clock time counted as if it were UTC: declared
+``TIMESTAMP`` it lands as that wall-clock time (the SDK stores instants as their UTC time),
+declared ``TIMESTAMP_NTZ`` likewise. A time of day lands as ``HH:MM:SS.ffffff`` text (Spark
+has no time type before 4.1; declare it ``BIGINT`` to keep the number).
+
+With the JSON converter's schemas on, each value is decoded by the semantic type its event
+names (so millis, micros and nanos are told apart per event, and a schema change between
+events is followed). Without them, the declared type decides where the wire form says
+enough (a date's day count, any text timestamp, a decimal's ``{"scale", "value"}``), and the
+connector's settings, given to :class:`~tabhyper_update.streaming.Debezium` once, decide the
+rest: ``decimal_handling`` (default ``"precise"``, Debezium's), ``time_precision`` (which
+unit a number for a timestamp is in) and ``binary_handling``. A value that cannot be decoded
+fails the build with Spark's ``raise_error``, naming the table, the column, the semantic
+type and the value, and what to set when a setting would have told.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from ..values.errors import InvalidArgumentError
+from ..values.spark_sql import sql_text
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType
+
+__all__ = [
+    "BINARY_HANDLING",
+    "DECIMAL_HANDLING",
+    "SEMANTIC_TYPES",
+    "TIME_PRECISION",
+    "Encodings",
+    "decoding_steps",
+    "mongo_unwrapped_sql",
+    "needs_decoding",
+    "schema_encoding_sql",
+]
+
+DecimalHandling = Literal["precise", "string", "double"]
+TimePrecision = Literal[
+    "adaptive", "adaptive_time_microseconds", "connect", "microseconds", "nanoseconds", "isostring"
+]
+BinaryHandling = Literal["bytes", "base64", "base64-url-safe", "hex"]
+Unit = Literal["days", "millis", "micros", "nanos"]
+
+DECIMAL_HANDLING: tuple[str, ...] = ("precise", "string", "double")
+TIME_PRECISION: tuple[str, ...] = (
+    "adaptive",
+    "adaptive_time_microseconds",
+    "connect",
+    "microseconds",
+    "nanoseconds",
+    "isostring",
+)
+BINARY_HANDLING: tuple[str, ...] = ("bytes", "base64", "base64-url-safe", "hex")
+UNITS: tuple[str, ...] = ("days", "millis", "micros", "nanos")
+
+#: Each semantic type (a field schema's ``name``) → the encoding it writes.
+SEMANTIC_TYPES: dict[str, str] = {
+    "org.apache.kafka.connect.data.Decimal": "decimal-bytes",
+    "io.debezium.data.VariableScaleDecimal": "variable-decimal",
+    "org.apache.kafka.connect.data.Date": "days",
+    "io.debezium.time.Date": "days",
+    "org.apache.kafka.connect.data.Timestamp": "millis",
+    "io.debezium.time.Timestamp": "millis",
+    "io.debezium.time.MicroTimestamp": "micros",
+    "io.debezium.time.NanoTimestamp": "nanos",
+    "io.debezium.time.ZonedTimestamp": "iso",
+    "io.debezium.time.IsoDate": "iso",
+    "io.debezium.time.IsoTimestamp": "iso",
+    "org.apache.kafka.connect.data.Time": "time-millis",
+    "io.debezium.time.Time": "time-millis",
+    "io.debezium.time.MicroTime": "time-micros",
+    "io.debezium.time.NanoTime": "time-nanos",
+    "io.debezium.time.ZonedTime": "as-is",
+    "io.debezium.time.IsoTime": "as-is",
+    "io.debezium.data.Bits": "base64",
+    "io.debezium.time.Year": "as-is",
+    "io.debezium.data.Json": "as-is",
+    "io.debezium.data.Uuid": "as-is",
+    "io.debezium.data.Enum": "as-is",
+    "io.debezium.data.EnumSet": "as-is",
+    "io.debezium.data.Xml": "as-is",
+}
+
+#: The declared types whose values are parsed as their raw JSON text and decoded.
+_DECODED = ("DecimalType", "DateType", "TimestampType", "TimestampNTZType", "BinaryType")
+_EPOCH_NTZ = "TIMESTAMP_NTZ '1970-01-01 00:00:00'"
+#: 2^48: the base of the 12-hex-digit chunks a decimal's bytes are read in.
+_CHUNK = "281474976710656"
+
+
+@dataclass(frozen=True)
+class Encodings:
+    """What the connector's settings say of the values' encodings, for events whose own
+    schema does not (the JSON converter's ``schemas.enable=false``, or rows already parsed):
+    Debezium's ``decimal.handling.mode``, ``time.precision.mode`` and
+    ``binary.handling.mode``, and per column the unit of an integer timestamp
+    (``units``: ``"days"``, ``"millis"``, ``"micros"`` or ``"nanos"``)."""
+
+    decimal_handling: DecimalHandling = "precise"
+    time_precision: TimePrecision | None = None
+    binary_handling: BinaryHandling = "bytes"
+    units: Mapping[str, Unit] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for value, allowed, name in (
+            (self.decimal_handling, DECIMAL_HANDLING, "decimal_handling"),
+            (self.binary_handling, BINARY_HANDLING, "binary_handling"),
+        ):
+            if value not in allowed:
+                raise InvalidArgumentError(
+                    f"Debezium {name}= is one of {', '.join(map(repr, allowed))} (the "
+                    f"connector's {name.replace('_', '.')}.mode), got {value!r}"
+                )
+        if self.time_precision is not None and self.time_precision not in TIME_PRECISION:
+            raise InvalidArgumentError(
+                f"Debezium time_precision= is one of {', '.join(map(repr, TIME_PRECISION))} "
+                f"(the connector's time.precision.mode), got {self.time_precision!r}"
+            )
+        for column, unit in self.units.items():
+            if unit not in UNITS:
+                raise InvalidArgumentError(
+                    f"Debezium units[{column!r}] is one of {', '.join(map(repr, UNITS))}, "
+                    f"got {unit!r}"
+                )
+
+    def integer_timestamp(self, column: str) -> str | None:
+        """The unit of an integer for timestamp column ``column``: named for it, or the one
+        ``time_precision`` gives every timestamp (``None``: it depends on the column's
+        precision, which only the event's schema says)."""
+        if column in self.units:
+            return self.units[column]
+        return {"connect": "millis", "microseconds": "micros", "nanoseconds": "nanos"}.get(
+            self.time_precision or ""
+        )
+
+    def static(self, column: str, declared: DataType) -> str:
+        """The encoding of ``column``'s values when the event does not name it."""
+        kind = type(declared).__name__
+        if kind == "DecimalType":
+            return "decimal-bytes" if self.decimal_handling == "precise" else "text"
+        if kind == "BinaryType":
+            return {"bytes": "base64", "base64": "base64"}.get(
+                self.binary_handling, self.binary_handling
+            )
+        if kind == "DateType":
+            return self.units.get(column, "days")  # a date is days in every mode
+        if kind in ("TimestampType", "TimestampNTZType"):
+            return self.integer_timestamp(column) or "unknown"
+        if kind == "StringType" and column in self.units:
+            # A time of day whose unit is named: its text.
+            return f"time-{self.units[column]}"
+        return "as-is"
+
+
+def needs_decoding(declared: DataType) -> bool:
+    """Whether a column of ``declared`` type is parsed as its raw text and decoded."""
+    return type(declared).__name__ in _DECODED
+
+
+def schema_encoding_sql(
+    kind: str, name: str, static: str, declared: DataType, settings: Encodings
+) -> str:
+    """Spark SQL of a value's encoding from its field's schema (``kind``: its Connect type,
+    ``name``: its semantic type, both SQL over the event; NULL where the event has none),
+    else ``static``."""
+    by_name = " ".join(
+        f"WHEN {sql_text(semantic)} THEN {sql_text(encoding)}"
+        for semantic, encoding in SEMANTIC_TYPES.items()
+    )
+    declared_kind = type(declared).__name__
+    # A field the schema names no semantic type for: its Connect type says the rest.
+    if declared_kind == "BinaryType":
+        # Text: base64, base64-url-safe or hex, which only binary_handling tells apart.
+        text_mode = "unknown" if settings.binary_handling == "bytes" else static
+        plain = f"CASE WHEN {kind} = 'bytes' THEN 'base64' ELSE {sql_text(text_mode)} END"
+    elif declared_kind == "DecimalType":
+        plain = "'text'"  # decimal.handling.mode string (a string) or double (a number)
+    else:
+        plain = sql_text(static)
+    return (
+        f"CASE WHEN {kind} IS NULL THEN {sql_text(static)} "
+        f"ELSE coalesce(CASE {name} {by_name} END, {plain}) END"
+    )
+
+
+#: A step of a column's decoding: the name of a column it makes, and its Spark SQL.
+Step = tuple[str, str]
+
+
+def decoding_steps(
+    raw: str,
+    declared: DataType,
+    encoding: str,
+    *,
+    prefix: str,
+    column: str,
+    table: str,
+    scale: str = "NULL",
+    settings: Encodings,
+) -> list[Step]:
+    """How the column ``raw`` (a column of the value's raw JSON text) becomes ``declared``:
+    columns made one after another (each over the ones before it, so that no expression is
+    repeated inside another), the last one named ``column``. ``encoding``: Spark SQL of the
+    value's encoding (:data:`SEMANTIC_TYPES`' encodings, ``"text"``, ``"as-is"`` or
+    ``"unknown"``); ``scale``: SQL of a precise decimal's scale as its schema states it
+    (NULL: the declared scale). A value that cannot be decoded fails the query naming
+    ``table`` (SQL), ``column``, the encoding and the value. ``prefix`` names the steps'
+    columns."""
+    kind = type(declared).__name__
+    target = declared.simpleString()
+    enc = _q(f"{prefix}enc")
+    steps: list[Step] = [(f"{prefix}enc", encoding)]
+    if kind == "DecimalType":
+        steps += _decimal(raw, declared, enc, scale, prefix)
+    elif kind == "DateType":
+        steps.append((f"{prefix}val", _date(raw, enc)))
+    elif kind in ("TimestampType", "TimestampNTZType"):
+        steps.append((f"{prefix}val", _timestamp(raw, enc, ntz=kind == "TimestampNTZType")))
+    elif kind == "BinaryType":
+        steps.append((f"{prefix}val", _binary(raw, enc)))
+    elif kind == "StringType":
+        steps.append((f"{prefix}val", _time_of_day(raw, enc)))
+    else:
+        steps.append((f"{prefix}val", f"try_cast({raw} AS {target})"))
+    value = _q(f"{prefix}val")
+    hint = _hint(kind, column, settings)
+    said = (
+        f"concat('Debezium: table ', coalesce({table}, '?'), ', column {column}', ' (', "
+        f"coalesce({enc}, '?'), '): cannot decode ', "
+        f"left({raw}, 120), ' as {target}', {sql_text(hint)})"
+    )
+    steps.append(
+        (
+            column,
+            f"CASE WHEN {raw} IS NULL THEN CAST(NULL AS {target}) "
+            f"WHEN {value} IS NULL THEN CAST(raise_error({said}) AS {target}) "
+            f"ELSE {value} END",
+        )
+    )
+    return steps
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _hint(kind: str, column: str, settings: Encodings) -> str:
+    if kind == "DecimalType":
+        return (
+            f" (decimal_handling={settings.decimal_handling!r}: Debezium's decimal.handling.mode "
+            "precise sends base64 bytes, string or double a number; pass the connector's "
+            "setting as Debezium(..., decimal_handling=...), or turn the JSON converter's "
+            "schemas on)"
+        )
+    if kind in ("TimestampType", "TimestampNTZType", "DateType"):
+        return (
+            f" (an integer's unit is in the event's schema, which these events lack: pass "
+            f"Debezium(..., time_precision='connect' | 'microseconds' | 'nanoseconds') or "
+            f"units={{'{column}': 'millis' | 'micros' | 'nanos'}}; under time.precision.mode="
+            "adaptive a TIMESTAMP(0-3) column sends millis, (4-6) micros, (7-9) nanos)"
+        )
+    if kind == "BinaryType":
+        return (
+            f" (binary_handling={settings.binary_handling!r}: pass the connector's "
+            "binary.handling.mode as Debezium(..., binary_handling=...))"
+        )
+    return ""
+
+
+def _decimal(raw: str, declared: DataType, enc: str, scale: str, prefix: str) -> list[Step]:
+    precision, declared_scale = declared.precision, declared.scale  # type: ignore[attr-defined]
+    target = f"DECIMAL({precision}, {declared_scale})"
+    b64, value_scale = _q(f"{prefix}b64"), _q(f"{prefix}vs")
+    hexed, negative, magnitude = _q(f"{prefix}hex"), _q(f"{prefix}neg"), _q(f"{prefix}mag")
+    unscaled = _q(f"{prefix}u")
+    # decimal.handling.mode string or double: the number's own text, refused when it has
+    # more decimal places than the column keeps.
+    places = f"length(regexp_extract({raw}, '\\\\.([0-9]*?)0*$', 1))"
+    as_text = (
+        f"CASE WHEN {raw} RLIKE '^[-+]?[0-9]*\\\\.?[0-9]+$' AND {places} > {declared_scale} "
+        f"THEN NULL ELSE try_cast({raw} AS {target}) END"
+    )
+    chunks = [
+        f"CAST(conv(substr({magnitude}, {i}, 12), 16, 10) AS DECIMAL(38, 0))" for i in (1, 13, 25)
+    ]
+    whole = (
+        f"try_add(try_multiply(try_add(try_multiply({chunks[0]}, {_CHUNK}), {chunks[1]}), "
+        f"{_CHUNK}), {chunks[2]})"
+    )
+    return [
+        (
+            f"{prefix}b64",
+            f"CASE WHEN {enc} = 'variable-decimal' THEN get_json_object({raw}, '$.value') "
+            f"WHEN {enc} = 'decimal-bytes' THEN {raw} END",
+        ),
+        (
+            f"{prefix}vs",
+            f"CASE WHEN {enc} = 'variable-decimal' THEN "
+            f"CAST(get_json_object({raw}, '$.scale') AS INT) "
+            f"ELSE coalesce({scale}, {declared_scale}) END",
+        ),
+        (
+            f"{prefix}hex",
+            f"CASE WHEN {b64} RLIKE '^[A-Za-z0-9+/]+={{0,2}}$' THEN hex(unbase64({b64})) END",
+        ),
+        (f"{prefix}neg", f"substr({hexed}, 1, 1) >= '8'"),
+        (
+            # A negative number is -(~bits + 1): its digits inverted read as a non-negative one.
+            f"{prefix}mag",
+            f"CASE WHEN length({hexed}) <= 36 THEN lpad(CASE WHEN {negative} THEN "
+            f"translate({hexed}, '0123456789ABCDEF', 'FEDCBA9876543210') ELSE {hexed} END, "
+            "36, '0') END",
+        ),
+        (f"{prefix}u", f"CASE WHEN {negative} THEN -(try_add({whole}, 1)) ELSE {whole} END"),
+        (
+            f"{prefix}val",
+            f"CASE WHEN {enc} IN ('text', 'as-is') THEN {as_text} "
+            f"WHEN {unscaled} IS NULL THEN NULL "
+            f"WHEN {value_scale} > {declared_scale} AND pmod({unscaled}, "
+            f"CAST(concat('1E', {value_scale} - {declared_scale}) AS DECIMAL(38, 0))) <> 0 "
+            f"THEN NULL "
+            f"ELSE try_cast(concat(CAST({unscaled} AS STRING), 'E-', {value_scale}) AS {target}) "
+            "END",
+        ),
+    ]
+
+
+def _integer(raw: str) -> str:
+    return f"CASE WHEN {raw} RLIKE '^-?[0-9]{{1,19}}$' THEN try_cast({raw} AS BIGINT) END"
+
+
+def _micros(raw: str, encoding: str) -> str:
+    """Microseconds since 1970 of an integer timestamp in ``encoding``'s unit."""
+    number = _integer(raw)
+    return (
+        f"CASE {encoding} WHEN 'millis' THEN try_multiply({number}, 1000) "
+        f"WHEN 'micros' THEN {number} "
+        # Nanoseconds cut to the microsecond (Spark and Hyper keep no finer), toward the past.
+        f"WHEN 'nanos' THEN CAST(floor({number} / 1000) AS BIGINT) "
+        f"WHEN 'days' THEN try_multiply({number}, 86400000000) END"
+    )
+
+
+def _date(raw: str, encoding: str) -> str:
+    days = f"CAST({_integer(raw)} AS INT)"
+    return (
+        f"CASE WHEN {raw} RLIKE '^-?[0-9]+$' AND {encoding} IN ('days', 'unknown', 'as-is') "
+        f"THEN date_add(DATE '1970-01-01', {days}) "
+        f"WHEN {raw} RLIKE '^-?[0-9]+$' THEN "
+        f"date_from_unix_date(CAST(floor(({_micros(raw, encoding)}) / 86400000000) AS INT)) "
+        f"WHEN {raw} RLIKE '^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}' "
+        f"THEN try_cast(left({raw}, 10) AS DATE) END"
+    )
+
+
+def _timestamp(raw: str, encoding: str, *, ntz: bool) -> str:
+    micros = _micros(raw, encoding)
+    # Text: with an offset it is an instant; without one, its wall-clock time as if UTC.
+    zoned = f"{raw} RLIKE '(Z|[+-][0-9]{{2}}(:?[0-9]{{2}})?)$'"
+    as_utc = f"CASE WHEN {zoned} THEN {raw} ELSE concat({raw}, 'Z') END"
+    if ntz:
+        from_micros = f"timestampadd(MICROSECOND, {micros}, {_EPOCH_NTZ})"
+        # An instant: its UTC wall-clock time (whatever the session's time zone).
+        from_text = (
+            f"CASE WHEN {zoned} THEN timestampadd(MICROSECOND, "
+            f"unix_micros(try_cast({raw} AS TIMESTAMP)), {_EPOCH_NTZ}) "
+            f"ELSE try_cast({raw} AS TIMESTAMP_NTZ) END"
+        )
+    else:
+        from_micros = f"timestamp_micros({micros})"
+        from_text = f"try_cast({as_utc} AS TIMESTAMP)"
+    return (
+        f"CASE WHEN {raw} RLIKE '^-?[0-9]+$' THEN {from_micros} "
+        f"WHEN {raw} RLIKE '^[0-9]{{4}}-' THEN {from_text} END"
+    )
+
+
+def _binary(raw: str, encoding: str) -> str:
+    return (
+        f"CASE {encoding} "
+        f"WHEN 'base64' THEN CASE WHEN {raw} RLIKE '^[A-Za-z0-9+/]*={{0,2}}$' THEN "
+        f"unbase64({raw}) END "
+        f"WHEN 'base64-url-safe' THEN CASE WHEN {raw} RLIKE '^[A-Za-z0-9_-]*={{0,2}}$' THEN "
+        f"unbase64(translate({raw}, '-_', '+/')) END "
+        f"WHEN 'hex' THEN unhex({raw}) END"
+    )
+
+
+def _time_of_day(raw: str, encoding: str) -> str:
+    """A time since midnight as ``HH:MM:SS.ffffff`` text; any other value as it is."""
+    micros = (
+        f"CASE {encoding} WHEN 'time-millis' THEN try_multiply({_integer(raw)}, 1000) "
+        f"WHEN 'time-micros' THEN {_integer(raw)} "
+        f"WHEN 'time-nanos' THEN CAST(floor({_integer(raw)} / 1000) AS BIGINT) END"
+    )
+    return (
+        f"CASE WHEN {encoding} IN ('time-millis', 'time-micros', 'time-nanos') THEN "
+        f"format_string('%02d:%02d:%02d.%06d', CAST({micros} div 3600000000 AS INT), "
+        f"CAST({micros} div 60000000 % 60 AS INT), CAST({micros} div 1000000 % 60 AS INT), "
+        f"CAST({micros} % 1000000 AS INT)) ELSE {raw} END"
+    )
+
+
+#: The wrappers MongoDB's extended JSON puts around a value.
+_EXTENDED = ("$oid", "$numberLong", "$numberInt", "$numberDouble", "$numberDecimal", "$date")
+
+
+def mongo_unwrapped_sql(text: str) -> str:
+    """Spark SQL: a value of a MongoDB document (extended JSON text) without one wrapper
+    (``{"$oid": "…"}`` → its hex, ``{"$numberLong": "…"}`` → the number, ``{"$date": …}``
+    → its ISO text, or its ``{"$numberLong": …}`` milliseconds)."""
+
+    found = ", ".join(f"get_json_object({text}, \"$['{key}']\")" for key in _EXTENDED)
+    return f"CASE WHEN {text} LIKE '{{\"$%' THEN coalesce({found}) ELSE {text} END"

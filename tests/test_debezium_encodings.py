@@ -1,0 +1,551 @@
+"""Debezium's events as its connectors write them (``tests/_debezium_events.py``): every
+logical type lands as the declared type, exactly, with the JSON converter's schemas on (the
+event says how each value is encoded) and off (the connector's settings say it); every
+connector's envelope, rows flattened by ``ExtractNewRecordState``, events already typed by
+``from_avro``; what is no row change is dropped; a value that cannot be decoded fails naming
+the table, the column, its semantic type and the value. Each case is applied through the
+fake server and read back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import date, datetime, time, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tabhyper_update import PayloadError, build_payload
+from tabhyper_update.streaming import Debezium
+from tabhyper_update.testing.files import make_hyper, read_table
+
+from ._debezium_events import (
+    Column,
+    binary,
+    days,
+    decimal_bytes,
+    event,
+    of_day,
+    since_epoch,
+    zoned,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tabhyper_update import TableauClient
+    from tabhyper_update.testing import FakeTableauServer
+
+CONNECT = "org.apache.kafka.connect.data"
+DBZ = "io.debezium"
+
+AMOUNTS = [Decimal("12.34"), Decimal("-0.01"), Decimal("99999999.99"), Decimal("-12345678.90")]
+WHEN = [
+    datetime(2024, 5, 1, 9, 0, 0, 123456),
+    datetime(1969, 12, 31, 23, 59, 59, 999999),
+    datetime(2038, 1, 19, 3, 14, 8, 1),
+    datetime(2000, 2, 29, 0, 0),
+]
+DAYS = [date(2024, 5, 1), date(1969, 12, 31), date(2038, 1, 19), date(2000, 2, 29)]
+TIMES = [time(9, 0, 0, 123456), time(0, 0), time(23, 59, 59, 999999), time(12, 30, 1)]
+BLOBS = [b"\x00\x01\xff", b"", b"plain", bytes(range(256))[:40]]
+
+
+def apply_events(
+    spark: SparkSession,
+    client: TableauClient,
+    server: FakeTableauServer,
+    lines: Sequence[str | None],
+    debezium: Debezium,
+) -> list[tuple[Any, ...]]:
+    """Build the events' change set, apply it to data source ``Orders``, read it back."""
+    events = spark.createDataFrame([(line,) for line in lines], "value string")
+    payload = build_payload(debezium.changes(events), debezium.change_set)
+    with payload:
+        payload.upload("Orders", client=client).apply(target_table="Extract")
+    server.wait_idle()
+    (luid,) = [d.id for d in server.backend.sources.values() if d.name == "Orders"]
+    return sorted(read_table(server.datasource_path(luid), "Extract"))
+
+
+@pytest.fixture
+def target_file(tmp_path: Path) -> Path:
+    (tmp_path / "start").mkdir()
+    return make_hyper(
+        tmp_path / "start" / "orders.hyper",
+        {
+            "Extract": (
+                "id BIGINT NOT NULL, amount NUMERIC(10, 2), day DATE, created TIMESTAMP, "
+                "at_zone TIMESTAMPTZ, clock TEXT, blob BYTES",
+                [],
+            )
+        },
+    )
+
+
+ROW = (
+    "id BIGINT, amount DECIMAL(10, 2), day DATE, created TIMESTAMP, at_zone TIMESTAMP, "
+    "clock STRING, blob BINARY"
+)
+
+
+def columns_for(time_unit: str, binary_mode: str = "bytes") -> list[Column]:
+    """The columns as a PostgreSQL connector with default settings writes them
+    (``decimal.handling.mode=precise``; ``time.precision.mode=adaptive`` for a
+    ``TIMESTAMP(6)`` sends micros, ``(3)`` millis, ``(9)`` nanos: ``time_unit``)."""
+    semantic = {
+        "millis": f"{DBZ}.time.Timestamp",
+        "micros": f"{DBZ}.time.MicroTimestamp",
+        "nanos": f"{DBZ}.time.NanoTimestamp",
+        "connect": f"{CONNECT}.Timestamp",
+    }[time_unit]
+    unit = "millis" if time_unit == "connect" else time_unit
+    clock = {
+        "millis": (f"{DBZ}.time.Time", "int32"),
+        "micros": (f"{DBZ}.time.MicroTime", "int64"),
+        "nanos": (f"{DBZ}.time.NanoTime", "int64"),
+        "connect": (f"{CONNECT}.Time", "int32"),
+    }[time_unit]
+    return [
+        Column("id", "int64"),
+        Column(
+            "amount",
+            "bytes",
+            f"{CONNECT}.Decimal",
+            {"scale": "2", "connect.decimal.precision": "10"},
+            lambda v: decimal_bytes(v, 2),
+        ),
+        Column(
+            "day",
+            "int32",
+            f"{CONNECT}.Date" if time_unit == "connect" else f"{DBZ}.time.Date",
+            encode=days,
+        ),
+        Column("created", "int64", semantic, encode=lambda v: since_epoch(v, unit)),
+        Column("at_zone", "string", f"{DBZ}.time.ZonedTimestamp", encode=zoned),
+        Column("clock", clock[1], clock[0], encode=lambda v: of_day(v, unit)),
+        Column(
+            "blob",
+            "bytes" if binary_mode == "bytes" else "string",
+            encode=lambda v: binary(v, binary_mode),
+        ),
+    ]
+
+
+def values(i: int) -> dict[str, Any]:
+    return {
+        "id": i,
+        "amount": AMOUNTS[i % 4],
+        "day": DAYS[i % 4],
+        "created": WHEN[i % 4],
+        "at_zone": WHEN[(i + 1) % 4].replace(tzinfo=timezone.utc),
+        "clock": TIMES[i % 4],
+        "blob": BLOBS[i % 4],
+    }
+
+
+def expected(i: int, time_unit: str) -> tuple[Any, ...]:
+    """What lands: the values exactly (a timestamp to its microsecond; millis and the
+    clock's millis cut where the unit is millis)."""
+    v = values(i)
+    created = v["created"]
+    clock = v["clock"]
+    if time_unit in ("millis", "connect"):
+        created = created.replace(microsecond=created.microsecond // 1000 * 1000)
+        clock = clock.replace(microsecond=clock.microsecond // 1000 * 1000)
+    return (
+        i,
+        v["amount"],
+        v["day"],
+        created,
+        v["at_zone"],
+        clock.strftime("%H:%M:%S.%f"),
+        v["blob"],
+    )
+
+
+def landed(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Hyper's values as Python's (its own date and time types, bytes)."""
+    out = []
+    for row in rows:
+        out.append(
+            tuple(
+                v.to_datetime()
+                if hasattr(v, "to_datetime")
+                else v.to_date()
+                if hasattr(v, "to_date")
+                else bytes(v)
+                if isinstance(v, (bytearray, memoryview))
+                else v
+                for v in row
+            )
+        )
+    return out
+
+
+def normal(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Instants compared as instants, wall-clock times as they are."""
+    out = []
+    for row in rows:
+        out.append(
+            tuple(
+                v.astimezone(timezone.utc)
+                if isinstance(v, datetime) and v.tzinfo is not None
+                else v
+                for v in row
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("schemas", [True, False], ids=["schemas-on", "schemas-off"])
+@pytest.mark.parametrize("time_unit", ["micros", "millis", "nanos", "connect"])
+def test_every_default_encoding_lands_as_declared_exactly(
+    spark: SparkSession,
+    client: TableauClient,
+    server: FakeTableauServer,
+    time_unit: str,
+    schemas: bool,
+) -> None:
+    columns = columns_for(time_unit)
+    lines = [event(columns, "c", None, values(i), 10 + i, schemas=schemas) for i in range(4)]
+    lines.append(event(columns, "u", values(1), {**values(1), "id": 1}, 20, schemas=schemas))
+    precision = {"micros": "microseconds", "nanos": "nanoseconds"}.get(time_unit, "connect")
+    unit = "millis" if time_unit == "connect" else time_unit
+    # Without the schemas, the connector's settings say what the schema would have said (a
+    # number for a STRING column is a time of day only where units= says so).
+    settings: dict[str, Any] = (
+        {} if schemas else {"time_precision": precision, "units": {"clock": unit}}
+    )
+    debezium = Debezium(ROW, key="id", **settings)
+    got = apply_events(spark, client, server, lines, debezium)
+    assert normal(landed(got)) == normal([expected(i, time_unit) for i in range(4)])
+
+
+def test_adaptive_without_schemas_names_what_to_set(
+    spark: SparkSession, client: TableauClient, server: FakeTableauServer
+) -> None:
+    """An integer for a TIMESTAMP with no schema to say its unit: the error names the
+    table, the column and the value, and what to pass."""
+    columns = columns_for("micros")
+    lines = [event(columns, "c", None, values(0), 10, schemas=False)]
+    with pytest.raises(PayloadError) as caught:
+        apply_events(spark, client, server, lines, Debezium(ROW, key="id"))
+    said = str(caught.value)
+    assert "table orders, column created" in said
+    assert str(since_epoch(WHEN[0], "micros")) in said
+    assert "units={'created'" in said
+    assert "time_precision=" in said
+    # Named once, for that column, it decodes.
+    debezium = Debezium(ROW, key="id", units={"created": "micros", "clock": "micros"})
+    got = apply_events(spark, client, server, lines, debezium)
+    assert normal(landed(got)) == normal([expected(0, "micros")])
+
+
+@pytest.mark.parametrize("mode", ["base64", "base64-url-safe", "hex"])
+def test_binary_in_each_handling_mode(
+    spark: SparkSession, client: TableauClient, server: FakeTableauServer, mode: str
+) -> None:
+    columns = columns_for("micros", binary_mode=mode)
+    lines = [event(columns, "c", None, values(i), 10 + i) for i in range(4)]
+    got = apply_events(spark, client, server, lines, Debezium(ROW, key="id", binary_handling=mode))  # type: ignore[arg-type]
+    assert [row[6] for row in landed(got)] == [BLOBS[i] for i in range(4)]
+    # Text that the default (bytes) cannot tell apart is refused by name, not guessed.
+    with pytest.raises(PayloadError, match=r"column blob .*binary_handling"):
+        apply_events(spark, client, server, lines, Debezium(ROW, key="id"))
+
+
+@pytest.mark.parametrize("mode", ["string", "double"])
+def test_decimal_handling_string_and_double(
+    spark: SparkSession, client: TableauClient, server: FakeTableauServer, mode: str
+) -> None:
+    columns = columns_for("micros")
+    as_number = Column(
+        "amount",
+        "string" if mode == "string" else "double",
+        encode=(str if mode == "string" else float),
+    )
+    columns[1] = as_number
+    lines = [event(columns, "c", None, values(i), 10 + i, schemas=False) for i in range(4)]
+    debezium = Debezium(ROW, key="id", decimal_handling=mode, time_precision="microseconds")  # type: ignore[arg-type]
+    got = apply_events(spark, client, server, lines, debezium)
+    assert [row[1] for row in got] == AMOUNTS
+    # The default (precise) reads them as base64 bytes: refused by name, with the setting.
+    with pytest.raises(PayloadError, match="decimal_handling"):
+        apply_events(
+            spark, client, server, lines, Debezium(ROW, key="id", time_precision="microseconds")
+        )
+
+
+CONNECTOR_ROW = "id BIGINT, amount DECIMAL(10, 2), day DATE, created TIMESTAMP"
+
+
+def connector_columns() -> list[Column]:
+    return columns_for("micros")[:4]
+
+
+@pytest.mark.parametrize(
+    "connector", ["postgresql", "mysql", "mariadb", "sqlserver", "oracle", "db2"]
+)
+def test_every_relational_connectors_envelope_snapshot_and_stream(
+    spark: SparkSession, client: TableauClient, server: FakeTableauServer, connector: str
+) -> None:
+    """A snapshot read ('r'), then creates, an update and a delete, each connector's own
+    source block ordering them; heartbeats, transaction metadata and a schema change
+    beside them are dropped."""
+    columns = connector_columns()
+    lines: list[str | None] = [
+        event(columns, "r", None, values(0), 1, connector=connector),
+        event(columns, "c", None, values(1), 2, connector=connector),
+        event(columns, "c", None, values(2), 3, connector=connector),
+        event(columns, "u", values(1), {**values(3), "id": 1}, 4, connector=connector),
+        event(columns, "d", values(2), None, 5, connector=connector),
+        None,  # the tombstone after a delete
+        json.dumps({"ts_ms": 1_714_554_009_000}),  # a heartbeat
+        json.dumps({"status": "BEGIN", "id": "571:53195829", "event_count": None, "ts_ms": 1}),
+        json.dumps(
+            {
+                "status": "END",
+                "id": "571:53195829",
+                "event_count": 4,
+                "data_collections": [{"data_collection": "shop.orders", "event_count": 4}],
+                "ts_ms": 2,
+            }
+        ),
+        json.dumps(
+            {
+                "source": {"connector": connector, "db": "shop", "table": "orders"},
+                "ts_ms": 3,
+                "databaseName": "shop",
+                "ddl": "ALTER TABLE orders ADD COLUMN note TEXT",
+                "tableChanges": [],
+            }
+        ),
+    ]
+    target = Debezium(CONNECTOR_ROW, key="id", connector=connector)
+    got = apply_events(spark, client, server, lines, target)
+    want = [(0, *values(0).values()), (1, *values(3).values())]
+    assert [r[:4] for r in landed(got)] == [(w[0], w[2], w[3], w[4]) for w in want]
+
+
+FLAT_ROW = "id BIGINT, amount DECIMAL(10, 2), created TIMESTAMP"
+
+
+def flattened(i: int, *, op: str | None, deleted: str | None, lsn: int, schemas: bool) -> str:
+    """A row as ``ExtractNewRecordState`` writes it with ``add.fields=op,lsn`` and
+    ``delete.handling.mode=rewrite`` (a delete: the row before it, ``__deleted: "true"``)."""
+    v = values(i)
+    row: dict[str, Any] = {
+        "id": i,
+        "amount": decimal_bytes(v["amount"], 2),
+        "created": since_epoch(v["created"], "micros"),
+    }
+    if op is not None:
+        row["__op"] = op
+    row["__lsn"] = lsn
+    if deleted is not None:
+        row["__deleted"] = deleted
+    if not schemas:
+        return json.dumps(row)
+    fields = [
+        Column("id", "int64").schema(),
+        Column("amount", "bytes", f"{CONNECT}.Decimal", {"scale": "2"}).schema(),
+        Column("created", "int64", f"{DBZ}.time.MicroTimestamp").schema(),
+        {"type": "string", "optional": True, "field": "__op"},
+        {"type": "int64", "optional": True, "field": "__lsn"},
+        {"type": "string", "optional": True, "field": "__deleted"},
+    ]
+    schema = {"type": "struct", "fields": fields, "optional": False, "name": "pg.shop.orders.Value"}
+    return json.dumps({"schema": schema, "payload": row})
+
+
+@pytest.mark.parametrize("schemas", [True, False], ids=["schemas-on", "schemas-off"])
+def test_rows_flattened_by_extract_new_record_state(
+    spark: SparkSession, client: TableauClient, server: FakeTableauServer, schemas: bool
+) -> None:
+    lines = [
+        flattened(1, op="c", deleted="false", lsn=10, schemas=schemas),
+        flattened(2, op="c", deleted="false", lsn=11, schemas=schemas),
+        flattened(2, op="d", deleted="true", lsn=12, schemas=schemas),
+        flattened(3, op="r", deleted="false", lsn=13, schemas=schemas),
+        flattened(3, op=None, deleted="true", lsn=14, schemas=schemas),  # rewrite, no op
+    ]
+    settings: dict[str, Any] = {} if schemas else {"time_precision": "microseconds"}
+    got = apply_events(spark, client, server, lines, Debezium(FLAT_ROW, key="id", **settings))
+    assert [r[:2] for r in landed(got)] == [(1, AMOUNTS[1])]
+
+
+def test_mongodb_documents_and_deletes_by_the_message_key(
+    spark: SparkSession, client: TableauClient, server: FakeTableauServer
+) -> None:
+    """MongoDB's ``after`` is the document as extended JSON text; a delete carries its id
+    only in the Kafka message's key; an update that carries only what changed
+    (``capture.mode=change_streams``) is refused naming the setting."""
+
+    def mongo(op: str, doc: dict[str, Any] | None, n: int, key: int) -> tuple[str, str]:
+        payload = {
+            "after": None if doc is None else json.dumps(doc),
+            "before": None,
+            "source": {"connector": "mongodb", "collection": "orders", "ts_ms": 1000 * n, "ord": 1},
+            "op": op,
+            "ts_ms": 5,
+        }
+        return json.dumps({"payload": {"id": json.dumps({"$numberLong": str(key)})}}), json.dumps(
+            payload
+        )
+
+    docs = [
+        mongo(
+            "r",
+            {
+                "_id": {"$numberLong": "1"},
+                "amount": {"$numberDecimal": "12.34"},
+                "created": {"$date": "2024-05-01T09:00:00.123Z"},
+            },
+            1,
+            1,
+        ),
+        mongo(
+            "c",
+            {
+                "_id": {"$numberLong": "2"},
+                "amount": {"$numberDecimal": "-0.01"},
+                "created": {"$date": {"$numberLong": "1714554000123"}},
+            },
+            2,
+            2,
+        ),
+        mongo("d", None, 3, 2),
+    ]
+    events = spark.createDataFrame(docs, "key string, value string")
+    target = Debezium(
+        "_id BIGINT, amount DECIMAL(10, 2), created TIMESTAMP", key="_id", connector="mongodb"
+    )
+    with build_payload(target.changes(events), target.change_set) as payload:
+        ups = sorted(read_table(payload.parts[0].path, "upserts"))
+        downs = sorted(read_table(payload.parts[0].path, "deletes"))
+    assert [(r[0], r[1]) for r in ups] == [(1, Decimal("12.34"))]
+    assert str(ups[0][2]) == "2024-05-01 09:00:00.123000"
+    assert downs == [(2,)]
+    partial = json.dumps(
+        {
+            "after": None,
+            "before": None,
+            "updateDescription": {"updatedFields": json.dumps({"amount": 3}), "removedFields": []},
+            "source": {"connector": "mongodb", "collection": "orders", "ts_ms": 9000, "ord": 1},
+            "op": "u",
+        }
+    )
+    events = spark.createDataFrame([(None, partial)], "key string, value string")
+    with pytest.raises(PayloadError, match=r"capture\.mode"):
+        build_payload(target.changes(events), target.change_set)
+
+
+def test_events_already_typed_by_from_avro(spark: SparkSession) -> None:
+    """The Avro converter's events after ``from_avro``: a Connect ``Decimal`` and ``Date``
+    arrive typed, Debezium's ``MicroTimestamp`` as a long (its unit named once)."""
+    from pyspark.sql.types import (
+        DateType,
+        DecimalType,
+        LongType,
+        StringType,
+        StructType,
+    )
+
+    image = (
+        StructType()
+        .add("id", LongType())
+        .add("amount", DecimalType(10, 2))
+        .add("day", DateType())
+        .add("created", LongType())
+    )
+    schema = (
+        StructType()
+        .add("before", image)
+        .add("after", image)
+        .add("op", StringType())
+        .add("source", StructType().add("lsn", LongType()).add("table", StringType()))
+        .add("ts_ms", LongType())
+    )
+    rows = [
+        (None, (1, Decimal("12.34"), DAYS[0], since_epoch(WHEN[0], "micros")), "c", (10, "o"), 1),
+        (None, (2, Decimal("-0.01"), DAYS[1], since_epoch(WHEN[1], "micros")), "c", (11, "o"), 2),
+    ]
+    events = spark.createDataFrame(rows, schema)
+    target = Debezium(
+        "id BIGINT, amount DECIMAL(10, 2), day DATE, created TIMESTAMP",
+        key="id",
+        units={"created": "micros"},
+    )
+    with build_payload(target.changes(events), target.change_set) as payload:
+        got = sorted(read_table(payload.parts[0].path, "upserts"))
+    assert [(r[0], r[1], str(r[2]), str(r[3])) for r in got] == [
+        (1, Decimal("12.34"), "2024-05-01", "2024-05-01 09:00:00.123456"),
+        (2, Decimal("-0.01"), "1969-12-31", "1969-12-31 23:59:59.999999"),
+    ]
+
+
+def test_a_value_that_cannot_be_decoded_names_table_column_type_and_value(
+    spark: SparkSession,
+) -> None:
+    columns = connector_columns()
+    good = event(columns, "c", None, values(0), 1)
+    bad = json.loads(event(columns, "c", None, values(1), 2))
+    bad["payload"]["after"]["amount"] = "not!base64"
+    events = spark.createDataFrame([(good,), (json.dumps(bad),)], "value string")
+    target = Debezium(CONNECTOR_ROW, key="id")
+    with pytest.raises(PayloadError) as caught:
+        build_payload(target.changes(events), target.change_set)
+    said = str(caught.value)
+    for words in ("table orders", "column amount", "decimal-bytes", "not!base64"):
+        assert words in said, said
+    assert "MALFORMED" not in said
+
+
+def test_a_decimal_with_more_places_than_declared_is_refused_not_rounded(
+    spark: SparkSession,
+) -> None:
+    columns = connector_columns()
+    columns[1] = Column(
+        "amount", "bytes", f"{CONNECT}.Decimal", {"scale": "4"}, lambda v: decimal_bytes(v, 4)
+    )
+    lines = [event(columns, "c", None, {**values(0), "amount": Decimal("1.2345")}, 1)]
+    events = spark.createDataFrame([(line,) for line in lines], "value string")
+    target = Debezium(CONNECTOR_ROW, key="id")
+    with pytest.raises(PayloadError, match=r"column amount .*1\.2345|column amount"):
+        build_payload(target.changes(events), target.change_set)
+    # Declared wide enough, it lands exactly.
+    wide = Debezium(CONNECTOR_ROW.replace("DECIMAL(10, 2)", "DECIMAL(12, 4)"), key="id")
+    with build_payload(wide.changes(events), wide.change_set) as payload:
+        assert read_table(payload.parts[0].path, "upserts")[0][1] == Decimal("1.2345")
+
+
+def test_variable_scale_decimals_and_38_digits(spark: SparkSession) -> None:
+    """``VariableScaleDecimal`` (a NUMERIC without precision) and Connect decimals up to
+    DECIMAL(38), negative ones included, exactly."""
+    big = [Decimal("12345678901234567890123456789.012345678"), Decimal("-1"), Decimal("0")]
+    col = Column(
+        "amount", "bytes", f"{CONNECT}.Decimal", {"scale": "9"}, lambda v: decimal_bytes(v, 9)
+    )
+    var = Column(
+        "ratio",
+        "struct",
+        f"{DBZ}.data.VariableScaleDecimal",
+        encode=lambda v: {
+            "scale": -v.as_tuple().exponent,
+            "value": decimal_bytes(v, -v.as_tuple().exponent),
+        },
+    )
+    columns = [Column("id", "int64"), col, var]
+    ratios = [Decimal("0.5"), Decimal("-123.25"), Decimal("7")]
+    lines = [
+        event(columns, "c", None, {"id": i, "amount": big[i], "ratio": ratios[i]}, i + 1)
+        for i in range(3)
+    ]
+    events = spark.createDataFrame([(line,) for line in lines], "value string")
+    target = Debezium("id BIGINT, amount DECIMAL(38, 9), ratio DECIMAL(10, 2)", key="id")
+    with build_payload(target.changes(events), target.change_set, database_version=3) as payload:
+        got = sorted(read_table(payload.parts[0].path, "upserts"))
+    assert [(r[1], r[2]) for r in got] == list(zip(big, ratios, strict=True))
