@@ -211,9 +211,13 @@ def test_renamed_public_names_keep_working() -> None:
         (
             TableauSink,
             "target, changes, *, client, actions, prepare, target_table, target_schema, "
-            "sink_id, build, state_dir, timeout, reset, check, on_schema_change",
+            "sink_id, build, state_dir, timeout, reset, check, on_schema_change, on_full_refresh",
         ),
-        (Debezium, "row_schema, *, key, connector, position, table, truncate"),
+        (
+            Debezium,
+            "row_schema, *, key, connector, position, table, truncate, decimal_handling, "
+            "time_precision, binary_handling, units",
+        ),
     ],
 )
 def test_the_round_trip_signatures_are_pinned(

@@ -6,7 +6,9 @@ an *epoch*. A second query that runs the same sink id is refused before its firs
 sent, unless it declares that it replaces the first (``TableauSink(..., reset=True)``, for a
 checkpoint that was replaced): it then owns the sink id in a new epoch, and its batches'
 RequestIDs carry the epoch, so that its batch 0 is never taken for the old query's batch 0
-however equal their rows.
+however equal their rows. A query that restarts from its checkpoint is the same owner; a new
+query at batch 0 is a stream started over (a full refresh), told apart and met as
+``on_full_refresh`` says (refused, or the data source's tables replaced from the batch).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -72,10 +75,24 @@ def _write(path: Path, claim: Claim, *, fresh: bool) -> bool:
     return True
 
 
-def claim_sink(folder: Path, sink_id: str, query_id: str | None, *, reset: bool) -> Claim:
+def claim_sink(
+    folder: Path,
+    sink_id: str,
+    query_id: str | None,
+    *,
+    reset: bool,
+    batch_id: int | None = None,
+    refresh: Callable[[], None] | None = None,
+) -> Claim:
     """The claim of ``sink_id`` for the query ``query_id``: the existing one when it is that
     query's (or either side's query is unknown), a new epoch when ``reset``, else an error
-    naming both queries."""
+    naming both queries.
+
+    Another query at batch 0 is a stream started over (a declarative pipeline's full
+    refresh gives its flow a new checkpoint): with ``refresh``, that is called first (it
+    replaces the data source's tables from the batch) and the claim moves to the new query
+    in a new epoch only once it returned, so that a crash between the two refreshes again.
+    Without it the error says so and what to pass."""
     make_private(folder)
     refuse_symlink(folder, "state_dir")
     path = folder / f"{sink_id}.claim.json"
@@ -91,10 +108,22 @@ def claim_sink(folder: Path, sink_id: str, query_id: str | None, *, reset: bool)
                 existing = Claim(sink_id, query_id, existing.epoch, existing.claimed_at)
                 _write(path, existing, fresh=False)
             return existing
-        if reset:
+        starts_over = batch_id == 0
+        if reset or (starts_over and refresh is not None):
+            if starts_over and refresh is not None and not reset:
+                refresh()
             claim = Claim(sink_id, query_id, existing.epoch + 1, time.time())
             _write(path, claim, fresh=False)
             return claim
+        if starts_over:
+            raise ConfigurationError(
+                f"sink id {sink_id!r} belongs to streaming query {existing.query_id}, and "
+                f"query {query_id} starts over at batch 0: a stream run again from the start "
+                "with a new checkpoint (a declarative pipeline's full refresh), so its first "
+                "batch was not sent. To replace the data source's tables from the refreshed "
+                "stream, pass TableauSink(..., on_full_refresh='replace'); to apply its "
+                "batches over what the data source holds, reset=True once"
+            )
         raise ConfigurationError(
             f"sink id {sink_id!r} belongs to streaming query {existing.query_id} (claimed "
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(existing.claimed_at))} UTC); "

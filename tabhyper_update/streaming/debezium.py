@@ -680,8 +680,6 @@ class Debezium:
         table = (F.coalesce(*named) if len(named) > 1 else named[0] if named else F.lit(None)).cast(
             "string"
         )
-        if self.table is not None:
-            kept = kept.filter(table == F.lit(self.table))
         before, after = F.col("e.before"), F.col("e.after")
         if self._mongo:
             # A MongoDB document is extended JSON text: every column read as its raw text.
@@ -713,6 +711,12 @@ class Debezium:
             key_kept = key_kept & same
         moved = (op == F.lit("u")) & before.isNotNull() & after.isNotNull() & ~key_kept
         images = F.when(moved, F.array(F.lit(False), F.lit(True))).otherwise(F.array(F.lit(False)))
+        if self.table is not None:
+            # Another table's event explodes to no row. Not a filter: Spark would push a
+            # filter down through every staged column, writing each out again inside it
+            # (an event's whole parse, thousands of times over, in one predicate).
+            wanted = F.coalesce(table == F.lit(self.table), F.lit(False))
+            images = F.when(wanted, images).otherwise(F.array().cast("array<boolean>"))
         kept = kept.select("*", F.explode(images).alias("__pre"))
         pre = F.col("__pre")
         is_delete = op == F.lit("d")

@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import tabhyper_update.values.errors as errors
 
@@ -56,6 +56,7 @@ from ..payload.model import Payload
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
 from ..update.chain import upload_payload
+from ..update.publish import publish, snapshot_of
 from ..update.results import UpdateResult
 from ..update.schema_change import check_policy
 from ..update.state import StateStore
@@ -153,6 +154,7 @@ class TableauSink:
         reset: bool = False,
         check: bool = True,
         on_schema_change: Any = "fail",
+        on_full_refresh: Literal["refuse", "replace"] = "refuse",
     ) -> None:
         if not isinstance(target, (DataSourceRef, str)) or not target:
             raise ArgumentTypeError(
@@ -191,6 +193,16 @@ class TableauSink:
         self.target_table = target_table
         self.target_schema = target_schema
         self.reset = reset
+        if on_full_refresh not in ("refuse", "replace"):
+            raise InvalidArgumentError(
+                f"on_full_refresh is 'refuse' or 'replace', got {on_full_refresh!r}"
+            )
+        if on_full_refresh == "replace" and self._tables is None:
+            raise InvalidArgumentError(
+                "on_full_refresh='replace' replaces the data source's tables from a change "
+                "set's first batch: a plain stream (actions=) has none to replace them from"
+            )
+        self.on_full_refresh = on_full_refresh
         check_policy(on_schema_change)
         self.on_schema_change = on_schema_change
         self._claim: Claim | None = None
@@ -393,11 +405,27 @@ class TableauSink:
         query_id = _known_query_id(batch)
         sink_id = self.sink_id or query_id or _query_id(batch)
         self._resolved_id = sink_id
-        if self._claim is None or (query_id is not None and self._claim.query_id != query_id):
-            # Before anything is built or sent: one query per sink id.
-            self._claim = claim_sink(self._sinks_folder(), sink_id, query_id, reset=self.reset)
         frames = self.prepare(batch) if self.prepare is not None else batch
         source, change_sets = self._source(frames)
+        if self._claim is None or (query_id is not None and self._claim.query_id != query_id):
+            # Before anything is built or sent: one query per sink id (a new query at batch
+            # 0 is a stream started over: refused, or its first batch replaces the tables).
+            refreshed: list[DataSourceRef] = []
+
+            def refresh() -> None:
+                refreshed.append(self._replace_from(source, change_sets, batch_id))
+
+            self._claim = claim_sink(
+                self._sinks_folder(),
+                sink_id,
+                query_id,
+                reset=self.reset,
+                batch_id=batch_id,
+                refresh=refresh if self.on_full_refresh == "replace" else None,
+            )
+            if refreshed:
+                self._target = refreshed[0]
+                return None
         options: BuildOptions = {**self.build, "progress": False}
         payload = build_payload(source, change_sets, **options)
         with payload:
@@ -436,6 +464,39 @@ class TableauSink:
         how = "skipped (applied before)" if result.deduplicated else "applied"
         log.info("batch %d of sink %s: %s (RequestID %s)", batch_id, sink_id, how, request_id)
         return result
+
+    def _replace_from(
+        self,
+        source: DataFrame | Mapping[str, DataFrame],
+        change_sets: ChangeSet | dict[str, ChangeSet] | None,
+        batch_id: int,
+    ) -> DataSourceRef:
+        """Publish the batch's last change per key over the data source (``overwrite``):
+        each change set's upserts as the table of its name (one file, every part of the
+        change in one publish: the data source is never half old)."""
+        options: BuildOptions = {**self.build, "progress": False, "max_payload_mb": None}
+        target = resolve_target(self.client, self._target)
+        with build_payload(source, change_sets, **options) as payload:
+            snapshot = snapshot_of(payload, self.target_table or "Extract")
+            try:
+                log.warning(
+                    "sink %s: the stream starts over at batch %d (a full refresh): publishing "
+                    "its rows over data source %r",
+                    self._resolved_id,
+                    batch_id,
+                    target.label,
+                )
+                named = target if target.name else self.client.datasource(target.id)
+                return publish(
+                    self.client,
+                    snapshot,
+                    named.name or named.id,
+                    mode="overwrite",
+                    project=named.project_id or named.project,
+                    state_dir=self.state_dir,
+                )
+            finally:
+                snapshot.unlink(missing_ok=True)
 
     def _source(
         self, frames: DataFrame | Mapping[str, DataFrame]

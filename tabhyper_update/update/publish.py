@@ -21,7 +21,7 @@ from typing import Any, cast
 from tableauhyperapi import HyperException, Nullability
 from typing_extensions import Unpack
 
-from ..local.hyper import connect
+from ..local.hyper import connect, quote_name
 from ..rest.jobs import Job
 from ..rest.projects import Project, find_project
 from ..rest.refs import DataSourceRef, ref_from_item
@@ -50,7 +50,7 @@ from .results import UpdateResult
 from .schema import record_schema
 from .state import StateStore
 
-__all__ = ["BootstrapResult", "PublishMode", "bootstrap", "publish"]
+__all__ = ["BootstrapResult", "PublishMode", "bootstrap", "publish", "snapshot_of"]
 
 log = get_logger("tabhyper_update")
 
@@ -310,3 +310,47 @@ def bootstrap(
     made = changes()
     update = update_datasource(client, existing, made, **update_options)
     return BootstrapResult(existing, published=False, update=update)
+
+
+def snapshot_of(payload: Any, table: str) -> Path:
+    """A ``.hyper`` file of a change set payload's upserts as the data source's tables, to
+    publish over it (a stream started over: :class:`~tabhyper_update.streaming.TableauSink`'s
+    ``on_full_refresh="replace"``): each change set's upsert table named as its target
+    (``table`` for one change set; its own name for each of a multi-table one), its deletes
+    left out. A copy beside the payload's file, owner-only; the caller removes it."""
+    if payload.is_empty:
+        raise PayloadError(
+            "the stream starts over with a batch that holds no change: there are no rows to "
+            "replace the data source's tables with (publish the source's snapshot yourself, "
+            "or pass reset=True to apply the refreshed stream over what the data source holds)"
+        )
+    if len(payload.parts) > 1:
+        raise PayloadError("a snapshot to publish is one file: build it with max_payload_mb=None")
+    sets = payload.change_sets or {table: payload.change_set}
+    if any(cs.guard for cs in sets.values()):
+        raise PayloadError(
+            "a guarded change set (ChangeSet(guard=True)) keeps its positions in tables of the "
+            "data source a refresh cannot rebuild from one batch: republish the data source "
+            "yourself, then pass reset=True"
+        )
+    part = payload.parts[0]
+    copy: Path = part.path.with_name(f".{uuid.uuid4().hex}.snapshot.hyper")
+    fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out, part.path.open("rb") as original:
+            while chunk := original.read(1 << 20):
+                out.write(chunk)
+        schema = payload.schema
+        with connect(copy) as conn:
+            for name, cs in sets.items():
+                dropped = f"{quote_name(schema)}.{quote_name(cs.delete_table)}"
+                conn.execute_command(f"DROP TABLE IF EXISTS {dropped}")
+                if cs.upsert_table in part.tables:
+                    conn.execute_command(
+                        f"ALTER TABLE {quote_name(schema)}.{quote_name(cs.upsert_table)} "
+                        f"RENAME TO {quote_name(name)}"
+                    )
+    except BaseException:
+        copy.unlink(missing_ok=True)
+        raise
+    return copy
