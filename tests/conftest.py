@@ -36,6 +36,21 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["XDG_STATE_HOME"] = os.environ["TABHYPER_TEST_STATE"]
 
 
+def _long_tests() -> tuple[str, ...]:
+    listed = Path(__file__).with_name("long_tests.txt").read_text(encoding="utf-8")
+    lines = (line.partition("#")[0].strip() for line in listed.splitlines())
+    return tuple(line for line in lines if line)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests ``long_tests.txt`` lists are ``slow``: run with ``-m slow``."""
+    long = _long_tests()
+    slow = pytest.mark.slow
+    for item in items:
+        if item.nodeid.startswith(long):
+            item.add_marker(slow)
+
+
 #: The columns and rows data source ``Orders`` starts with, unless a module says otherwise.
 ORDERS_DDL = "id BIGINT NOT NULL, name TEXT, qty INTEGER"
 ORDERS_ROWS = ["(1, 'a', 10)", "(2, 'b', 20)", "(3, 'c', 30)"]
