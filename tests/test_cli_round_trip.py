@@ -119,6 +119,15 @@ def test_build_then_apply_with_derived_actions(
         assert [a["action"] for a in part["actions"]["actions"]] == ["delete", "upsert"]
         assert server.counts["initiate"] == server.counts["append"] == 0
         assert server.counts["update"] == 0
+        assert plan["tables_unconfirmed"] == ["Orders"]  # not listed by the service
+        # A table the data source may lack: the dry run does not say it fits, it says only
+        # the server's job can tell (Tableau lists a data source's columns, not its tables).
+        assert main([*apply, "--target-table", "Nope", "--dry-run"]) == 0
+        assert json.loads(capsys.readouterr().out)["tables_unconfirmed"] == ["Nope"]
+        assert main([*apply[:-1], "--target-table", "Nope", "--dry-run"]) == 0
+        shown = capsys.readouterr().out
+        assert "table(s) 'Nope' not confirmed" in shown
+        assert server.counts["update"] == 0
         assert main([*apply, "--datasource", "Nope", "--dry-run"]) == 4  # looked up first
         assert "Nope" in json.loads(capsys.readouterr().out)["error"]["message"]
         assert main([*apply, "--target-table", "Orders", "--wait"]) == 0

@@ -549,3 +549,61 @@ def test_variable_scale_decimals_and_38_digits(spark: SparkSession) -> None:
     with build_payload(target.changes(events), target.change_set, database_version=3) as payload:
         got = sorted(read_table(payload.parts[0].path, "upserts"))
     assert [(r[1], r[2]) for r in got] == list(zip(big, ratios, strict=True))
+
+
+@pytest.mark.parametrize("schemas", [True, False], ids=["schemas-on", "schemas-off"])
+def test_the_other_logical_types_land_as_their_values(spark: SparkSession, schemas: bool) -> None:
+    """Debezium's ``Year`` (MySQL), ``Json``, ``Uuid`` (PostgreSQL), ``Enum``, ``EnumSet``
+    (MySQL ``ENUM`` / ``SET``), ``Bits`` (PostgreSQL ``BIT(n)``: bytes, base64 in JSON) and
+    ``ZonedTime`` (``TIME WITH TIME ZONE``: ISO 8601 text in UTC), as "Data type mappings"
+    of the MySQL and PostgreSQL connectors shows them: each the value it carries."""
+    columns = [
+        Column("id", "int64"),
+        Column("yr", "int32", f"{DBZ}.time.Year"),
+        Column("doc", "string", f"{DBZ}.data.Json"),
+        Column("uid", "string", f"{DBZ}.data.Uuid"),
+        Column("mood", "string", f"{DBZ}.data.Enum", {"allowed": "calm,busy"}),
+        Column("tags", "string", f"{DBZ}.data.EnumSet", {"allowed": "a,b,c"}),
+        Column(
+            "flags",
+            "bytes",
+            f"{DBZ}.data.Bits",
+            {"length": "12"},
+            lambda v: binary(v, "base64"),
+        ),
+        Column("tz_clock", "string", f"{DBZ}.time.ZonedTime"),
+    ]
+    rows = [
+        {
+            "id": 1,
+            "yr": 2024,
+            "doc": '{"a": [1, 2], "b": null}',
+            "uid": "3f2504e0-4f89-11d3-9a0c-0305e82c3301",
+            "mood": "calm",
+            "tags": "a,c",
+            "flags": b"\x05\x0a",
+            "tz_clock": "09:00:00.123456Z",
+        },
+        {
+            "id": 2,
+            "yr": 1901,
+            "doc": "[]",
+            "uid": "00000000-0000-0000-0000-000000000000",
+            "mood": "busy",
+            "tags": "",
+            "flags": b"\x00\x00",
+            "tz_clock": "23:59:59Z",
+        },
+    ]
+    lines = [event(columns, "c", None, row, 30 + i, schemas=schemas) for i, row in enumerate(rows)]
+    events = spark.createDataFrame([(line,) for line in lines], "value string")
+    target = Debezium(
+        "id BIGINT, yr INT, doc STRING, uid STRING, mood STRING, tags STRING, flags BINARY, "
+        "tz_clock STRING",
+        key="id",
+    )
+    with build_payload(target.changes(events), target.change_set) as payload:
+        got = sorted(read_table(payload.parts[0].path, "upserts"))
+    assert [
+        tuple(bytes(v) if isinstance(v, (bytearray, memoryview)) else v for v in r) for r in got
+    ] == [tuple(row.values()) for row in rows]

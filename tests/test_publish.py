@@ -329,3 +329,19 @@ def test_tableaus_own_client_publishes_and_updates_through_the_fake(
     # ...and this SDK finds and updates what Tableau's client published.
     ref = client.datasource("Orders")
     assert ref.id == published.id
+
+
+def test_a_dry_run_refuses_a_table_a_data_source_it_published_lacks(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient
+) -> None:
+    """The SDK knows the tables of a data source it published: a dry run naming another
+    table is refused there, as apply is, and nothing is sent."""
+    client.publish(build_payload(orders(spark, [(1, "a")])), "Orders")
+    with build_payload(changes(spark, [(2, "b", "U", 1)]), CHANGE_SET) as payload:
+        bound = payload.upload("Orders", client=client)
+        plan = bound.plan(target_table="Extract")
+        assert plan.tables_unconfirmed == []
+        updates = server.counts["update"]
+        with pytest.raises(PayloadError, match="the data source has no table 'Nope'"):
+            bound.plan(target_table="Nope")
+        assert server.counts["update"] == updates

@@ -247,8 +247,9 @@ def _add_apply(sub: Any) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="sign in, look the data source up, check the actions, tables, keys and columns, "
-        "print the parts and their actions; send nothing that changes data",
+        help="sign in, look the data source up, check the actions, keys and columns (and the "
+        "target tables where they are known by name), print the parts and their actions and "
+        "any table only the server can confirm; send nothing that changes data",
     )
     _add_state_dir(p, "update records live")
     _add_connection_options(p)

@@ -21,7 +21,7 @@ string), and a public route that every supported release has takes over otherwis
   schema of an empty DataFrame of that DDL (public; Spark parses it, no job runs).
 
 The public route of the Arrow batches costs more (each row becomes a Python object once):
-``python benchmarks/spark_versions.py`` measures both on 1M rows.
+``python benchmarks/arrow_routes.py`` measures both on 1M rows.
 """
 
 from __future__ import annotations

@@ -133,8 +133,19 @@ class BoundPayload:
         )
         units = self._units(given, table)
         target = self.target
-        checked = self._schema.check(
+        schema = self._schema.check(
             target, [u.batch for u in units], options.get("allow_narrowing", ())
+        )
+        # Tables the check found by name; any other target table only the server's job can
+        # confirm (the VizQL Data Service lists a data source's columns, not its tables).
+        named = set() if schema is None else {t for t in schema.tables if t is not None}
+        unconfirmed = sorted(
+            {
+                a.target_table
+                for u in units
+                for a in u.batch.actions
+                if getattr(a, "target_table", None) and a.target_table not in named
+            }
         )
         parts = [
             PlannedPart(
@@ -146,7 +157,13 @@ class BoundPayload:
             )
             for n, unit in enumerate(units, 1)
         ]
-        return UpdatePlan(target.label, target.id, parts, checked if units else None)
+        return UpdatePlan(
+            target.label,
+            target.id,
+            parts,
+            schema.origin if units and schema is not None else None,
+            unconfirmed if units else [],
+        )
 
     def apply(
         self, actions: BatchLike | None = None, **options: Unpack[ApplyOptions]

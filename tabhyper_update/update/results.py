@@ -87,12 +87,16 @@ class UpdatePlan:
     #: Where the data source's columns the payload was checked against came from (``None``:
     #: nothing said, so the server's job is the check).
     schema_checked: str | None
+    #: Target tables the dry run could not find by name (Tableau lists a data source's
+    #: columns, not its tables, unless the SDK published it): the server's job checks them.
+    tables_unconfirmed: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "datasource": self.datasource,
             "datasource_id": self.datasource_id,
             "schema_checked": self.schema_checked,
+            "tables_unconfirmed": list(self.tables_unconfirmed),
             "parts": [p.as_dict() for p in self.parts],
         }
 
@@ -107,6 +111,12 @@ class UpdatePlan:
                 else "its columns are not known here: the server's job checks them"
             )
         ]
+        if self.tables_unconfirmed:
+            shown = ", ".join(map(repr, self.tables_unconfirmed))
+            lines.append(
+                f"table(s) {shown} not confirmed: Tableau lists the data source's columns, "
+                "not its tables, so only the server's job can refuse a table it lacks"
+            )
         for p in self.parts:
             rows = ", ".join(f"{t} {n:,} rows" for t, n in p.rows.items()) or "no payload"
             lines.append(f"part {p.part}: {p.file or '-'} ({p.size_bytes:,} bytes; {rows})")

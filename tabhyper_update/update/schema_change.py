@@ -27,7 +27,7 @@ from ..values.errors import ArgumentTypeError, InvalidArgumentError, SchemaDrift
 from ..values.parts import PayloadLike, PayloadPart, RowDigest, TableInfo
 from ..values.redaction import get_logger
 from .results import UpdateResult, report_metrics
-from .schema import check_schema, learn_schema
+from .schema import TargetSchema, check_schema, learn_schema
 from .state import StateStore
 
 __all__ = [
@@ -163,16 +163,17 @@ class SchemaCheck:
 
     def check(
         self, target: DataSourceRef, batches: Sequence[ActionBatch], allow_narrowing: Sequence[str]
-    ) -> str | None:
+    ) -> TargetSchema | None:
         """Refuse (:class:`SchemaDriftError`) a payload whose columns the target cannot take
-        whole; where the target's columns came from, or ``None`` when nothing said."""
+        whole; what the target's columns were checked against, or ``None`` when nothing
+        said."""
         if not self.payload.parts:
             return None
         schema = learn_schema(self.client, target, self.state)
         if schema is None:
             return None
         check_schema(schema, self.payload, batches, allow_narrowing=allow_narrowing)
-        return schema.origin
+        return schema
 
     def run(
         self,
