@@ -290,3 +290,28 @@ def test_a_program_calling_the_command_keeps_its_own_logging(
         logging.getLogger("tabhyper_update.rest").warning("after the command")
     assert "after the command" in caplog.text
     assert "after the command" not in capsys.readouterr().err
+
+
+def test_counts_in_messages_agree_with_their_number() -> None:
+    """ "1 row", never "1 rows"; thousands grouped."""
+    from tabhyper_update.update.results import PlannedPart, UpdatePlan
+    from tabhyper_update.values.actions import ActionBatch
+    from tabhyper_update.values.wording import counted
+
+    assert [counted(n, "row") for n in (0, 1, 2, 12_345)] == [
+        "0 rows",
+        "1 row",
+        "2 rows",
+        "12,345 rows",
+    ]
+    batch = ActionBatch.from_json(
+        '{"actions": [{"action": "insert", "target-schema": "Extract", "target-table": '
+        '"Extract", "source-schema": "Extract", "source-table": "upserts"}]}'
+    )
+    plan = UpdatePlan(
+        "Orders",
+        "luid",
+        [PlannedPart(1, "part-0001.hyper", 100, {"upserts": 1, "deletes": 2}, batch)],
+        None,
+    )
+    assert "upserts 1 row, deletes 2 rows" in str(plan)

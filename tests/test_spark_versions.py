@@ -258,3 +258,26 @@ def test_a_pyspark_that_cannot_be_imported_on_this_python_says_so(
     said = str(caught.value)
     assert f"pyspark {importlib.metadata.version('pyspark')} is installed but cannot be" in said
     assert "install a pyspark that runs on this Python" in said
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["verify", "Orders", "--key", "id", "--spark-table", "orders"],
+        ["build", "--spark-table", "orders", "--out", "out"],
+    ],
+    ids=["verify", "build"],
+)
+def test_a_command_that_needs_pyspark_says_so_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """Without a pyspark that imports, a Spark command fails as a usage error, saying what
+    it needs Spark for once ("... with Spark", never "with Spark with Spark")."""
+    import sys
+
+    from tabhyper_update.cli import main
+
+    monkeypatch.setitem(sys.modules, "pyspark.sql", None)
+    assert main(command) == 2
+    said = capsys.readouterr().err
+    assert said.count("with Spark") == 1, said

@@ -24,6 +24,7 @@ from ..values.errors import (
     PayloadAppliedError,
 )
 from ..values.probes import PROBE_CASES
+from ..values.wording import counted
 from .exit_codes import (
     EXIT_DRIFT,
     EXIT_FAILED,
@@ -193,7 +194,7 @@ def _build_with(spark: Any, args: argparse.Namespace, out: Path) -> int:
     }
     lines = [f"payload: {manifest.parent}"] + [
         f"  {p.path.name}: {p.size_bytes} bytes, "
-        + ", ".join(f"{n} {t.row_count} rows" for n, t in p.tables.items())
+        + ", ".join(f"{n} {counted(t.row_count, 'row')}" for n, t in p.tables.items())
         for p in payload.parts
     ]
     _emit(args, data, "\n".join(lines))
@@ -414,7 +415,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         raise UsageError("--sample must be 0 or more")
     if args.budget is not None and args.budget < 1:
         raise UsageError("--budget must be 1 or more queries")
-    require_pyspark("verify reads the source with Spark")
+    require_pyspark("verify reads the source")
     from ..builder.repair import repair
     from ..local.spark import own_spark
     from ..readback.reconcile import reconcile

@@ -15,6 +15,7 @@ from ..rest.jobs import Job
 from ..values.actions import ActionBatch
 from ..values.errors import InvalidArgumentError
 from ..values.redaction import get_logger
+from ..values.wording import counted
 
 __all__ = ["PartUpdate", "PlannedPart", "UpdatePlan", "UpdateResult", "report_metrics"]
 
@@ -118,7 +119,7 @@ class UpdatePlan:
                 "not its tables, so only the server's job can refuse a table it lacks"
             )
         for p in self.parts:
-            rows = ", ".join(f"{t} {n:,} rows" for t, n in p.rows.items()) or "no payload"
+            rows = ", ".join(f"{t} {counted(n, 'row')}" for t, n in p.rows.items()) or "no payload"
             lines.append(f"part {p.part}: {p.file or '-'} ({p.size_bytes:,} bytes; {rows})")
             for action in p.actions.actions:
                 lines.append("  " + action.model_dump_json(by_alias=True, exclude_none=True))
@@ -270,7 +271,7 @@ class UpdateResult:
                 else "submitted"
             )
             steps = ", ".join(f"{k} {v:.2f} s" for k, v in p["seconds"].items())
-            rows = ", ".join(f"{n} {c} rows" for n, c in p["rows"].items())
+            rows = ", ".join(f"{n} {counted(c, 'row')}" for n, c in p["rows"].items())
             lines.append(
                 f"part {p['part']}: job {p['job_id']} ({how}), RequestID {p['request_id']}"
                 + (f"; {rows}, {p['size_bytes']} bytes" if rows else "")
