@@ -315,3 +315,27 @@ def test_counts_in_messages_agree_with_their_number() -> None:
         None,
     )
     assert "upserts 1 row, deletes 2 rows" in str(plan)
+
+
+def test_the_sdks_advice_is_written_as_commands() -> None:
+    """A job waited on past its deadline, or a payload without actions: the command line
+    says what to run or which flag to give, not which Python call or keyword."""
+    from tabhyper_update.cli.failures import as_flags
+    from tabhyper_update.errors import InvalidArgumentError, JobTimeoutError
+    from tabhyper_update.update.targets import derived_target
+
+    said = as_flags(str(JobTimeoutError("0a1b-2c", 30.0)))
+    assert "tabhyper-update job wait 0a1b-2c" in said
+    assert "wait()" not in said
+
+    class Plain:
+        def __init__(self) -> None:
+            self.is_cdc = False
+            self.parts = [object()]
+
+    with pytest.raises(InvalidArgumentError) as caught:
+        derived_target(Plain(), None, None, None)  # type: ignore[arg-type]
+    said = as_flags(str(caught.value))
+    assert "pass --actions" in said
+    assert "actions=" not in said
+    assert "give the folder, not one of its part files" in said

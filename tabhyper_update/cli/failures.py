@@ -43,6 +43,15 @@ _ADVICE = (
     (" (or pass verify='/path/to/ca-bundle.pem')", ""),
     ("only for a test server, TABLEAU_VERIFY_TLS=false", "only for a test server, --insecure"),
     ("or the server= you passed", "or --server"),
+    (
+        "pass actions= (only a payload built with a ChangeSet derives its own)",
+        "pass --actions (a folder from `build` with a change set derives its own from its "
+        "manifest: give the folder, not one of its part files)",
+    ),
+)
+#: A job waited on past its deadline: wait again from the command line.
+_WAIT_AGAIN = re.compile(
+    r"job (\S+) (did not finish within [^;]*); it may still complete: call wait\(\) on it again"
 )
 
 
@@ -50,5 +59,10 @@ def as_flags(message: str) -> str:
     """``message`` with the SDK's Python keywords written as this command's flags."""
     for python, command in _ADVICE:
         message = message.replace(python, command)
+    message = _WAIT_AGAIN.sub(
+        r"job \1 \2; it may still complete: `tabhyper-update job wait \1` waits for it again "
+        r"(or run the same apply again: it resumes, never sends it twice)",
+        message,
+    )
     message = _MODE.sub(r"--mode \1", message)
     return _KEYWORD.sub(lambda m: _FLAG_OF[m.group(1)], message)
