@@ -164,3 +164,37 @@ def test_the_recorded_position_is_the_given_one_else_the_change_sets_last_else_t
     )
     sink(spark.createDataFrame([(9, "i", 90)], "id long, name string, qty int"), 7)
     assert last_position() == {"sink_id": "plain-feed", "batch_id": 7}
+
+
+def test_a_job_waited_for_from_the_command_line_is_no_longer_unfinished(
+    spark: SparkSession,
+    server: FakeTableauServer,
+    client: TableauClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``apply --no-wait``, then ``job wait ID``: ``status`` shows the update applied, as a
+    scheduler polling it expects, without running apply again."""
+    from ._util import use_environment
+
+    state = tmp_path / "state"
+    use_environment(monkeypatch, server, tmp_path / "xdg", "Orders")
+    ddl = "id long, name string, qty int, op string, seq long"
+    submitted = client.update_datasource(
+        "Orders",
+        build_payload(spark.createDataFrame([(4, "d", 40, "U", 1)], ddl), BY_ID),
+        state_dir=state,
+        progress=False,
+        wait=False,
+    )
+    (job,) = [p.job.id for p in submitted.parts if p.job is not None]
+    assert main(["status", "--state-dir", str(state), "--json"]) == 0
+    (before,) = json.loads(capsys.readouterr().out)["datasources"]
+    assert len(before["unfinished"]) == 1
+    assert main(["job", "wait", job, "--state-dir", str(state)]) == 0
+    assert "succeeded" in capsys.readouterr().out
+    assert main(["status", "--state-dir", str(state), "--json"]) == 0
+    (after,) = json.loads(capsys.readouterr().out)["datasources"]
+    assert after["unfinished"] == []
+    assert job in json.dumps(after["last_applied"])

@@ -464,6 +464,9 @@ def _cmd_job(args: argparse.Namespace) -> int:
             job.cancel()
         elif args.action == "wait":
             job.wait(timeout=args.timeout)
+    if job.finish_code == 0:
+        # An update applied with --no-wait: `status` no longer lists it as unfinished.
+        StateStore(args.state_dir).job_succeeded(job.id)
     data = job.model_dump(mode="json", by_alias=True, exclude_none=True)
     state = (
         "running"

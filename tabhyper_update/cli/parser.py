@@ -341,6 +341,7 @@ def _add_job(sub: Any) -> None:
     p.add_argument("action", choices=["status", "wait", "cancel"], help="what to do")
     p.add_argument("job_id", help="the job's id, as `apply` prints it")
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait (wait)")
+    _add_state_dir(p, "update records live (a job found succeeded is recorded as applied)")
     _add_connection_options(p)
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_Command("job"))

@@ -405,6 +405,25 @@ class StateStore:
             if p.suffix == ".json" and _KEY.fullmatch(p.stem) and not p.is_symlink()
         )
 
+    def job_succeeded(self, job_id: str) -> list[UpdateRecord]:
+        """Record the part whose job ``job_id`` is as applied (what a re-run of its update
+        would find and record); the records that changed. A run's record (``kind="run"``)
+        that is then finished is removed, as its run would remove it."""
+        changed = []
+        for record in self.records():
+            parts = [p for p in record.parts if p.job_id == job_id and p.status == "submitted"]
+            if not parts:
+                continue
+            for part in parts:
+                part.status = "applied"
+            record.updated_at = time.time()
+            if record.finished and record.kind == "run":
+                self.remove(record.key)
+            else:
+                self.save(record)
+            changed.append(record)
+        return changed
+
     def records(self) -> list[UpdateRecord]:
         """Every readable record (reads only: nothing is changed or removed)."""
         found = []
