@@ -324,3 +324,25 @@ def test_responses_adapter_serves_the_same_fake_without_sockets(
         assert len(rsps.calls) >= 5
         assert json.loads(rsps.calls[0].response.text)["serverInfo"]
         assert [r[0] for r in read_rows(server.datasource_path(luid), "Extract")] == [1, 2, 7]
+
+
+def test_a_fake_served_through_responses_unstarted_keeps_records_out_of_the_users_folder(
+    target_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mock_requests()`` on a fake never entered with ``with``: an update's record goes to
+    the fake's folder, and the user's own state folder stays as it was (absent here)."""
+    from tabhyper_update import Payload
+
+    users = tmp_path / "users-state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(users))
+    monkeypatch.delenv("TABHYPER_TEST_STATE", raising=False)
+    server = FakeTableauServer(pats=PATS, serve=False, directory=tmp_path / "fake")
+    with server.mock_requests():
+        server.add_datasource("Orders", target_file)
+        client_for(server).update_datasource(
+            "Orders",
+            Payload.from_hyper(payload_file(tmp_path, ["(7, 'g')"])),
+            actions=UPSERT,
+        )
+    assert not users.exists()
+    assert (tmp_path / "fake" / "client-state").is_dir()

@@ -383,8 +383,14 @@ class FakeTableauServer:
         """
         from .responses_adapter import mock
 
-        with mock(self) as rsps:
-            yield rsps
+        with contextlib.ExitStack() as stack:
+            if self._state_stand_in is None:
+                # Not started: clients given no state_dir still keep their records in the
+                # fake's folder, never in the user's real state folder.
+                stack.enter_context(
+                    temporary_default_state_dir(self.backend.directory / "client-state")
+                )
+            yield stack.enter_context(mock(self))
 
 
 def _version_known(path: str, newest: str) -> bool:
