@@ -77,11 +77,16 @@ def events(spark: Any, form: str, count: int, wrapped: bool) -> Any:
     df = df.selectExpr("id", "CASE WHEN length(h0) % 2 = 1 THEN concat('0', h0) ELSE h0 END AS h")
     if not wrapped:
         return df.selectExpr(f"to_json({envelope}) AS value")
+    # One struct type for every field (Spark's arrays hold one type): a field without a
+    # semantic name or parameters holds NULLs there, which to_json leaves out.
     fields = ", ".join(
-        f"named_struct('type', '{kind}', 'optional', true, 'field', '{field}'"
-        + (f", 'name', '{name}'" if name else "")
-        + (", 'parameters', map('scale', '2')" if field == "amount" and name else "")
-        + ")"
+        f"named_struct('type', '{kind}', 'optional', true, 'field', '{field}', "
+        + (f"'name', '{name}', " if name else "'name', CAST(NULL AS STRING), ")
+        + (
+            "'parameters', map('scale', '2'))"
+            if field == "amount" and name
+            else "'parameters', CAST(NULL AS MAP<STRING, STRING>))"
+        )
         for kind, name, field in SCHEMAS[form]
     )
     # The envelope's schema: before and after each with the columns' field schemas.

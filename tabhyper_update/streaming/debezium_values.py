@@ -302,7 +302,7 @@ def _decimal(raw: str, declared: DataType, enc: str, scale: str, prefix: str) ->
     target = f"DECIMAL({precision}, {declared_scale})"
     b64, value_scale = _q(f"{prefix}b64"), _q(f"{prefix}vs")
     hexed, negative, magnitude = _q(f"{prefix}hex"), _q(f"{prefix}neg"), _q(f"{prefix}mag")
-    unscaled = _q(f"{prefix}u")
+    unscaled, short = _q(f"{prefix}u"), _q(f"{prefix}short")
     # decimal.handling.mode string or double: the number's own text, refused when it has
     # more decimal places than the column keeps.
     places = f"length(regexp_extract({raw}, '\\\\.([0-9]*?)0*$', 1))"
@@ -335,21 +335,34 @@ def _decimal(raw: str, declared: DataType, enc: str, scale: str, prefix: str) ->
         ),
         (f"{prefix}neg", f"substr({hexed}, 1, 1) >= '8'"),
         (
-            # A negative number is -(~bits + 1): its digits inverted read as a non-negative one.
-            f"{prefix}mag",
-            f"CASE WHEN length({hexed}) <= 36 THEN lpad(CASE WHEN {negative} THEN "
-            f"translate({hexed}, '0123456789ABCDEF', 'FEDCBA9876543210') ELSE {hexed} END, "
-            "36, '0') END",
+            # Up to 8 bytes (a precision up to 18, the usual case): one signed 64-bit
+            # conversion, its sign extended, gives the unscaled digits.
+            f"{prefix}short",
+            f"CASE WHEN length({hexed}) <= 16 THEN conv(lpad({hexed}, 16, CASE WHEN "
+            f"{negative} THEN 'F' ELSE '0' END), 16, -10) END",
         ),
-        (f"{prefix}u", f"CASE WHEN {negative} THEN -(try_add({whole}, 1)) ELSE {whole} END"),
+        (
+            # Longer: in three chunks. A negative number is -(~bits + 1): its digits
+            # inverted read as a non-negative one.
+            f"{prefix}mag",
+            f"CASE WHEN length({hexed}) > 16 AND length({hexed}) <= 36 THEN lpad(CASE WHEN "
+            f"{negative} THEN translate({hexed}, '0123456789ABCDEF', 'FEDCBA9876543210') "
+            f"ELSE {hexed} END, 36, '0') END",
+        ),
+        (
+            f"{prefix}u",
+            f"CASE WHEN {short} IS NOT NULL THEN {short} "
+            f"WHEN {negative} THEN CAST(-(try_add({whole}, 1)) AS STRING) "
+            f"ELSE CAST({whole} AS STRING) END",
+        ),
         (
             f"{prefix}val",
             f"CASE WHEN {enc} IN ('text', 'as-is') THEN {as_text} "
             f"WHEN {unscaled} IS NULL THEN NULL "
-            f"WHEN {value_scale} > {declared_scale} AND pmod({unscaled}, "
+            f"WHEN {value_scale} > {declared_scale} AND pmod(CAST({unscaled} AS DECIMAL(38, 0)), "
             f"CAST(concat('1E', {value_scale} - {declared_scale}) AS DECIMAL(38, 0))) <> 0 "
             f"THEN NULL "
-            f"ELSE try_cast(concat(CAST({unscaled} AS STRING), 'E-', {value_scale}) AS {target}) "
+            f"ELSE try_cast(concat({unscaled}, 'E-', {value_scale}) AS {target}) "
             "END",
         ),
     ]
