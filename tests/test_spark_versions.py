@@ -123,6 +123,21 @@ def test_without_observations_the_counts_and_the_last_position_are_computed(
     assert observed.last_position["at"] == last.isoformat()
 
 
+def test_an_observation_left_empty_is_computed_never_read_as_zero(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark Connect 4.0 fills in no observed values for a write: the counts are computed
+    by a job of their own, not taken as zero rows (which failed the build)."""
+    from pyspark.sql import Observation
+
+    df = spark.range(500).selectExpr("id", "concat('v', id) AS v")
+    with build_payload(df, staging="shared", staging_dir=tmp_path / "a") as observed:
+        monkeypatch.setattr(Observation, "get", property(lambda self: {}))
+        with build_payload(df, staging="shared", staging_dir=tmp_path / "b") as computed:
+            assert computed.tables["Extract"].row_count == 500
+            assert computed.digest == observed.digest
+
+
 def test_without_dataframe_arguments_to_sql_the_source_is_a_view_dropped_after(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -494,7 +494,7 @@ def _stage_table(frame: _Frame, route: _Route, target: Path) -> Staged:
         # The driver counts the rows it receives: no observation to wait for.
         sent = write_on_driver(rows, target)
     elif sent is None:
-        counted, count = observe(rows, F.expr("count(1)").alias("rows"))
+        counted, count = observe(rows, rows=F.expr("count(1)"))
         _write_staged(counted, target, route.mode)
         sent = int(count().get("rows") or 0)
     return Staged(frame.name, frame.plans, staged_names, staged_files(target), sent)

@@ -41,12 +41,12 @@ def rank_in_spark(
     # empty change set is a NULL row, which PySpark cannot take).
     read, greatest_of = observe(
         df,
-        *(
-            F.expr(_observable(f"max_by({o}, struct({', '.join(ordered)}))", spark_type)).alias(
-                f"last{i}"
+        **{
+            f"last{i}": F.expr(
+                _observable(f"max_by({o}, struct({', '.join(ordered)}))", spark_type)
             )
             for i, (o, spark_type) in enumerate(zip(ordered, types, strict=True))
-        ),
+        },
     )
     rows, counted = observe(
         selected(
@@ -60,9 +60,9 @@ def rank_in_spark(
             ],
             spec.latest_query(df.columns),
         ),
-        F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)").alias("U"),
-        F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)").alias("D"),
-        F.expr(f"sum(CASE WHEN substr({kind}, 1, 2) = 'E_' THEN 1 ELSE 0 END)").alias("errors"),
+        U=F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)"),
+        D=F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)"),
+        errors=F.expr(f"sum(CASE WHEN substr({kind}, 1, 2) = 'E_' THEN 1 ELSE 0 END)"),
     )
     # One data set with the kind beside each row, not a folder per kind: a partitioned
     # write makes Spark sort every row by the kind first. Hyper reads each kind apart.

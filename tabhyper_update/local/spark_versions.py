@@ -120,22 +120,36 @@ def can_observe(df: DataFrame) -> bool:
     return not _is_connect(df) or bool(importlib.util.find_spec("pyspark.sql.connect.observation"))
 
 
-def observe(df: DataFrame, *exprs: Column) -> tuple[DataFrame, Callable[[], dict[str, Any]]]:
-    """``df`` with the aggregates ``exprs`` (each aliased) observed as a job reads its rows,
-    and a function that gives their values by alias once that job ran. Where the running
-    Spark cannot observe (Spark Connect before 4.0), ``df`` as it is, and the function
-    computes the aggregates with a job of their own (the rows are read again)."""
-    if can_observe(df):
-        from pyspark.sql import Observation
-
-        observation = Observation(f"tabhyper-{uuid.uuid4().hex}")
-        return df.observe(observation, *exprs), lambda: dict(observation.get)
+def observe(df: DataFrame, **named: Column) -> tuple[DataFrame, Callable[[], dict[str, Any]]]:
+    """``df`` with the aggregates ``named`` observed as a job reads its rows, and a function
+    that gives their values by name once that job ran. Where the running Spark cannot
+    observe (Spark Connect before 4.0), or observed nothing (Spark Connect 4.0 on a write),
+    the function computes the aggregates with a job of their own (the rows are read
+    again)."""
+    exprs = [e.alias(n) for n, e in named.items()]
 
     def computed() -> dict[str, Any]:
         row = df.agg(*exprs).first()
         return {} if row is None else row.asDict()
 
-    return df, computed
+    if not can_observe(df):
+        return df, computed
+    from pyspark.sql import Observation
+
+    observation = Observation(f"tabhyper-{uuid.uuid4().hex}")
+
+    def observed() -> dict[str, Any]:
+        # Spark Connect 4.0 returns no observed values for a write (its Observation is
+        # left empty): what it did not observe is computed, never read as zero.
+        try:
+            found = dict(observation.get)
+        except Exception:  # an Observation never filled in (its error class varies by release)
+            found = {}
+        if any(n not in found for n in named):
+            return computed()
+        return found
+
+    return df.observe(observation, *exprs), observed
 
 
 class _Classic(NamedTuple):
