@@ -367,7 +367,7 @@ def test_a_reference_carries_its_client_and_refuses_another(
     assert set(line["seconds"]) == {"upload", "submit", "wait"}
     assert line["rows"] == {"Extract": 1}
     assert line["size_bytes"] == result.parts[0].size_bytes > 0
-    assert "Extract 1 rows" in str(result)
+    assert "Extract 1 row," in str(result)
     with (
         TableauClient(server.url, "", PersonalAccessToken("ci", "pat-secret")) as other,
         pytest.raises(ConfigurationError, match="use one client for both"),
