@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
@@ -24,6 +24,22 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 BY_ID = ChangeSet("id", op_column="op", order_by="seq")
+DDL = "id long, name string, qty int, op string, seq long"
+
+
+def update_one(
+    spark: SparkSession, client: TableauClient, state: Path, **options: Any
+) -> tuple[Any, str]:
+    """Upsert key 4 into ``Orders`` with records in ``state``: the result and its job's id."""
+    result = client.update_datasource(
+        "Orders",
+        build_payload(spark.createDataFrame([(4, "d", 40, "U", 1)], DDL), BY_ID),
+        state_dir=state,
+        progress=False,
+        **options,
+    )
+    (job,) = [p.job.id for p in result.parts if p.job is not None]
+    return result, job
 
 
 def test_status_shows_the_last_update_what_is_unfinished_and_each_sink(
@@ -34,14 +50,8 @@ def test_status_shows_the_last_update_what_is_unfinished_and_each_sink(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     state = tmp_path / "state"
-    ddl = "id long, name string, qty int, op string, seq long"
-    applied = client.update_datasource(
-        "Orders",
-        build_payload(spark.createDataFrame([(4, "d", 40, "U", 1)], ddl), BY_ID),
-        state_dir=state,
-        progress=False,
-    )
-    (job,) = [p.job.id for p in applied.parts if p.job is not None]
+    ddl = DDL
+    _, job = update_one(spark, client, state)
     # An update whose request fails every time: its record stays, unfinished.
     server.inject("update", status=503, times=100)
     with pytest.raises(ApiError):
@@ -180,15 +190,7 @@ def test_a_job_waited_for_from_the_command_line_is_no_longer_unfinished(
 
     state = tmp_path / "state"
     use_environment(monkeypatch, server, tmp_path / "xdg", "Orders")
-    ddl = "id long, name string, qty int, op string, seq long"
-    submitted = client.update_datasource(
-        "Orders",
-        build_payload(spark.createDataFrame([(4, "d", 40, "U", 1)], ddl), BY_ID),
-        state_dir=state,
-        progress=False,
-        wait=False,
-    )
-    (job,) = [p.job.id for p in submitted.parts if p.job is not None]
+    _, job = update_one(spark, client, state, wait=False)
     assert main(["status", "--state-dir", str(state), "--json"]) == 0
     (before,) = json.loads(capsys.readouterr().out)["datasources"]
     assert len(before["unfinished"]) == 1
