@@ -504,6 +504,68 @@ def test_a_value_that_cannot_be_decoded_names_table_column_type_and_value(
     assert "MALFORMED" not in said
 
 
+LIMIT = "spark.sql.codegen.hugeMethodLimit"
+
+
+def test_a_build_runs_in_methods_the_jvm_compiles_and_leaves_the_session_as_it_was(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Debezium decoding fuses into one method larger than HotSpot compiles (it then ran
+    interpreted, 2-3x slower): while a build runs, Spark's limit is the JVM's, and the
+    session's own setting is back after it, a failed build's too; a lower one is kept."""
+    from tabhyper_update.builder import build
+
+    seen: list[str] = []
+    real = build._stage_change_set
+
+    def staged(*args: Any, **kwargs: Any) -> Any:
+        seen.append(str(spark.conf.get(LIMIT)))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(build, "_stage_change_set", staged)
+    columns = connector_columns()
+    good = event(columns, "c", None, values(0), 1)
+    bad = json.loads(event(columns, "c", None, values(1), 2))
+    bad["payload"]["after"]["amount"] = "not!base64"
+    target = Debezium(CONNECTOR_ROW, key="id")
+    before = str(spark.conf.get(LIMIT))
+    assert int(before) > 8000  # Spark's default: 64 KB
+    events = spark.createDataFrame([(good,)], "value string")
+    with build_payload(target.changes(events), target.change_set) as payload:
+        assert read_table(payload.parts[0].path, "upserts")[0][0] == 0
+    refused = spark.createDataFrame([(good,), (json.dumps(bad),)], "value string")
+    with pytest.raises(PayloadError):
+        build_payload(target.changes(refused), target.change_set)
+    assert seen == ["8000", "8000"]
+    assert spark.conf.get(LIMIT) == before
+    try:
+        spark.conf.set(LIMIT, "4000")
+        with build_payload(target.changes(events), target.change_set):
+            pass
+        assert seen[-1] == "4000"
+        assert spark.conf.get(LIMIT) == "4000"
+    finally:
+        spark.conf.set(LIMIT, before)
+
+
+def test_a_session_that_refuses_the_limit_still_builds() -> None:
+    from tabhyper_update.builder.staging import jit_sized_code
+
+    class Refusing:
+        def get(self, key: str) -> str:
+            return "65535"
+
+        def set(self, key: str, value: str) -> None:
+            raise RuntimeError(f"[CONFIG_NOT_AVAILABLE] {key} cannot be set")
+
+    class Session:
+        conf = Refusing()
+
+    session = Session()
+    with jit_sized_code(session), jit_sized_code(session):
+        pass  # nothing raised: the session keeps its own limit
+
+
 def test_a_decimal_with_more_places_than_declared_is_refused_not_rounded(
     spark: SparkSession,
 ) -> None:

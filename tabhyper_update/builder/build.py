@@ -102,6 +102,7 @@ from .staging import (
     StagingMode,
     check_staging,
     compiled_apart,
+    jit_sized_code,
     probe_to_driver,
     selected,
     staged_files,
@@ -467,13 +468,16 @@ def _stage(frames: Sequence[_Frame], stage: Path, staging: StagingMode) -> list[
     The projections are Spark SQL text (one call each): a plan built from column objects
     costs a round trip to the JVM per function, which a small change set feels."""
     staged: list[Staged] = []
-    for index, frame in enumerate(frames):
-        route = _route(frame, staging)
-        target = stage / f"t{index}"
-        if frame.spec is None:
-            staged.append(_stage_table(frame, route, target))
-        else:
-            staged += _stage_change_set(frame, frame.spec, route, target)
+    if not frames:
+        return staged
+    with jit_sized_code(frames[0].df.sparkSession):
+        for index, frame in enumerate(frames):
+            route = _route(frame, staging)
+            target = stage / f"t{index}"
+            if frame.spec is None:
+                staged.append(_stage_table(frame, route, target))
+            else:
+                staged += _stage_change_set(frame, frame.spec, route, target)
     return staged
 
 

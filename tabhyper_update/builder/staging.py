@@ -41,8 +41,10 @@ Needs pyarrow (``pip install 'tabhyper-update[connect]'`` or ``pyarrow``).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -66,6 +68,7 @@ __all__ = [
     "counted_rows",
     "estimated_bytes",
     "has_pyarrow",
+    "jit_sized_code",
     "probe_rows",
     "probe_to_driver",
     "selected",
@@ -104,6 +107,54 @@ _REDUCING_NODES = frozenset({"Deduplicate", "Distinct"})
 #: What :func:`compiled_apart` coalesces to: more partitions than a DataFrame staged through
 #: the driver has, so the coalesce keeps them as they are.
 _APART_PARTITIONS = 1 << 16
+
+
+#: The largest method, in bytes of bytecode, that HotSpot compiles to machine code (its
+#: ``HugeMethodLimit``); a larger one stays interpreted, many times slower.
+_JIT_METHOD_BYTES = 8000
+_CODEGEN_LIMIT = "spark.sql.codegen.hugeMethodLimit"
+#: Per session: how many builds hold the lowered limit, and the value to put back.
+_limit_lock = threading.Lock()
+_limit_holders: dict[int, tuple[int, str]] = {}
+
+
+@contextlib.contextmanager
+def jit_sized_code(spark: Any) -> Iterator[None]:
+    """Spark's fused code kept to methods the JVM compiles, while the build's jobs run.
+
+    Spark fuses a stage's operators into one generated method, which it gives up on only
+    beyond 64 KB of bytecode; HotSpot compiles none over 8,000 bytes, so a larger method
+    (a Debezium decoding of a few encoded columns is 17 KB) runs interpreted, 2-3x slower.
+    Spark's own advice for HotSpot is ``spark.sql.codegen.hugeMethodLimit=8000``: such a
+    stage then runs operator by operator, each in methods Spark splits small. Set for the
+    session while builds run (restored after the last), unless the session already sets a
+    limit at least as low; a session that refuses the setting (a managed one) keeps its
+    own, which only costs time."""
+    key = id(spark)
+    with _limit_lock:
+        held = _limit_holders.get(key)
+        if held is not None:
+            _limit_holders[key] = (held[0] + 1, held[1])
+        else:
+            try:
+                before = str(spark.conf.get(_CODEGEN_LIMIT))
+                if int(before) <= _JIT_METHOD_BYTES:
+                    before = ""
+                else:
+                    spark.conf.set(_CODEGEN_LIMIT, str(_JIT_METHOD_BYTES))
+            except Exception:  # a session that refuses the setting keeps its own
+                before = ""
+            _limit_holders[key] = (1, before)
+    try:
+        yield
+    finally:
+        with _limit_lock:
+            count, before = _limit_holders.pop(key)
+            if count > 1:
+                _limit_holders[key] = (count - 1, before)
+            elif before:
+                with contextlib.suppress(Exception):
+                    spark.conf.set(_CODEGEN_LIMIT, before)
 
 
 class Placement(NamedTuple):

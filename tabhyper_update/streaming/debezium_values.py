@@ -193,9 +193,15 @@ def schema_encoding_sql(
     """Spark SQL of a value's encoding from its field's schema (``kind``: its Connect type,
     ``name``: its semantic type, both SQL over the event; NULL where the event has none),
     else ``static``."""
-    by_name = " ".join(
-        f"WHEN {sql_text(semantic)} THEN {sql_text(encoding)}"
-        for semantic, encoding in SEMANTIC_TYPES.items()
+    # One lookup in a constant map, not a CASE of every name: the code Spark generates for
+    # a long CASE, once per column, outgrows what the JVM compiles.
+    by_name = (
+        "map("
+        + ", ".join(
+            f"{sql_text(semantic)}, {sql_text(encoding)}"
+            for semantic, encoding in SEMANTIC_TYPES.items()
+        )
+        + ")"
     )
     declared_kind = type(declared).__name__
     # A field the schema names no semantic type for: its Connect type says the rest.
@@ -209,7 +215,7 @@ def schema_encoding_sql(
         plain = sql_text(static)
     return (
         f"CASE WHEN {kind} IS NULL THEN {sql_text(static)} "
-        f"ELSE coalesce(CASE {name} {by_name} END, {plain}) END"
+        f"ELSE coalesce(try_element_at({by_name}, {name}), {plain}) END"
     )
 
 
