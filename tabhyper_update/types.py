@@ -15,25 +15,44 @@ the everyday models, :mod:`tabhyper_update.errors` every exception. ::
 from __future__ import annotations
 
 from .builder.options import BuildOptions
+from .builder.staging import StagingMode
 from .readback.compare import Tolerance
 from .readback.drift import DriftReport, KeyDrift
-from .rest.jobs import Job
+from .rest.auth import Credentials
+from .rest.caller import ProgressCallback, RestCaller
+from .rest.jobs import Job, JobSource
 from .rest.projects import Project
 from .rest.refs import DataSourceRef
+from .rest.session import RestSession
+from .streaming.debezium_values import TimeUnit
 from .update.chain import BoundPayload
 from .update.options import (
     ApplyOptions,
     BindOptions,
     BootstrapOptions,
+    ProbeOptions,
+    PublishMode,
     PublishOptions,
     UpdateOptions,
 )
 from .update.publish import BootstrapResult
-from .update.results import PartUpdate, UpdateResult
+from .update.results import PartUpdate, PlannedPart, UpdatePlan, UpdateResult
 from .update.schema_change import SchemaChange
-from .values.actions import Action
-from .values.conditions import And, Comparison, Condition, Const, Or, all_of, any_of
-from .values.parts import ColumnInfo, PayloadPart, TableInfo
+from .update.state import PartState, StateStore, UpdateRecord
+from .values.actions import Action, BatchLike
+from .values.conditions import (
+    And,
+    Comparison,
+    Condition,
+    Const,
+    ConstType,
+    Or,
+    SourceColumn,
+    TargetColumn,
+    all_of,
+    any_of,
+)
+from .values.parts import ColumnInfo, PayloadLike, PayloadPart, TableInfo
 from .values.policies import PollPolicy, RetryPolicy
 from .values.probes import ProbeResult
 
@@ -41,6 +60,7 @@ __all__ = [
     "Action",
     "And",
     "ApplyOptions",
+    "BatchLike",
     "BindOptions",
     "BootstrapOptions",
     "BootstrapResult",
@@ -50,22 +70,40 @@ __all__ = [
     "Comparison",
     "Condition",
     "Const",
+    "ConstType",
+    "Credentials",
     "DataSourceRef",
     "DriftReport",
     "Job",
+    "JobSource",
     "KeyDrift",
     "Or",
+    "PartState",
     "PartUpdate",
+    "PayloadLike",
     "PayloadPart",
+    "PlannedPart",
     "PollPolicy",
+    "ProbeOptions",
     "ProbeResult",
+    "ProgressCallback",
     "Project",
+    "PublishMode",
     "PublishOptions",
+    "RestCaller",
+    "RestSession",
     "RetryPolicy",
     "SchemaChange",
+    "SourceColumn",
+    "StagingMode",
+    "StateStore",
     "TableInfo",
+    "TargetColumn",
+    "TimeUnit",
     "Tolerance",
     "UpdateOptions",
+    "UpdatePlan",
+    "UpdateRecord",
     "UpdateResult",
     "all_of",
     "any_of",

@@ -124,6 +124,47 @@ def test_a_narrower_decimal_is_refused_unless_named_and_then_applied_when_it_fit
     assert fake.counts["update"] == 1
 
 
+def test_a_dry_run_refuses_exactly_what_the_run_refuses(
+    spark: SparkSession, tmp_path: Path, fake: FakeTableauServer
+) -> None:
+    """``plan()`` and ``apply()`` check the update through one function: the narrowing, and
+    every option the run refuses, are refused by the dry run with the same words."""
+    from tabhyper_update import TabHyperError
+
+    state = tmp_path / "state"
+    with client_for(fake) as client:
+        client.publish(
+            build_payload(
+                spark.createDataFrame([(1, None)], "id long, amount decimal(12,2)"),
+                max_payload_mb=None,
+            ),
+            "Money",
+            state_dir=state,
+        )
+        wide = spark.createDataFrame([(7, "1.2300")], "id long, amount string")
+        wide = wide.selectExpr("id", "CAST(amount AS DECIMAL(12, 4)) AS amount")
+        insert = [Insert(source_table="Extract", target_table="Extract")]
+        bound = build_payload(wide).upload("Money", client=client, state_dir=state)
+        refused: list[dict[str, object]] = [
+            {},  # the narrowing itself
+            {"allow_narrowing": "amount"},  # a text, not a list of names
+            {"allow_narrowing": [3]},
+            {"on_schema_change": "rewrite"},
+            {"request_id": "x" * 500},
+            {"verify": -2},
+        ]
+        for options in refused:
+            with pytest.raises(TabHyperError) as by_run:
+                bound.apply(insert, **options)  # type: ignore[arg-type]
+            with pytest.raises(TabHyperError) as by_plan:
+                bound.plan(insert, **options)  # type: ignore[arg-type]
+            assert type(by_plan.value) is type(by_run.value), options
+            assert str(by_plan.value) == str(by_run.value), options
+        assert fake.counts["update"] == 0
+        plan = bound.plan(insert, allow_narrowing=("amount",))
+        assert [p.rows for p in plan.parts] == [{"Extract": 1}]
+
+
 def test_nulls_into_a_not_null_column_fail_before_the_first_part(
     spark: SparkSession, tmp_path: Path, fake: FakeTableauServer
 ) -> None:

@@ -184,3 +184,55 @@ def test_without_opentelemetry_nothing_is_traced(monkeypatch: pytest.MonkeyPatch
     with telemetry.span("update", datasource="Orders") as current:
         assert current is None
     telemetry.record(rows={"upsert": 1}, size_bytes=1, seconds=0.1, lag=None, datasource="x")
+
+
+@pytest.mark.parametrize("target_file", [None])
+def test_a_users_own_table_named_like_the_sdks_bookkeeping_is_counted(
+    server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    """Rows inserted into the user's ``trade_positions`` are the user's rows: the SDK's own
+    positions record is known from where it was made, never from a table's name."""
+    from tabhyper_update import Insert, Payload
+    from tabhyper_update.testing.files import make_hyper
+
+    (tmp_path / "start").mkdir()
+    ddl = "id BIGINT NOT NULL, qty INTEGER"
+    start = make_hyper(tmp_path / "start" / "trades.hyper", {"trade_positions": (ddl, [])})
+    server.add_datasource("Trades", start, project="Default")
+    rows = make_hyper(tmp_path / "rows.hyper", {"new": (ddl, ["(1, 10)", "(2, 20)", "(3, 30)"])})
+    result = (
+        Payload.from_hyper(rows)
+        .upload("Trades", client=client, state_dir=tmp_path / "state", progress=False)
+        .apply([Insert(source_table="new", target_table="trade_positions")])
+    )
+    assert result.metrics()["rows"] == {"insert": 3}
+
+
+def test_a_guarded_change_sets_positions_record_is_not_counted_as_rows(
+    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    from tabhyper_update.testing.files import make_hyper, read_table
+
+    start = make_hyper(
+        tmp_path / "guarded.hyper",
+        {
+            "Extract": ("id BIGINT NOT NULL, name TEXT, qty INTEGER", ["(1, 'a', 10)"]),
+            "Extract_positions": (
+                "id BIGINT NOT NULL, seq BIGINT, guarded BOOLEAN NOT NULL",
+                ["(1, 0, TRUE)"],
+            ),
+        },
+    )
+    luid = server.add_datasource("Guarded", start, project="Default")
+    server.remember_probe(tmp_path / "probed")  # the guard is sent only where probed
+    guarded = ChangeSet("id", op_column="op", order_by="seq", guard=True)
+    result = client.update_datasource(
+        "Guarded",
+        build_payload(spark.createDataFrame(CHANGES, DDL), guarded),
+        state_dir=tmp_path / "state",
+        progress=False,
+    )
+    server.wait_idle()
+    # Three keys' positions recorded, none of them counted as the user's rows.
+    assert len(read_table(server.datasource_path(luid), "Extract_positions")) == 3
+    assert result.metrics()["rows"] == {"delete": 1, "upsert": 2}

@@ -44,6 +44,7 @@ from ..values.actions import (
     Upsert,
     _Action,
     position_guard,
+    positions_record,
 )
 from ..values.changeset import GUARD_COLUMN, ChangeSet
 from ..values.conditions import (
@@ -250,12 +251,12 @@ class Payload:
             if cs.guard and cs.positions_table in part.tables:
                 # Every touched key's position, deleted keys included: what the guard reads.
                 actions.append(
-                    Upsert(
+                    positions_record(
+                        cs.key,
                         target_schema=target_schema,
                         target_table=f"{table}_positions",
                         source_schema=self.schema,
-                        source_table=cs.positions_table,
-                        condition=keys_match(*cs.key),
+                        positions_table=cs.positions_table,
                     )
                 )
         return ActionBatch(actions=actions)

@@ -42,7 +42,7 @@ from .debezium_values import (
     Encodings,
     Step,
     TimePrecision,
-    Unit,
+    TimeUnit,
     decoding_steps,
     mongo_unwrapped_sql,
     needs_decoding,
@@ -179,7 +179,7 @@ class Debezium:
         decimal_handling: DecimalHandling = "precise",
         time_precision: TimePrecision | None = None,
         binary_handling: BinaryHandling = "bytes",
-        units: Mapping[str, Unit] | None = None,
+        units: Mapping[str, TimeUnit] | None = None,
     ) -> None:
         if not isinstance(row_schema, str) and not hasattr(row_schema, "fields"):
             raise ArgumentTypeError(

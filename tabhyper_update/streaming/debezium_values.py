@@ -69,7 +69,7 @@ TimePrecision = Literal[
     "adaptive", "adaptive_time_microseconds", "connect", "microseconds", "nanoseconds", "isostring"
 ]
 BinaryHandling = Literal["bytes", "base64", "base64-url-safe", "hex"]
-Unit = Literal["days", "millis", "micros", "nanos"]
+TimeUnit = Literal["days", "millis", "micros", "nanos"]
 
 DECIMAL_HANDLING: tuple[str, ...] = ("precise", "string", "double")
 TIME_PRECISION: tuple[str, ...] = (
@@ -129,7 +129,7 @@ class Encodings:
     decimal_handling: DecimalHandling = "precise"
     time_precision: TimePrecision | None = None
     binary_handling: BinaryHandling = "bytes"
-    units: Mapping[str, Unit] = field(default_factory=dict)
+    units: Mapping[str, TimeUnit] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for value, allowed, name in (

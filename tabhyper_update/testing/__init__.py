@@ -9,7 +9,24 @@ file from SQL and read a table back; ``local_spark`` starts a local Spark sessio
 """
 
 from ..local.spark import local_spark
+from .backend import DataSource, FakeBackend
 from .fake_server import FakeTableauServer, Fault
 from .files import make_hyper, read_table, run_sql
+from .profiles import ServerProfile
+from .settings import BackendSettings
+from .wire import Request, Response
 
-__all__ = ["FakeTableauServer", "Fault", "local_spark", "make_hyper", "read_table", "run_sql"]
+__all__ = [
+    "BackendSettings",
+    "DataSource",
+    "FakeBackend",
+    "FakeTableauServer",
+    "Fault",
+    "Request",
+    "Response",
+    "ServerProfile",
+    "local_spark",
+    "make_hyper",
+    "read_table",
+    "run_sql",
+]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from functools import partial
 
 from typing_extensions import Unpack
@@ -43,7 +44,7 @@ from .oversize import OversizeSplitter
 from .resplit import key_columns
 from .results import PartUpdate, PlannedPart, UpdatePlan, UpdateResult
 from .run import UpdateRun
-from .schema_change import SchemaCheck, check_policy, republished
+from .schema_change import SchemaCheck, check_policy, narrowing_allowed, republished
 from .state import StateStore
 from .targets import (
     derived_target,
@@ -64,6 +65,19 @@ __all__ = [
 ]
 
 log = get_logger("tabhyper_update")
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """An update's checked options and its units, part by part."""
+
+    given: ActionBatch | None
+    table: dict[str, str]
+    units: list[Unit]
+    sample: int | None
+    request_id: str | None
+    policy: object
+    allow_narrowing: tuple[str, ...]
 
 
 class BoundPayload:
@@ -126,16 +140,10 @@ class BoundPayload:
         payload's tables and keys, the target looked up, the payload's columns against the
         data source's where the SDK knows them), with nothing sent that changes data: the
         parts, their rows and each part's actions (``apply --dry-run``)."""
-        check_options(options, ApplyOptions, "plan()")
-        given = ActionBatch.coerce(actions) if actions is not None else None
-        table = derived_target(
-            self.payload, given, options.get("target_table"), options.get("target_schema")
-        )
-        units = self._units(given, table)
+        ready = self._prepare(actions, options, "plan()")
+        units = ready.units
         target = self.target
-        schema = self._schema.check(
-            target, [u.batch for u in units], options.get("allow_narrowing", ())
-        )
+        schema = self._schema.check(target, [u.batch for u in units], ready.allow_narrowing)
         # Tables the check found by name; any other target table only the server's job can
         # confirm (the VizQL Data Service lists a data source's columns, not its tables).
         named = set() if schema is None else {t for t in schema.tables if t is not None}
@@ -185,34 +193,24 @@ class BoundPayload:
         parts apply in order); then call ``.wait()`` on the result. The options are
         :class:`~tabhyper_update.update.options.ApplyOptions`.
         """
-        check_options(options, ApplyOptions, "apply()")
-        given = ActionBatch.coerce(actions) if actions is not None else None
-        table = derived_target(
-            self.payload, given, options.get("target_table"), options.get("target_schema")
-        )
-        sample = verify_option(options.get("verify", False), actions_given=given is not None)
-        request_id = options.get("request_id")
-        if request_id is not None:
-            check_request_id(request_id, most=MAX_REQUEST_ID)
-        units = self._units(given, table)
+        ready = self._prepare(actions, options, "apply()")
+        given, units, sample, request_id = ready.given, ready.units, ready.sample, ready.request_id
         if not units:
             self._cleanup()
             return UpdateResult([], done=True)
-        policy = options.get("on_schema_change", "fail")
-        check_policy(policy)
         # Where the update's changes end: as given, else the change set's last order_by values.
         position = options.get("position")
         if position is None:
             position = getattr(self.payload, "last_position", None)
         replaced = ""
         changed = self._schema.run(
-            self.target, [unit.batch for unit in units], options.get("allow_narrowing", ()), policy
+            self.target, [unit.batch for unit in units], ready.allow_narrowing, ready.policy
         )
         if isinstance(changed, DataSourceRef):
             self._cleanup()
             return republished(changed, position)
         if changed:  # parts written again without the columns the data source lacks
-            units = self._units(given, table)
+            units = self._units(given, ready.table)
             if self._uploads.first is not None:
                 replaced = (
                     "the upload made by upload() holds the columns on_schema_change left "
@@ -273,6 +271,24 @@ class BoundPayload:
                             report, applied=f"the update was applied ({result.brief()})"
                         )
         return result
+
+    def _prepare(self, actions: BatchLike | None, options: ApplyOptions, caller: str) -> _Prepared:
+        """The update :meth:`plan` shows and :meth:`apply` sends, every option checked the
+        same way for both (a dry run refuses exactly what a run refuses), nothing sent."""
+        check_options(options, ApplyOptions, caller)
+        given = ActionBatch.coerce(actions) if actions is not None else None
+        table = derived_target(
+            self.payload, given, options.get("target_table"), options.get("target_schema")
+        )
+        sample = verify_option(options.get("verify", False), actions_given=given is not None)
+        request_id = options.get("request_id")
+        if request_id is not None:
+            check_request_id(request_id, most=MAX_REQUEST_ID)
+        policy = options.get("on_schema_change", "fail")
+        check_policy(policy)
+        allow_narrowing = narrowing_allowed(options.get("allow_narrowing", ()))
+        units = self._units(given, table)
+        return _Prepared(given, table, units, sample, request_id, policy, allow_narrowing)
 
     def _units(self, given: ActionBatch | None, table: dict[str, str]) -> list[Unit]:
         """What goes to the server, part by part (empty when there is nothing to update)."""

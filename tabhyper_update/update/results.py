@@ -12,7 +12,7 @@ from typing import Any
 from ..local.telemetry import record
 from ..readback.drift import DriftReport
 from ..rest.jobs import Job
-from ..values.actions import ActionBatch
+from ..values.actions import ActionBatch, bookkeeping_role
 from ..values.errors import InvalidArgumentError
 from ..values.redaction import get_logger
 from ..values.wording import counted
@@ -167,7 +167,7 @@ class UpdateResult:
                 continue  # applied nothing new: counted by the run that applied it
             for action in p.actions.actions:
                 source = getattr(action, "source_table", None)
-                if source is None or action.target_table.endswith("_positions"):
+                if source is None or bookkeeping_role(action) is not None:
                     continue
                 name = type(action).__name__.lower()
                 rows[name] = rows.get(name, 0) + p.rows.get(source, 0)

@@ -20,7 +20,7 @@ from ..local.telemetry import span
 from ..rest.jobs import Job
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession
-from ..values.actions import ActionBatch
+from ..values.actions import ActionBatch, bookkeeping_role
 from ..values.errors import (
     ApiError,
     JobCancelledError,
@@ -362,7 +362,6 @@ def ignored_as_repeat(job: Job) -> bool:
 def _guard_table(batch: ActionBatch) -> str | None:
     """The positions table of a guarded change set's update (its first action), if any."""
     first = batch.actions[0] if batch.actions else None
-    table = getattr(first, "source_table", None)
-    if first is not None and first.action == "update" and str(table).endswith("_guard"):
-        return str(table)
+    if first is not None and bookkeeping_role(first) == "guard":
+        return first.source_table
     return None

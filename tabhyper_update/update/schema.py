@@ -26,7 +26,7 @@ from ..local.hyper import connect, quote_name, table_ref
 from ..readback.dataservice import DataService
 from ..rest.caller import RestCaller
 from ..rest.refs import DataSourceRef
-from ..values.actions import ActionBatch
+from ..values.actions import ActionBatch, bookkeeping_role
 from ..values.changeset import GUARD_COLUMN
 from ..values.errors import ApiError, PayloadError, SchemaDriftError, TabHyperError
 from ..values.narrowing import ColumnType, losses
@@ -229,11 +229,7 @@ def compare_types(payload: str, target: str) -> tuple[str, str] | None:
 
 def _is_guard(action: object, column: str) -> bool:
     """The guard's own NULL (``ChangeSet(guard=True)``): meant to meet NOT NULL."""
-    return (
-        column == GUARD_COLUMN
-        and getattr(action, "action", None) == "update"
-        and str(getattr(action, "source_table", "")).endswith("_guard")
-    )
+    return column == GUARD_COLUMN and bookkeeping_role(action) == "guard"
 
 
 def check_schema(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
@@ -37,6 +37,7 @@ __all__ = [
     "check_policy",
     "droppable",
     "leave_out",
+    "narrowing_allowed",
     "republished",
     "without_columns",
 ]
@@ -186,11 +187,6 @@ class SchemaCheck:
         cannot take whole (see :mod:`.schema`), or do what ``policy`` says instead: ``True``
         when the parts were written again without the columns the target lacks, the data
         source when it was republished."""
-        if isinstance(allow_narrowing, str) or not all(isinstance(c, str) for c in allow_narrowing):
-            raise ArgumentTypeError(
-                f"allow_narrowing takes a list of column names, got {allow_narrowing!r}",
-                argument="allow_narrowing",
-            )
         try:
             self.check(target, batches, allow_narrowing)
         except SchemaDriftError as err:
@@ -209,6 +205,19 @@ class SchemaCheck:
             leave_out(self.payload, drop, target.label, self.folder())
             return True
         return False
+
+
+def narrowing_allowed(value: object) -> tuple[str, ...]:
+    """``allow_narrowing=``: the column names whose narrowing the caller accepts."""
+    names: tuple[object, ...] | None = None
+    if not isinstance(value, (str, bytes)) and isinstance(value, Iterable):
+        names = tuple(value)
+    if names is None or not all(isinstance(c, str) for c in names):
+        raise ArgumentTypeError(
+            f"allow_narrowing takes a list of column names, got {value!r}",
+            argument="allow_narrowing",
+        )
+    return tuple(str(c) for c in names)
 
 
 def republished(ref: DataSourceRef, position: object) -> UpdateResult:

@@ -28,6 +28,7 @@ from pydantic import (
     Discriminator,
     Field,
     GetJsonSchemaHandler,
+    PrivateAttr,
     Tag,
     ValidationError,
     model_validator,
@@ -58,14 +59,21 @@ __all__ = [
     "Action",
     "ActionBatch",
     "BatchLike",
+    "BookkeepingRole",
     "Delete",
     "Insert",
     "Replace",
     "Update",
     "Upsert",
+    "bookkeeping_role",
     "position_guard",
+    "positions_record",
     "wire_problems",
 ]
+
+#: The SDK's own actions in a guarded change set's batch: the ``"guard"`` (an update that
+#: fails a stale batch) and the ``"positions"`` record (each touched key's position).
+BookkeepingRole: TypeAlias = Literal["guard", "positions"]
 
 #: The schema and the table a published extract keeps its rows in, by Tableau's convention
 #: (``Extract.Extract``): the defaults of a payload's schema and of derived actions' target.
@@ -113,6 +121,8 @@ class _Action(_Model):
     source_schema: str | None = Field(default=None, alias="source-schema", min_length=1)
     source_table: str | None = Field(default=None, alias="source-table", min_length=1)
     condition: ActionCondition | None = None
+    #: Set where the SDK makes one of its own bookkeeping actions (never on the wire).
+    _role: BookkeepingRole | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -367,10 +377,41 @@ def position_guard(
     that key's NOT NULL ``guarded`` column to NULL, which Hyper refuses, failing the whole
     atomic batch before any change. It rests on NOT NULL alone (never on how a key matched
     twice is treated)."""
-    return Update(
+    guard = Update(
         target_schema=target_schema,
         target_table=target_table,
         source_schema=source_schema,
         source_table=guard_table,
         condition=all_of(keys_match(*key), target(position) > source(position)),
     )
+    guard._role = "guard"
+    return guard
+
+
+def positions_record(
+    key: Sequence[str],
+    *,
+    target_schema: str,
+    target_table: str,
+    source_schema: str,
+    positions_table: str,
+) -> Upsert:
+    """The record of a guarded change set's positions: every touched key's position (its
+    deleted keys' included) upserted into the data source's positions table, which the
+    next batch's guard reads."""
+    record = Upsert(
+        target_schema=target_schema,
+        target_table=target_table,
+        source_schema=source_schema,
+        source_table=positions_table,
+        condition=keys_match(*key),
+    )
+    record._role = "positions"
+    return record
+
+
+def bookkeeping_role(action: object) -> BookkeepingRole | None:
+    """Which of the SDK's bookkeeping actions ``action`` is (``None``: a change of the
+    user's rows). Known from where the action was made, never from a table's name, which a
+    user's own table can share."""
+    return getattr(action, "_role", None) if isinstance(action, _Action) else None
