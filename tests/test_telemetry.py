@@ -129,11 +129,21 @@ def test_an_update_yields_its_figures_a_log_line_spans_and_metrics(
     assert patch[0].parent.span_id == update.context.span_id
 
 
-def test_a_sink_batch_carries_its_position(
-    spark: SparkSession, client: TableauClient, tmp_path: Path, exporters: tuple[Any, Any]
+def test_a_sink_batch_carries_its_position_and_its_line_the_sink_and_batch(
+    spark: SparkSession,
+    client: TableauClient,
+    tmp_path: Path,
+    exporters: tuple[Any, Any],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     sink = TableauSink("Orders", BY_ID, client=client, state_dir=tmp_path, sink_id="feed")
-    sink(spark.createDataFrame(CHANGES, DDL), 3)
+    with caplog.at_level(logging.INFO, logger="tabhyper_update.metrics"):
+        sink(spark.createDataFrame(CHANGES, DDL), 3)
+    # The line names the sink and the batch: what finds the batch in Spark's UI and the
+    # checkpoint.
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "tabhyper_update.metrics"]
+    logged = json.loads(line)
+    assert (logged["sink_id"], logged["batch_id"], logged["position"]) == ("feed", 3, {"seq": 1})
     assert sink.last_result is not None
     figures = sink.last_result.metrics()
     # Where the batch ends in its source: the change set's last order_by value.

@@ -57,7 +57,7 @@ from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
 from ..update.chain import upload_payload
 from ..update.publish import publish, snapshot_of
-from ..update.results import UpdateResult
+from ..update.results import UpdateResult, metrics_labels
 from ..update.schema_change import check_policy
 from ..update.state import StateStore
 from ..update.targets import check_target, resolve_target
@@ -329,9 +329,9 @@ class TableauSink:
     # -- one batch ----------------------------------------------------------------------------
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Apply micro-batch ``batch_id`` (what ``foreachBatch`` calls)."""
-        with self._lock:
+        with self._lock, metrics_labels(batch_id=int(batch_id)) as labels:
             try:
-                result = self._apply(batch, int(batch_id))
+                result = self._apply(batch, int(batch_id), labels)
             except TabHyperError as err:
                 self.error = err
                 self._save_progress(int(batch_id), "failed", None, err)
@@ -401,10 +401,13 @@ class TableauSink:
             raise ConfigurationError(f"the sink's progress record cannot be read: {err}") from None
         return found if isinstance(found, dict) else None
 
-    def _apply(self, batch: DataFrame, batch_id: int) -> UpdateResult | None:
+    def _apply(
+        self, batch: DataFrame, batch_id: int, labels: dict[str, Any]
+    ) -> UpdateResult | None:
         query_id = _known_query_id(batch)
         sink_id = self.sink_id or query_id or _query_id(batch)
         self._resolved_id = sink_id
+        labels["sink_id"] = sink_id  # on the batch's metrics line, to find it in Spark's UI
         frames = self.prepare(batch) if self.prepare is not None else batch
         source, change_sets = self._source(frames)
         if self._claim is None or (query_id is not None and self._claim.query_id != query_id):

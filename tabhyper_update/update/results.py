@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +19,14 @@ from ..values.errors import InvalidArgumentError
 from ..values.redaction import get_logger
 from ..values.wording import counted
 
-__all__ = ["PartUpdate", "PlannedPart", "UpdatePlan", "UpdateResult", "report_metrics"]
+__all__ = [
+    "PartUpdate",
+    "PlannedPart",
+    "UpdatePlan",
+    "UpdateResult",
+    "metrics_labels",
+    "report_metrics",
+]
 
 
 @dataclass
@@ -316,6 +325,20 @@ class UpdateResult:
 
 #: One JSON line per finished update at INFO (silent unless this logger is set to INFO).
 metrics_log = get_logger("tabhyper_update.metrics")
+#: What the caller adds to each update's line while it runs (a sink: its id and batch).
+_line_labels: ContextVar[dict[str, Any] | None] = ContextVar("line_labels", default=None)
+
+
+@contextlib.contextmanager
+def metrics_labels(**labels: Any) -> Iterator[dict[str, Any]]:
+    """Labels added to the metrics line of every update finished inside the block (the
+    dict yielded takes more, such as an id known only later)."""
+    held = dict(labels)
+    token = _line_labels.set(held)
+    try:
+        yield held
+    finally:
+        _line_labels.reset(token)
 
 
 def report_metrics(result: UpdateResult) -> None:
@@ -323,7 +346,9 @@ def report_metrics(result: UpdateResult) -> None:
     (when that logger is set to INFO) and OpenTelemetry metrics (when installed)."""
     figures = result.metrics()
     if metrics_log.isEnabledFor(logging.INFO):
-        metrics_log.info("%s", json.dumps({"event": "update", **figures}, default=str))
+        labels = _line_labels.get() or {}
+        line = {"event": "update", **labels, **figures}
+        metrics_log.info("%s", json.dumps(line, default=str))
     record(
         rows=figures["rows"],
         size_bytes=figures["bytes"],
