@@ -228,3 +228,42 @@ def test_three_producers_in_random_order_end_with_each_keys_latest_position(
     # Each key's latest position, deleted keys' included: where the guard reads it.
     positions = {1: 1, 2: 1, **{k: c[3] for k, c in latest.items()}}
     assert rows(prompt, "Extract_positions") == [(k, p, True) for k, p in sorted(positions.items())]
+
+
+@pytest.mark.parametrize("keep", [(), ("seq",)])
+def test_the_guard_changes_nothing_of_what_lands_in_the_data_table(
+    spark: SparkSession, tmp_path: Path, keep: tuple[str, ...]
+) -> None:
+    """The guard's bookkeeping lives in the positions table: the user's rows land the same
+    with it on or off, a position column the data source holds included (sent when
+    ``keep_columns`` names it, left as it was when it does not)."""
+    landed = {}
+    for guard in (False, True):
+        start = make_hyper(
+            tmp_path / f"start-{guard}.hyper",
+            {
+                "Extract": ("id BIGINT NOT NULL, v TEXT, seq BIGINT", ["(1, 'old', 1)"]),
+                "Extract_positions": (
+                    "id BIGINT NOT NULL, seq BIGINT, guarded BOOLEAN NOT NULL",
+                    ["(1, 1, TRUE)"],
+                ),
+            },
+        )
+        with FakeTableauServer(pats=dict([PAT])) as server:
+            server.add_datasource("Orders", start)
+            server.remember_probe(tmp_path / f"probed-{guard}")
+            changes = ChangeSet(
+                "id", op_column="op", order_by="seq", guard=guard, keep_columns=keep
+            )
+            frame = spark.createDataFrame([(1, "new", "U", 10), (2, "two", "I", 4)], CHANGES)
+            with client_for(server) as client:
+                client.update_datasource(
+                    "Orders",
+                    build_payload(frame, changes),
+                    state_dir=tmp_path / f"state-{guard}",
+                    progress=False,
+                )
+            landed[guard] = rows(server)
+    assert landed[True] == landed[False]
+    expected_seq = (10, 4) if keep else (1, None)
+    assert landed[True] == [(1, "new", expected_seq[0]), (2, "two", expected_seq[1])]
