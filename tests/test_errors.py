@@ -52,3 +52,23 @@ def test_invalid_batch_lists_problems() -> None:
     err = InvalidActionBatchError([Problem("$.actions[0]", "a"), Problem("$", "b")])
     assert str(err).splitlines() == ["invalid action batch:", "  - $.actions[0]: a", "  - $: b"]
     assert isinstance(err, ValueError)
+
+
+def test_a_traceback_names_each_exception_where_the_docs_do() -> None:
+    """``tabhyper_update.errors.PayloadError`` in a traceback, as the docs name it (not the
+    layer module that defines it), and pickled and read back as that same class."""
+    import pickle
+    import traceback
+
+    from tabhyper_update import errors
+
+    for name in errors.__all__:
+        exported = getattr(errors, name)
+        if isinstance(exported, type) and issubclass(exported, errors.TabHyperError):
+            assert exported.__module__ == "tabhyper_update.errors", name
+    try:
+        raise errors.PayloadError("table 'Extract': a bad row")
+    except errors.PayloadError as err:
+        shown = "".join(traceback.format_exception(err)).strip().splitlines()[-1]
+        assert shown == "tabhyper_update.errors.PayloadError: table 'Extract': a bad row"
+        assert type(pickle.loads(pickle.dumps(err))) is errors.PayloadError

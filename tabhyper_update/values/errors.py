@@ -604,3 +604,11 @@ def _first_cause(text: str) -> str:
 
 def _wraps(line: str) -> bool:
     return any(wrapper in line for wrapper in _WRAPPERS)
+
+
+# Each exception shows under the public module that exports it (a traceback reads
+# ``tabhyper_update.errors.PayloadError``), which is also where pickle finds it.
+for _exported in list(globals().values()):
+    if isinstance(_exported, type) and issubclass(_exported, TabHyperError):
+        _exported.__module__ = "tabhyper_update.errors"
+del _exported
