@@ -270,9 +270,13 @@ def test_bad_credentials_give_an_authentication_error(
         status=401,
         json=error_body("401001", "Signin Error", "Error signing in to Tableau Server"),
     )
-    with pytest.raises(AuthenticationError, match=r"401001.*check the credentials"):
+    with pytest.raises(AuthenticationError, match=r"401001.*check the credentials") as caught:
         make_client(clock).sign_in()
     assert len(rsps.calls) == 1  # a 401 is not retried
+    # Which token was refused, by its name; never a fragment of its secret.
+    said = str(caught.value)
+    assert "site 'sales' with personal access token 'ci' was refused" in said
+    assert not any(PAT_SECRET[i : i + 6] in said for i in range(len(PAT_SECRET) - 5))
 
 
 def test_context_manager_signs_out(rsps: responses.RequestsMock, clock: FakeClock) -> None:

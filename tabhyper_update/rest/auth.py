@@ -62,6 +62,10 @@ class _Credentials(BaseModel):
     def _fields(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def describe(self) -> str:
+        """Who signs in, without any secret (for a refused sign-in's message)."""
+        return type(self).__name__
+
     def _secrets(self) -> list[SecretStr]:
         return [v for v in self.__dict__.values() if isinstance(v, SecretStr)]
 
@@ -85,6 +89,9 @@ class PersonalAccessToken(_Credentials):
         if secret is not None:
             data["secret"] = secret
         super().__init__(**data)
+
+    def describe(self) -> str:
+        return f"personal access token {self.name!r}"
 
     def _fields(self) -> dict[str, Any]:
         return {
@@ -110,6 +117,9 @@ class UsernamePassword(_Credentials):
 
     def _fields(self) -> dict[str, Any]:
         return {"name": self.username, "password": self.password.get_secret_value()}
+
+    def describe(self) -> str:
+        return f"user {self.username!r} and a password"
 
 
 def _b64url(data: bytes) -> str:
@@ -167,6 +177,11 @@ class ConnectedAppJWT(_Credentials):
             self.secret_value.get_secret_value().encode(), signing_input.encode(), hashlib.sha256
         ).digest()
         return f"{signing_input}.{_b64url(signature)}"
+
+    def describe(self) -> str:
+        if self.username is None:
+            return "a connected app's token"
+        return f"connected app {self.client_id!r} as user {self.username!r}"
 
     def _fields(self) -> dict[str, Any]:
         return {"jwt": self.mint()}

@@ -289,8 +289,8 @@ class RestSession:
                 )
             except AuthenticationError as err:
                 raise err.with_hint(
-                    f"signing in to site {self.site!r} with {type(self.auth).__name__} "
-                    "was refused: check the credentials and the site"
+                    f"signing in to site {self.site!r} with {self.auth.describe()} was "
+                    "refused: check the credentials and the site"
                 ) from None
             creds = (body or {}).get("credentials") or {}
             token = creds.get("token")
