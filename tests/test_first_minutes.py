@@ -3,6 +3,7 @@ refused sign-in its own exit code (test_cli.py), an empty build nothing to updat
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ def _closed_port() -> int:
 
 
 def test_connection_failures_say_which_and_what_to_check(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     import socket
 
@@ -54,12 +55,17 @@ def test_connection_failures_say_which_and_what_to_check(
     # Refused: nothing listens on the port.
     port = _closed_port()
     with (
-        TableauClient(f"http://127.0.0.1:{port}", "", pat, retry=quick) as client,
+        caplog.at_level(logging.WARNING, logger="tabhyper_update"),
+        TableauClient(f"http://127.0.0.1:{port}", "", pat) as client,
         pytest.raises(ConnectionFailedError) as refused,
     ):
         client.sign_in()
     assert f"connection refused by 127.0.0.1:{port}" in str(refused.value)
     assert "TABLEAU_SERVER_URL" in str(refused.value)
+    # Nothing listens on this machine's address: said at once, never retried (with the
+    # default policy that was four warnings and about 9 s before the answer).
+    assert refused.value.refused_locally
+    assert not [r for r in caplog.records if "retrying" in r.getMessage()]
     # https:// against a server that speaks http.
     with FakeTableauServer(pats={"ci": "pat-secret"}, directory=tmp_path / "srv") as server:
         https = server.url.replace("http://", "https://")

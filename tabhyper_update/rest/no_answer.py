@@ -5,6 +5,7 @@ unknown host (never retried), a refused connection; each names the URL and what 
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import socket
 import ssl
 from urllib.parse import urlsplit
@@ -76,6 +77,7 @@ def no_answer(
             " and that the server is running",
             method=method,
             url=shown,
+            refused_locally=_is_loopback(host),
         )
     if isinstance(err, requests.exceptions.ChunkedEncodingError) or any(
         isinstance(c, (ConnectionResetError, http.client.RemoteDisconnected)) for c in causes
@@ -94,6 +96,16 @@ def no_answer(
     return ConnectionFailedError(
         f"{where}: connection failed ({detail}); {check}", method=method, url=shown
     )
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def causes_of(err: BaseException) -> list[BaseException]:

@@ -315,7 +315,20 @@ class TransportError(TabHyperError):
 
 
 class ConnectionFailedError(TransportError, ConnectionError):
-    """The connection could not be made or was dropped."""
+    """The connection could not be made or was dropped. ``refused_locally``: a loopback
+    address refused it, nothing listens there (never retried: a server that is not running
+    does not start in a few seconds)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        method: str | None = None,
+        url: str | None = None,
+        refused_locally: bool = False,
+    ) -> None:
+        self.refused_locally = refused_locally
+        super().__init__(message, method=method, url=url)
 
 
 class TlsVerificationError(ConnectionFailedError):

@@ -58,6 +58,8 @@ class RetryPolicy:
     def is_retryable(self, error: BaseException) -> bool:
         if isinstance(error, (TlsVerificationError, UnknownHostError)):
             return False
+        if isinstance(error, ConnectionFailedError) and error.refused_locally:
+            return False  # nothing listens on this machine's address: it will not start
         if isinstance(error, (ConnectionFailedError, RequestTimeoutError)):
             return True
         return isinstance(error, ApiError) and error.status in self.statuses
