@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib
 import logging as _logging
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
@@ -78,58 +77,6 @@ _PUBLIC = {
     "DriftError": "values.errors",
 }
 
-#: Names the package exported before 0.1's public modules: they still import from here, with
-#: a DeprecationWarning naming the public module that keeps them (never a layer folder, which
-#: may move). name → public module.
-_MOVED_TO_TYPES = (
-    "Action",
-    "all_of",
-    "any_of",
-    "And",
-    "Comparison",
-    "Condition",
-    "Const",
-    "Or",
-    "Tolerance",
-    "DriftReport",
-    "KeyDrift",
-    "Job",
-    "Project",
-    "DataSourceRef",
-    "RetryPolicy",
-    "PollPolicy",
-    "ColumnInfo",
-    "TableInfo",
-    "PayloadPart",
-    "BootstrapResult",
-    "PartUpdate",
-    "BoundPayload",
-)
-_MOVED_TO_ERRORS = (
-    "ApplyError",
-    "ArgumentTypeError",
-    "AuthenticationError",
-    "ConnectionFailedError",
-    "DataServiceError",
-    "InvalidActionBatchError",
-    "InvalidArgumentError",
-    "JobCancelledError",
-    "JobOutcomeUnknownError",
-    "JobTimeoutError",
-    "PayloadAppliedError",
-    "PayloadArgumentError",
-    "RequestTimeoutError",
-    "SchemaDriftError",
-    "TargetMismatchError",
-    "TlsVerificationError",
-    "TransportError",
-    "UnsupportedServerError",
-    "UpdateStateError",
-)
-_MOVED = {**dict.fromkeys(_MOVED_TO_TYPES, "types"), **dict.fromkeys(_MOVED_TO_ERRORS, "errors")}
-#: The name the bound payload had before it was BoundPayload.
-_RENAMED = {"UploadedPayload": ("types", "BoundPayload")}
-
 __all__ = [
     "ActionBatch",
     "ApiError",
@@ -165,21 +112,19 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in _PUBLIC:
-        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
-    elif name in _MOVED or name in _RENAMED:
-        module, attr = _RENAMED.get(name) or (_MOVED[name], name)
-        warnings.warn(
-            f"tabhyper_update.{name} moved: import {attr} from tabhyper_update.{module}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        value = getattr(importlib.import_module(f".{module}", __name__), attr)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name in _PUBLIC:
-        globals()[name] = value  # looked up once
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}{_elsewhere(name)}")
+    value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+    globals()[name] = value  # looked up once
     return value
+
+
+def _elsewhere(name: str) -> str:
+    """Where a public module keeps ``name`` (the types and the exceptions), as a hint."""
+    for module in ("types", "errors"):
+        if name in getattr(importlib.import_module(f".{module}", __name__), "__all__", ()):
+            return f": import it from tabhyper_update.{module}"
+    return ""
 
 
 def __dir__() -> list[str]:

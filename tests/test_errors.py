@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import tabhyper_update as th
 from tabhyper_update.values import errors
 from tabhyper_update.values.errors import InvalidActionBatchError, JobTimeoutError, Problem
@@ -66,9 +68,8 @@ def test_a_traceback_names_each_exception_where_the_docs_do() -> None:
         exported = getattr(errors, name)
         if isinstance(exported, type) and issubclass(exported, errors.TabHyperError):
             assert exported.__module__ == "tabhyper_update.errors", name
-    try:
+    with pytest.raises(errors.PayloadError) as caught:
         raise errors.PayloadError("table 'Extract': a bad row")
-    except errors.PayloadError as err:
-        shown = "".join(traceback.format_exception(err)).strip().splitlines()[-1]
-        assert shown == "tabhyper_update.errors.PayloadError: table 'Extract': a bad row"
-        assert type(pickle.loads(pickle.dumps(err))) is errors.PayloadError
+    shown = "".join(traceback.format_exception(caught.value)).strip().splitlines()[-1]
+    assert shown == "tabhyper_update.errors.PayloadError: table 'Extract': a bad row"
+    assert type(pickle.loads(pickle.dumps(caught.value))) is errors.PayloadError

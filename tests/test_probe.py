@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from tabhyper_update import ChangeSet, ConnectedAppJWT, PollPolicy, TableauClient, build_payload
+from tabhyper_update import ChangeSet, ConnectedAppJWT, TableauClient, build_payload
 from tabhyper_update.cli import main
 from tabhyper_update.errors import ConfigurationError
 from tabhyper_update.rest.scopes import DEFAULT_JWT_SCOPES
 from tabhyper_update.testing import FakeTableauServer, make_hyper
+from tabhyper_update.types import PollPolicy
 from tabhyper_update.values.probes import PROBE_CASES, ProbeResult
 
 from ._util import CONNECTED_APP, PAT, client_for, read_rows, use_environment

@@ -6,7 +6,6 @@ import importlib
 import inspect
 import subprocess
 import sys
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 import tabhyper_update
 import tabhyper_update.testing
 from tabhyper_update import ChangeSet, Debezium, Payload, TableauClient, TableauSink, build_payload
-from tabhyper_update.types import BoundPayload as UploadedPayload
+from tabhyper_update.types import BoundPayload
 
 #: The public surface: the verbs, the models a job builds, the base error and the errors
 #: callers catch. Everything else is importable from its module.
@@ -52,82 +51,6 @@ EXPECTED = {
     "Republish",
 }
 
-#: What the package exported before its layers were folders: every name still imports
-#: from the package (the moved ones with a DeprecationWarning naming their module).
-EXPORTED_BY_0_1 = {
-    "Action",
-    "ActionBatch",
-    "And",
-    "ApiError",
-    "ApplyError",
-    "AuthenticationError",
-    "BootstrapResult",
-    "ChangeSet",
-    "ColumnInfo",
-    "Comparison",
-    "Condition",
-    "ConfigurationError",
-    "ConnectedAppJWT",
-    "ConnectionFailedError",
-    "Const",
-    "DataSourceRef",
-    "Debezium",
-    "Delete",
-    "Insert",
-    "InvalidActionBatchError",
-    "Job",
-    "JobCancelledError",
-    "JobFailedError",
-    "JobOutcomeUnknownError",
-    "JobTimeoutError",
-    "NotFoundError",
-    "Or",
-    "Payload",
-    "PayloadAppliedError",
-    "PayloadArgumentError",
-    "PayloadError",
-    "PayloadPart",
-    "PersonalAccessToken",
-    "PollPolicy",
-    "Project",
-    "Replace",
-    "RequestTimeoutError",
-    "RetryPolicy",
-    "SchemaDriftError",
-    "TabHyperError",
-    "TargetMismatchError",
-    "TableInfo",
-    "TableauClient",
-    "TableauSink",
-    "TransportError",
-    "UnsupportedServerError",
-    "UpdateStateError",
-    "PartUpdate",
-    "UpdateResult",
-    "UploadedPayload",
-    "BoundPayload",
-    "DataServiceError",
-    "DriftError",
-    "DriftReport",
-    "KeyDrift",
-    "Tolerance",
-    "reconcile",
-    "repair",
-    "ArgumentTypeError",
-    "InvalidArgumentError",
-    "TlsVerificationError",
-    "Update",
-    "Upsert",
-    "UsernamePassword",
-    "__version__",
-    "all_of",
-    "any_of",
-    "build_payload",
-    "keys_match",
-    "source",
-    "target",
-}
-
 
 def test_public_surface_is_pinned() -> None:
     assert set(tabhyper_update.__all__) == EXPECTED
@@ -137,12 +60,12 @@ def test_public_surface_is_pinned() -> None:
     assert set(dir(tabhyper_update)) == EXPECTED
 
 
-@pytest.mark.parametrize("name", sorted(EXPORTED_BY_0_1 - EXPECTED))
-def test_every_earlier_name_still_imports_from_the_package(name: str) -> None:
-    with pytest.warns(DeprecationWarning, match=rf"tabhyper_update\.{name} moved: import") as w:
-        value = getattr(tabhyper_update, name)
-    attr, module = str(w[0].message).split(": import ", 1)[1].split(" from ")
-    assert value is getattr(importlib.import_module(module), attr)
+@pytest.mark.parametrize("name", ["RetryPolicy", "BoundPayload", "SchemaDriftError"])
+def test_a_name_kept_by_a_public_module_is_not_an_alias_at_the_root(name: str) -> None:
+    """Nothing was published under the old root names: no aliases, an error that says
+    where the name is."""
+    with pytest.raises(AttributeError, match=r"import it from tabhyper_update\.(types|errors)"):
+        getattr(tabhyper_update, name)
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
@@ -161,27 +84,6 @@ def test_importing_the_package_loads_none_of_its_layers() -> None:
     assert out.strip() == "['tabhyper_update._version']"
 
 
-def test_renamed_public_names_keep_working() -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # asserted above
-        # The payload bound to a target was called UploadedPayload; it need not be uploaded
-        # yet.
-        assert tabhyper_update.UploadedPayload is tabhyper_update.BoundPayload
-        # build_payload's argument misuse is an InvalidArgumentError, and still a
-        # PayloadError.
-        assert issubclass(tabhyper_update.PayloadArgumentError, tabhyper_update.PayloadError)
-        assert issubclass(
-            tabhyper_update.PayloadArgumentError, tabhyper_update.InvalidArgumentError
-        )
-        # The one strict JSON reader of action batches answers to both of its names.
-        text = '{"actions": [{"action": "insert", "source-table": "s", "target-table": "t"}]}'
-        batch = tabhyper_update.ActionBatch.from_json(text)
-        assert tabhyper_update.ActionBatch.from_wire(text) == batch
-        # Snake-case keys are not what Tableau takes: the reader refuses them.
-        with pytest.raises(tabhyper_update.InvalidActionBatchError, match="source_table"):
-            tabhyper_update.ActionBatch.from_json(text.replace("source-table", "source_table"))
-
-
 @pytest.mark.parametrize(
     ("function", "parameters"),
     [
@@ -197,7 +99,7 @@ def test_renamed_public_names_keep_working() -> None:
         ),
         (Payload.upload, "self, target, *, client, progress, state_dir"),
         (
-            UploadedPayload.apply,
+            BoundPayload.apply,
             "self, actions, *, target_table, target_schema, request_id, wait, timeout, verify, "
             "verify_budget, position, committed_at, on_schema_change, allow_narrowing",
         ),
@@ -291,7 +193,7 @@ def test_the_types_module_holds_what_the_calls_return() -> None:
 
     returned: dict[Callable[..., Any], str] = {
         Payload.upload: "BoundPayload",
-        UploadedPayload.apply: "UpdateResult",
+        BoundPayload.apply: "UpdateResult",
         types.UpdateResult.verify: "DriftReport",
         reconcile: "DriftReport",
         TableauClient.probe: "ProbeResult",
@@ -319,7 +221,6 @@ def test_the_types_module_holds_what_the_calls_return() -> None:
 def test_every_type_a_public_signature_names_is_importable_from_a_public_module() -> None:
     """What a public function or method takes or returns, a user can annotate with: each of
     the package's own names in its annotations is one a public module exports."""
-    import importlib
     import pkgutil
     import re
 

@@ -28,7 +28,7 @@ from ._util import PAT, client_for
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = pytest.mark.slow
 
 BATCHES = int(os.environ.get("TABHYPER_SOAK_BATCHES", "400"))
 SEED = 20261127
