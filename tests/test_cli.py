@@ -98,7 +98,7 @@ def test_demo_without_pyspark_says_what_to_install(
     assert main(["demo"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "pip install 'tabhyper-update[spark]'" in err
+    assert "pip install -e '.[spark]'" in err
 
 
 def test_help_lists_exit_codes_and_defaults(capsys: pytest.CaptureFixture[str]) -> None:

@@ -313,7 +313,7 @@ def test_a_missing_pyspark_is_the_same_usage_error_everywhere(
         said = error["message"]
     else:
         said = done.stderr
-    assert "pip install 'tabhyper-update[spark]'" in said
+    assert "pip install -e '.[spark]'" in said
 
 
 # 3, 9. a bar on a terminal, no JVM noise, more on request
@@ -442,3 +442,30 @@ def test_an_input_spark_cannot_read_is_a_usage_error_that_leaves_nothing(tmp_pat
     assert error["message"].startswith("--input: no such file or folder: ")
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_every_install_line_installs_from_a_checkout_while_the_package_is_unpublished() -> None:
+    """The package is not on an index: a page that says ``pip install tabhyper-update``
+    sends a newcomer to an error. Every page installs it one way, from the checkout
+    (``pip install -e '.[extra]'``, or a wheel built there)."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    pages = [
+        root / "README.md",
+        root / "examples" / "README.md",
+        *sorted((root / "docs").rglob("*.md")),
+        *sorted((root / "tabhyper_update").rglob("*.py")),
+    ]
+    by_name = re.compile(r"pip install (-U )?['\"]?tabhyper[-_]update")
+    found = [
+        f"{page.relative_to(root)}:{n}"
+        for page in pages
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if by_name.search(line)
+    ]
+    assert not found, found
+    quickstart = (root / "docs" / "getting-started" / "quickstart.md").read_text()
+    assert ".venv/bin/pip install -e '.[spark]'" in quickstart
+    # Every command of the quickstart runs from the virtual environment, none bare.
+    assert not re.search(r"(?<![/\w])tabhyper-update (rows|serve-local|build|apply)", quickstart)

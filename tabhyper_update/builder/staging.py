@@ -36,7 +36,7 @@ computes each partition, and the driver writes them into Parquet files in its ow
 machines, a worker that cannot see the driver's disk, Spark Connect against a remote
 server): the driver holds about one partition in Spark's own process and one record batch
 in Python, never the change set, at the cost of sending every row through the driver.
-Needs pyarrow (``pip install 'tabhyper-update[connect]'`` or ``pyarrow``).
+Needs pyarrow (the ``[connect]`` extra, or ``pip install pyarrow``).
 """
 
 from __future__ import annotations
@@ -175,8 +175,8 @@ def check_staging(staging: object) -> None:
         )
     if staging == "driver" and not has_pyarrow():
         raise ConfigurationError(
-            "staging='driver' writes the rows with pyarrow: pip install pyarrow (or "
-            "'tabhyper-update[connect]')"
+            "staging='driver' writes the rows with pyarrow: pip install pyarrow (or install "
+            "the [connect] extra)"
         )
 
 

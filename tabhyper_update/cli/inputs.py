@@ -131,12 +131,13 @@ def require_pyspark(why: str) -> None:
             installed = None
         if installed is None:
             raise UsageError(
-                f"{why} with Spark: pip install 'tabhyper-update[spark]' (and have Java 17+)"
+                f"{why} with Spark: install the [spark] extra (pip install -e '.[spark]' in the "
+                "package's checkout) and have Java 17+"
             ) from None
         # Installed but broken: an old pyspark on a newer Python (3.4 on Python 3.13).
         raise UsageError(
             f"{why} with Spark, and pyspark {installed} is installed but cannot be imported "
             f"on Python {platform.python_version()} ({type(err).__name__}: "
             f"{str(err).splitlines()[0] if str(err) else ''}): install a pyspark that runs "
-            "on this Python (pip install -U 'tabhyper-update[spark]')"
+            "on this Python (pip install -U -e '.[spark]' in the package's checkout)"
         ) from None
