@@ -282,3 +282,61 @@ def test_the_guides_blocks_run_as_written(
         # The bootstrap published the snapshot as a new data source.
         (live,) = [d for d in server.backend.sources.values() if d.name == "Orders Live"]
         assert read_table(live.path, "Extract") == [(2, 25.0), (4, 40.0)]
+
+
+def test_the_delta_rs_route_of_the_delta_guide_runs_against_a_delta_rs_table(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Delta guide's second route, as written: delta-rs reads a real change feed (no
+    Delta connector in this Spark) and its changes land once."""
+    deltalake = pytest.importorskip("deltalake")
+    import pyarrow as pa
+
+    guide = DOCS / "how-to" / "delta-change-feed.md"
+    (block,) = [b for b in python_blocks(guide.read_text()) if "load_cdf(" in b]
+    orders = tmp_path / "orders"
+
+    def commit(rows: list[tuple[int, float]], mode: str = "append") -> None:
+        table = pa.table(
+            {
+                "order_id": pa.array([r[0] for r in rows], pa.int64()),
+                "amount": pa.array([r[1] for r in rows], pa.float64()),
+            }
+        )
+        deltalake.write_deltalake(
+            str(orders), table, mode=mode, configuration={"delta.enableChangeDataFeed": "true"}
+        )
+
+    commit([(1, 10.0), (2, 20.0), (3, 30.0)])  # version 0: already in the data source
+    table = deltalake.DeltaTable(str(orders))
+    table.update(predicate="order_id = 2", updates={"amount": "25.0"})  # version 1
+    table.delete("order_id = 3")  # version 2
+    commit([(4, 40.0)])  # version 3
+    start = make_hyper(
+        tmp_path / "orders.hyper",
+        {
+            "Extract": (
+                "order_id BIGINT, amount DOUBLE PRECISION",
+                ["(1, 10)", "(2, 20)", "(3, 30)"],
+            )
+        },
+    )
+    with FakeTableauServer(pats={"ci": "pat-secret"}) as server:
+        luid = server.add_datasource("Orders", start)
+        use_environment(monkeypatch, server, tmp_path / "state", "Orders")
+        context: dict[str, Any] = {
+            "spark": spark,
+            "orders_path": str(orders),
+            "last_version": 1,
+            "ChangeSet": ChangeSet,
+            "build_payload": build_payload,
+        }
+        for _ in range(2):  # the same versions again apply nothing
+            exec(compile(block, f"{guide.name}: the delta-rs block", "exec"), context)
+        assert context["result"].deduplicated
+        assert server.backend.jobs_run[luid] == 1
+        assert read_table(server.datasource_path(luid), "Extract") == [
+            (1, 10.0),
+            (2, 25.0),
+            (4, 40.0),
+        ]
