@@ -388,27 +388,28 @@ def test_a_numeric_created_at_is_read_as_text(site: Site) -> None:
 def test_a_publish_waits_for_every_unfinished_update_job(
     spark: SparkSession, tmp_path: Path
 ) -> None:
+    # Every payload built first: no Spark job runs while the update's job is pending (on a
+    # loaded machine one outlasted the job's delay), which is 3 s for the same reason.
+    delete = build_payload(
+        spark.createDataFrame([(1, "D", 1)], "id BIGINT, op STRING, seq BIGINT"),
+        ChangeSet("id", op_column="op", order_by="seq"),
+    )
+    refused_snapshot = build_payload(plain(spark, [(1, "snapshot", 1)]))
+    snapshot = build_payload(plain(spark, [(1, "snapshot", 1)]))
     with FakeTableauServer(
-        pats=dict([PAT]), directory=tmp_path / "server", job_delay=1.0
+        pats=dict([PAT]), directory=tmp_path / "server", job_delay=3.0
     ) as server:
         luid = server.add_datasource(
             "Orders", make_hyper(tmp_path / "o.hyper", {"Extract": (COLUMNS, ROWS)})
         )
         with TableauClient(server.url, "", PersonalAccessToken(*PAT)) as client:
-            delete = build_payload(
-                spark.createDataFrame([(1, "D", 1)], "id BIGINT, op STRING, seq BIGINT"),
-                ChangeSet("id", op_column="op", order_by="seq"),
-            )
             pending = delete.upload(luid, client=client, progress=False, state_dir=tmp_path / "s")
             result = pending.apply(target_table="Extract", wait=False)
             time.sleep(0.2)  # the worker has taken the job; it has not started
-            with (
-                build_payload(plain(spark, [(1, "snapshot", 1)])) as snapshot,
-                pytest.raises(ApiError, match="being updated"),
-            ):
-                client.publish(snapshot, "Orders", mode="overwrite")
+            with refused_snapshot, pytest.raises(ApiError, match="being updated"):
+                client.publish(refused_snapshot, "Orders", mode="overwrite")
             result.wait()
-            with build_payload(plain(spark, [(1, "snapshot", 1)])) as snapshot:
+            with snapshot:
                 client.publish(snapshot, "Orders", mode="overwrite")
             server.wait_idle()
             assert read_table(server.datasource_path(luid), "Extract") == [(1, "snapshot", 1)]
