@@ -120,7 +120,11 @@ def __getattr__(name: str) -> Any:
 
 
 def _elsewhere(name: str) -> str:
-    """Where a public module keeps ``name`` (the types and the exceptions), as a hint."""
+    """Where a public module keeps ``name`` (the types and the exceptions), as a hint. A
+    private name (a tool's ``hasattr(module, "__wrapped__")``) is no public module's: none
+    is imported to say so."""
+    if name.startswith("_"):
+        return ""
     for module in ("types", "errors"):
         if name in getattr(importlib.import_module(f".{module}", __name__), "__all__", ()):
             return f": import it from tabhyper_update.{module}"

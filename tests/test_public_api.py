@@ -73,6 +73,17 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         tabhyper_update.Nothing  # noqa: B018
 
 
+def test_a_tools_probe_for_a_private_name_loads_no_layer() -> None:
+    code = (
+        "import sys, tabhyper_update; hasattr(tabhyper_update, '__wrapped__'); "
+        "print(sorted(m for m in sys.modules if m.startswith('tabhyper_update.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "['tabhyper_update._version']"
+
+
 def test_importing_the_package_loads_none_of_its_layers() -> None:
     code = (
         "import sys, tabhyper_update; "
