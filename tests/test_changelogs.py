@@ -8,12 +8,14 @@ Hyper (a small change set) and by Spark alike, in a batch and in a stream."""
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tabhyper_update import ChangeSet, PayloadError, build_payload
+from tabhyper_update import ChangeSet, Payload, PayloadError, build_payload
 from tabhyper_update.streaming import TableauSink
 from tabhyper_update.testing.files import make_hyper, read_table
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
 
     from tabhyper_update import TableauClient
     from tabhyper_update.testing import FakeTableauServer
+    from tabhyper_update.types import StagingMode
 
 #: Spark's changelog of a table whose updates are written as a delete and an insert
 #: (``Changelog.representsUpdateAsDeleteAndInsert``, Iceberg's copy-on-write) and that was
@@ -159,10 +162,46 @@ def target_file(tmp_path: Path) -> Path:
     )
 
 
-def test_a_streamed_changelog_through_the_sink(
-    spark: SparkSession, server: FakeTableauServer, client: TableauClient, tmp_path: Path
+@pytest.mark.parametrize("staging", ["auto", "shared"], ids=["hyper-ranks", "spark-ranks"])
+def test_the_feeds_latest_commit_time_is_the_updates_committed_at(
+    spark: SparkSession, client: TableauClient, tmp_path: Path, staging: StagingMode
 ) -> None:
-    """``readStream.changes`` through ``TableauSink``: each micro-batch a commit range."""
+    """A change feed that says when its source committed (``_commit_timestamp``) gives the
+    update its ``committed_at`` (the latest commit's), and the metrics their lag, without
+    ``committed_at=``; a saved payload keeps it; one given to ``apply()`` wins."""
+    latest = 1714554000 + 3  # commit 3's timestamp
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    df = spark_changelog(spark, SPARK)
+    with build_payload(df, ChangeSet("id"), staging=staging, staging_dir=stage) as payload:
+        assert payload.committed_at == latest
+        with Payload.load(payload.save_manifest(tmp_path / "saved")) as again:
+            assert again.committed_at == latest
+            given = again.upload("Orders", client=client).apply(
+                target_table="Extract", committed_at=1_800_000_000.0, request_id="given"
+            )
+        result = payload.upload("Orders", client=client).apply(target_table="Extract")
+    assert given.metrics()["committed_at"] == 1_800_000_000.0
+    got = result.metrics()
+    assert got["committed_at"] == latest
+    assert result.finished_at is not None
+    assert got["lag_seconds"] == pytest.approx(result.finished_at - latest, abs=0.01)
+    assert got["position"] == {"_commit_version": 3}
+    # A feed without commit times has none to give.
+    plain = df.drop("_commit_timestamp")
+    with build_payload(plain, ChangeSet("id"), staging=staging, staging_dir=stage) as payload:
+        assert payload.committed_at is None
+
+
+def test_a_streamed_changelog_through_the_sink(
+    spark: SparkSession,
+    server: FakeTableauServer,
+    client: TableauClient,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``readStream.changes`` through ``TableauSink``: each micro-batch a commit range,
+    its metrics' commit time the batch's latest commit's."""
     folder = tmp_path / "in"
     folder.mkdir()
     for n, commit in enumerate([SPARK[:3], SPARK[3:8], SPARK[8:]]):
@@ -176,8 +215,11 @@ def test_a_streamed_changelog_through_the_sink(
             }
             for i, v, t, c in commit
         ]
-        (folder / f"{n}.json").write_text("\n".join(json.dumps(r) for r in rows))
-    stream = spark.readStream.schema(SPARK_DDL).json(str(folder))
+        file = folder / f"{n}.json"
+        file.write_text("\n".join(json.dumps(r) for r in rows))
+        # One file per micro-batch, in commit order (the stream takes the oldest first).
+        os.utime(file, (1_700_000_000 + n, 1_700_000_000 + n))
+    stream = spark.readStream.schema(SPARK_DDL).option("maxFilesPerTrigger", 1).json(str(folder))
     sink = TableauSink(
         "Orders",
         ChangeSet("id"),
@@ -191,7 +233,12 @@ def test_a_streamed_changelog_through_the_sink(
             availableNow=True
         )
     )
-    sink.await_termination(query, timeout=240)
+    with caplog.at_level(logging.INFO, logger="tabhyper_update.metrics"):
+        sink.await_termination(query, timeout=240)
     server.wait_idle()
     (luid,) = [d.id for d in server.backend.sources.values() if d.name == "Orders"]
     assert sorted(read_table(server.datasource_path(luid), "Extract")) == [(1, "a2"), (2, "b")]
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name.endswith("metrics")]
+    # 2024-05-01T09:00:0cZ is 1714554000 + c: commits 1 and 2 end the first two batches;
+    # the third (commit 3, a carry-over only) changes nothing and sends nothing.
+    assert [line["committed_at"] for line in lines] == [1714554001, 1714554002]

@@ -176,7 +176,7 @@ def build_payload(
     # Plan every column before any Spark job or file write: bad types fail here.
     spark_frames = _plan_frames(frames, change_sets, options_)
     with span("build", tables=len(spark_frames)) as current:
-        parts, owned, positions = _build_parts(
+        parts, owned, ends = _build_parts(
             spark_frames,
             staging_dir,
             output_dir,
@@ -192,7 +192,8 @@ def build_payload(
         keep_files=given.get("keep_files", False),
         change_set=changes if isinstance(changes, ChangeSet) else None,
         change_sets=change_sets if isinstance(changes, Mapping) else None,
-        positions=json_positions(positions),
+        positions=json_positions(ends.positions),
+        committed_at=ends.committed_at,
         _owned_dir=owned,
     )
     payload.build_seconds = time.perf_counter() - started
@@ -339,10 +340,10 @@ def _build_parts(
     progress: bool | None,
     *,
     drop_empty: bool,
-) -> tuple[list[PayloadPart], Path, dict[str, dict[str, Any]]]:
+) -> tuple[list[PayloadPart], Path, _Ends]:
     """Stage the rows with Spark and write the parts with Hyper, in private folders: the
-    parts, the folder that holds them (removed again on any failure) and where each change
-    set ends (:func:`_stage_and_write`)."""
+    parts, the folder that holds them (removed again on any failure) and where the change
+    sets end (:func:`_stage_and_write`)."""
     stage_parent, out = _claim_folders(staging_dir, output_dir)
     stage, stage_lease = private_dir(stage_parent, "tabhyper-stage-")
     try:
@@ -353,7 +354,7 @@ def _build_parts(
         raise
     try:
         with source_views():
-            parts, positions = _stage_and_write(frames, stage, owned, options, progress, drop_empty)
+            parts, ends = _stage_and_write(frames, stage, owned, options, progress, drop_empty)
     except TabHyperError:
         shutil.rmtree(owned, ignore_errors=True)
         raise
@@ -372,7 +373,17 @@ def _build_parts(
     if not parts:
         shutil.rmtree(owned, ignore_errors=True)
         log.info("the change set is empty (no change to upsert or delete): nothing to upload")
-    return parts, owned, positions
+    return parts, owned, ends
+
+
+@dataclass(frozen=True)
+class _Ends:
+    """Where a build's change sets end in their source: per change set (its upsert table)
+    its greatest ``order_by`` values, and the latest commit time among their changes (epoch
+    seconds) where the change feed says it."""
+
+    positions: dict[str, dict[str, Any]]
+    committed_at: float | None
 
 
 def _stage_and_write(
@@ -382,9 +393,8 @@ def _stage_and_write(
     options: _Options,
     progress: bool | None,
     drop_empty: bool,
-) -> tuple[list[PayloadPart], dict[str, dict[str, Any]]]:
-    """The parts, and per change set (its upsert table) where it ends: its greatest
-    ``order_by`` values."""
+) -> tuple[list[PayloadPart], _Ends]:
+    """The parts, and where the change sets end."""
     with progress_bar(show_progress(progress), total=3, desc="build payload") as shown:
         _step(shown, "Spark stages the rows")
         started = time.perf_counter()
@@ -412,7 +422,8 @@ def _stage_and_write(
         for f in frames
         if f.spec is not None and f.name in ends
     }
-    return parts, positions
+    commits = [s.committed_at for s in staged if s.committed_at is not None]
+    return parts, _Ends(positions, max(commits, default=None))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -512,6 +523,7 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
     columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]
     stats = None  # the ranked rows' statistics by kind, when Hyper ranks them
     last = None  # the greatest position among the changes
+    committed = None  # their latest commit time
     if route.by_hyper:
         log.debug("table %r: Spark tags the changes, Hyper ranks them", frame.name)
         tagging = spec.tags()
@@ -520,11 +532,11 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
             route.df, spec, plans, staged_names, tagged, target, route.probe, frame.name
         )
         if ranked is not None:
-            stats, last = ranked
+            stats, last, committed = ranked
     if stats is not None:
         counts = kind_counts(stats)
     else:
-        counts, last = rank_in_spark(
+        counts, last, committed = rank_in_spark(
             route.df, spec, columns, values, lambda rows: _write_staged(rows, target, route.mode)
         )
     files = staged_files(target)
@@ -548,6 +560,7 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
             bucket_of=STAGED_BUCKET,
             size_of=size,
             position=last,
+            committed_at=committed,
         ),
         Staged(
             frame.delete_table,

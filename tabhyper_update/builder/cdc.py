@@ -67,6 +67,11 @@ OP_TEXT_COLUMN = "__tabhyper_op"
 ORDER_TEXT_COLUMN = "__tabhyper_order"
 #: A change's priority at its position: a pre-image 0, anything else 1.
 PRIORITY_COLUMN = "__tabhyper_priority"
+#: A change's commit time in microseconds since the epoch (:attr:`CdcSpec.committed`).
+COMMITTED_COLUMN = "__tabhyper_committed"
+#: The change-feed column that says when its source committed a change (Delta's change
+#: data feed and Spark's changelog).
+COMMIT_TIME_COLUMN = "_commit_timestamp"
 _RANK_COLUMN = "__tabhyper_rank"
 _TIES_COLUMN = "__tabhyper_n"
 _DELETES_COLUMN = "__tabhyper_deletes"
@@ -288,6 +293,9 @@ class CdcSpec:
     #: A commit's changelog (:data:`COMMIT_ORDERS`): one commit's delete and insert of a
     #: key are one update, and a carry-over is no change.
     commit: bool = False
+    #: Spark SQL of a change's commit time in microseconds since the epoch, when the change
+    #: feed says it (:data:`COMMIT_TIME_COLUMN`, a timestamp); empty otherwise.
+    committed: str = ""
 
     @classmethod
     def create(
@@ -371,6 +379,11 @@ class CdcSpec:
             positions_table=change_set.positions_table if change_set.guard else None,
             guard_only=guard_only,
             commit=op_column == "_change_type" and orders in COMMIT_ORDERS,
+            committed=(
+                f"unix_micros({sql_name(COMMIT_TIME_COLUMN)})"
+                if (types or {}).get(COMMIT_TIME_COLUMN) == "timestamp"
+                else ""
+            ),
         )
 
     def data_columns(self, columns: Sequence[str]) -> list[str]:
@@ -434,6 +447,7 @@ class CdcSpec:
                 f"CASE WHEN {preimage} THEN 0 WHEN {delete} THEN {1 if self.commit else 2} "
                 f"ELSE 2 END AS {sql_name(PRIORITY_COLUMN)}",
                 *(f"{o} AS {sql_name(position_column(i))}" for i, o in enumerate(order_sql)),
+                *([f"{self.committed} AS {sql_name(COMMITTED_COLUMN)}"] if self.committed else []),
             ],
         )
 

@@ -183,6 +183,9 @@ class Staged:
     #: A change set's upserts: the greatest position among its changes (its ``order_by``
     #: values as ranked), where the change set ends in its source.
     position: tuple[Any, ...] | None = None
+    #: A change set's upserts: the latest commit time among its changes (epoch seconds),
+    #: where the change feed says it (Delta's ``_commit_timestamp``).
+    committed_at: float | None = None
 
     def __post_init__(self) -> None:
         if not self.size_of:

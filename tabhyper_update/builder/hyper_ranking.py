@@ -20,13 +20,14 @@ import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..local.folders import make_private
 from ..local.hyper import connect, quote_literal, quote_name
 from ..values.errors import PayloadError
 from ..values.spark_sql import sql_name
 from .cdc import (
+    COMMITTED_COLUMN,
     KIND_COLUMN,
     OP_TEXT_COLUMN,
     ORDER_TEXT_COLUMN,
@@ -51,7 +52,18 @@ from .staging import probe_to_driver, staged_files, write_on_driver
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["rank_in_hyper", "ranks_in_hyper", "stage_and_rank"]
+__all__ = ["Ranked", "rank_in_hyper", "ranks_in_hyper", "stage_and_rank"]
+
+
+class Ranked(NamedTuple):
+    """What Hyper ranked: the ranked rows' bucket statistics by kind, the change set's last
+    position (its greatest ``order_by`` values; ``None`` without a valid change) and the
+    latest commit time among its changes (epoch seconds, where the change feed says it)."""
+
+    stats: dict[str, BucketStats]
+    last: tuple[Any, ...] | None
+    committed_at: float | None
+
 
 #: Spark types (``simpleString``) that Hyper orders and compares as Spark does.
 _ALIKE = re.compile(
@@ -84,7 +96,7 @@ def stage_and_rank(
     target: Path,
     probe: int = 0,
     name: str = "",
-) -> tuple[dict[str, BucketStats], tuple[Any, ...] | None] | None:
+) -> Ranked | None:
     """Stage every change of ``df`` (table ``name``'s), tagged (``tagged``: the staged
     columns, the identity and :meth:`CdcSpec.tags`, over ``df``'s columns), through the
     driver and let Hyper rank them into ``target``: the ranked rows' bucket statistics by
@@ -99,10 +111,10 @@ def stage_and_rank(
     choices"); when Hyper ranks error rows, the change set is read and ranked
     again with them, for the message.
 
-    Returns the statistics and the change set's last position (its greatest ``order_by``
-    values, as ranked; ``None`` without a valid change). ``probe`` > 0: take at most
-    ``probe`` + 1 changes; when that many come, drop them and return ``None`` (the change
-    set is larger than a probe: the caller stages it shared)."""
+    Returns the statistics, the change set's last position (its greatest ``order_by``
+    values, as ranked; ``None`` without a valid change) and its latest commit time.
+    ``probe`` > 0: take at most ``probe`` + 1 changes; when that many come, drop them and
+    return ``None`` (the change set is larger than a probe: the caller stages it shared)."""
     op_text, order_text = spec.texts()
     named = [
         f"{op_text} AS {sql_name(OP_TEXT_COLUMN)}",
@@ -114,7 +126,7 @@ def stage_and_rank(
     size = size_sql(plans, staged_names)
     raw = target.with_name(target.name + "-tagged")
 
-    def one_pass(texts: bool) -> tuple[dict[str, BucketStats], tuple[Any, ...] | None] | None:
+    def one_pass(texts: bool) -> Ranked | None:
         query = df.selectExpr(*tagged, *(named if texts else []))
         for made in (raw, target):  # an earlier pass's files
             shutil.rmtree(made, ignore_errors=True)
@@ -122,20 +134,20 @@ def stage_and_rank(
         if sent is None:
             return None
         files = staged_files(raw)
-        read, stats, last = rank_in_hyper(spec, keys, keep, files, target, texts, size)
+        read, ranked = rank_in_hyper(spec, keys, keep, files, target, texts, size)
         if read != sent:
             raise PayloadError(
                 f"Spark sent {sent} change(s) to the driver but Hyper read {read} from the "
                 f"{len(files)} file(s) staged in {str(raw)!r}"
             )
-        return stats, last
+        return ranked
 
     ranked = one_pass(texts=False)
-    errors = 0 if ranked is None else kind_counts(ranked[0])["errors"]
+    errors = 0 if ranked is None else kind_counts(ranked.stats)["errors"]
     if not errors:
         return ranked
     again = one_pass(texts=True)
-    if again is None or not kind_counts(again[0])["errors"]:
+    if again is None or not kind_counts(again.stats)["errors"]:
         raise PayloadError(
             f"table {name!r}: {errors} change(s) could not be applied (a NULL key or "
             "position, an unknown op, a tie) when Spark first read the change set, but "
@@ -155,18 +167,19 @@ def rank_in_hyper(
     out: Path,
     texts: bool,
     size: str,
-) -> tuple[int, dict[str, BucketStats], tuple[Any, ...] | None]:
+) -> tuple[int, Ranked]:
     """Rank the tagged changes staged in ``tagged`` into one Parquet file under ``out``
     (none without tagged changes).
 
     ``keys`` and ``keep`` are staged column names (the keys' staged values; the columns the
     ranked rows keep). ``texts``: the tagged changes hold the op and position texts (else
     the ranked rows' are NULL). ``size``: Hyper SQL of a ranked row's size estimate.
-    Returns how many tagged changes Hyper read, the ranked rows' bucket statistics by
-    kind (read in the same connection: the build does not read them again) and the greatest
-    position among the changes (``None`` without one)."""
+    Returns how many tagged changes Hyper read and what it ranked: the ranked rows' bucket
+    statistics by kind (read in the same connection: the build does not read them again),
+    the greatest position among the changes (``None`` without one) and their latest commit
+    time."""
     if not tagged:
-        return 0, {}, None
+        return 0, Ranked({}, None, None)
     make_private(out)
     target = out / "part-00000.parquet"
     source = external(tagged)
@@ -184,19 +197,26 @@ def rank_in_hyper(
         order_text=quote_name(ORDER_TEXT_COLUMN) if texts else "CAST(NULL AS TEXT)",
         carry_overs=row if spec.commit else (),
     )
+    committed = (
+        f"MAX(CASE WHEN {kind_col} IS NOT NULL THEN {quote_name(COMMITTED_COLUMN)} END)"
+        if spec.committed
+        else "NULL"
+    )
     with connect() as conn:
         ordered = [quote_name(position_column(i)) for i in range(len(spec.order_by))]
         if len(ordered) == 1:
             # One position: its greatest read in the same scan as the counts.
             counted = conn.execute_list_query(
-                f"SELECT COUNT(*), COUNT({kind_col}), "
+                f"SELECT COUNT(*), COUNT({kind_col}), {committed}, "
                 f"MAX(CASE WHEN {kind_col} IS NOT NULL THEN {ordered[0]} END) FROM {source}"
             )
             read, kept = (int(n or 0) for n in counted[0][:2])
-            greatest = [] if counted[0][2] is None else [(counted[0][2],)]
+            greatest = [] if counted[0][3] is None else [(counted[0][3],)]
         else:
-            counted = conn.execute_list_query(f"SELECT COUNT(*), COUNT({kind_col}) FROM {source}")
-            read, kept = (int(n or 0) for n in counted[0])
+            counted = conn.execute_list_query(
+                f"SELECT COUNT(*), COUNT({kind_col}), {committed} FROM {source}"
+            )
+            read, kept = (int(n or 0) for n in counted[0][:2])
             greatest = conn.execute_list_query(
                 f"SELECT {', '.join(ordered)} FROM {source} WHERE {kind_col} IS NOT NULL "
                 f"AND {ordered[0]} IS NOT NULL ORDER BY "
@@ -230,5 +250,9 @@ def rank_in_hyper(
         raise PayloadError(
             f"Hyper read {kept} tagged change(s) but ranked none into {out}{ignored}"
         )
-    last = tuple(greatest[0]) if greatest else None
-    return read, {str(kind): found for kind, found in stats.items()}, last
+    micros = counted[0][2]
+    return read, Ranked(
+        {str(kind): found for kind, found in stats.items()},
+        tuple(greatest[0]) if greatest else None,
+        None if micros is None else int(micros) / 1e6,
+    )

@@ -27,11 +27,12 @@ def rank_in_spark(
     columns: Sequence[str],
     values: Sequence[str],
     write: Callable[[DataFrame], None],
-) -> tuple[dict[str, int], tuple[Any, ...] | None]:
+) -> tuple[dict[str, int], tuple[Any, ...] | None, float | None]:
     """Spark keeps each key's last change of ``df`` and ``write`` stages it with its kind
     (``columns``: the staged columns, ``values``: their values as Spark SQL); the rows per
-    kind (upserts, deletes, errors), observed as they are written, and the greatest position
-    among the changes (observed as Spark reads them)."""
+    kind (upserts, deletes, errors), observed as they are written, the greatest position
+    among the changes and their latest commit time (epoch seconds, where the change feed
+    says it), both observed as Spark reads them."""
     from pyspark.sql import functions as F
 
     kind = sql_name(KIND_COLUMN)
@@ -47,6 +48,7 @@ def rank_in_spark(
             )
             for i, (o, spark_type) in enumerate(zip(ordered, types, strict=True))
         },
+        **({"committed": F.expr(f"max({spec.committed})")} if spec.committed else {}),
     )
     rows, counted = observe(
         selected(
@@ -71,12 +73,15 @@ def rank_in_spark(
     counts = {k: int(found.get(k) or 0) for k in (KIND_UPSERT, KIND_DELETE, "errors")}
     if not any(counts.values()):
         # No change came through (Spark may then drop the observed step): no position.
-        return counts, None
+        return counts, None, None
     got = greatest_of()
     greatest = [_observed(got.get(f"last{i}"), t) for i, t in enumerate(types)]
-    if greatest[0] is None:
-        return counts, None
-    return counts, tuple(greatest)
+    committed = got.get("committed")
+    return (
+        counts,
+        None if greatest[0] is None else tuple(greatest),
+        None if committed is None else int(committed) / 1e6,
+    )
 
 
 def _observable(expr: str, spark_type: str | None) -> str:

@@ -96,6 +96,7 @@ def write_manifest(
     change_set: ChangeSet | None,
     change_sets: Mapping[str, ChangeSet] | None,
     positions: Mapping[str, Mapping[str, Any]] | None = None,
+    committed_at: float | None = None,
 ) -> tuple[Path, list[PayloadPart]]:
     """:meth:`Payload.save_manifest`: the manifest's path, and the parts where they now are.
     An empty payload (an empty change set) is a manifest without parts, in ``directory``:
@@ -113,6 +114,7 @@ def write_manifest(
         ),
         "parts": [_part_doc(p, where) for p in parts],
         "positions": dict(positions or {}),
+        "committed_at": committed_at,
     }
     path = where / MANIFEST
     _write_json(path, doc, path.with_suffix(".tmp"))
@@ -223,8 +225,16 @@ def _fields(manifest: Path, doc: Any) -> dict[str, Any]:
             for t, cols in (doc.get("positions") or {}).items()
             if isinstance(cols, dict)
         },
+        "committed_at": _committed_at(doc.get("committed_at")),
         "_manifest": manifest,
     }
+
+
+def _committed_at(value: Any) -> float | None:
+    # Manifests written before the commit time was recorded have none.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 def _read_part(manifest: Path, doc: dict[str, Any], item: Any) -> PayloadPart:

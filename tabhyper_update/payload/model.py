@@ -102,6 +102,10 @@ class Payload:
     #: Per change set (its upsert table), where it ends in its source: its greatest
     #: ``order_by`` values (column → value, as JSON holds them).
     positions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: When the source committed the latest of the change set's changes (epoch seconds),
+    #: where its change feed says it (Delta's ``_commit_timestamp``): an update's
+    #: ``committed_at`` when it is not given one.
+    committed_at: float | None = None
     _owned_dir: Path | None = field(default=None, repr=False)
     #: The manifest this payload was loaded from, if any.
     _manifest: Path | None = field(default=None, repr=False)
@@ -399,6 +403,7 @@ class Payload:
             change_set=self.change_set,
             change_sets=self.change_sets,
             positions=self.positions,
+            committed_at=self.committed_at,
         )
         return path
 

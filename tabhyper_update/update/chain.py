@@ -198,10 +198,14 @@ class BoundPayload:
         if not units:
             self._cleanup()
             return UpdateResult([], done=True)
-        # Where the update's changes end: as given, else the change set's last order_by values.
+        # Where the update's changes end and when their source committed them: as given,
+        # else the change set's last order_by values and its change feed's latest commit.
         position = options.get("position")
         if position is None:
             position = getattr(self.payload, "last_position", None)
+        committed_at = options.get("committed_at")
+        if committed_at is None:
+            committed_at = getattr(self.payload, "committed_at", None)
         replaced = ""
         changed = self._schema.run(
             self.target, [unit.batch for unit in units], ready.allow_narrowing, ready.policy
@@ -256,7 +260,7 @@ class BoundPayload:
             datasource=self.target.label,
             started_at=time.time(),
             position=position,
-            committed_at=options.get("committed_at"),
+            committed_at=committed_at,
             build_seconds=getattr(self.payload, "build_seconds", None),
         )
         wait, timeout = options.get("wait", True), options.get("timeout")
