@@ -33,11 +33,11 @@ from .update.options import (
     ProbeOptions,
     PublishMode,
     PublishOptions,
+    SchemaChange,
     UpdateOptions,
 )
 from .update.publish import BootstrapResult
 from .update.results import PartUpdate, PlannedPart, UpdatePlan, UpdateResult
-from .update.schema_change import SchemaChange
 from .update.state import PartState, StateStore, UpdateRecord
 from .values.actions import Action, BatchLike
 from .values.conditions import (

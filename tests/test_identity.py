@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -569,3 +570,68 @@ def test_the_one_liner_raises_when_the_job_fails(
         [Insert(target_table="Extract", source_table="Extract")]
     )
     assert rows(server)[-1] == (3, "c", None)
+
+
+# -- a repeat the server's answer tells, and one it cannot ---------------------------------
+
+
+def insert_seven(server: FakeTableauServer, client: TableauClient, state_dir: Path) -> UpdateResult:
+    """An insert of row 7 under a fixed RequestID, from its own state folder."""
+    file = make_hyper(
+        state_dir.parent / f"{state_dir.name}.hyper",
+        {"Extract": ("id BIGINT NOT NULL, a TEXT, b TEXT", ["(7, 'n', NULL)"])},
+    )
+    return (
+        Payload.from_hyper(file)
+        .upload("Orders", client=client, progress=False, state_dir=state_dir)
+        .apply([Insert(target_table="Extract", source_table="Extract")], request_id="insert-seven")
+    )
+
+
+def test_a_replay_seconds_later_from_a_fresh_state_folder_is_told_a_repeat(
+    server: FakeTableauServer, client: TableauClient, tmp_path: Path
+) -> None:
+    """The server's answer dates the job it returns (``createdAt``) and itself (``Date``),
+    both on its clock: a job older than its answer by more than the request took existed
+    before the request, however far the two machines' clocks are apart."""
+    first = insert_seven(server, client, tmp_path / "a")
+    assert first.deduplicated is False
+    server.age_jobs(3)  # the replay comes three seconds later, from another machine
+    again = insert_seven(server, client, tmp_path / "b")
+    assert again.deduplicated is True
+    assert again.parts[0].job_id == first.parts[0].job_id
+    assert sum(server.jobs_run.values()) == 1
+    assert rows(server) == [(1, "x", "y"), (7, "n", None)]
+
+
+def test_a_job_older_than_a_slow_answer_cannot_be_told_and_says_so() -> None:
+    """Made before the answer by more than a second but within the time the exchange took
+    (a slow answer, a retried one), the job may be this request's or an earlier one's:
+    the part says it cannot tell (None), and so does the update."""
+    from tabhyper_update.rest.jobs import Job
+    from tabhyper_update.update.identity import predates_request
+    from tabhyper_update.update.results import PartUpdate
+    from tabhyper_update.values.actions import ActionBatch
+
+    created = datetime(2027, 1, 15, 8, tzinfo=timezone.utc).timestamp()  # 08:00:00
+    job = Job(id="j", createdAt="2027-01-15T08:00:00Z").answered("Fri, 15 Jan 2027 08:00:05 GMT")
+    assert job.answered_at == created + 5
+    # Four whole seconds older than its answer at least: before a 0.2 s exchange.
+    assert predates_request(job, created + 0.5, 0.2) is True
+    assert predates_request(job, created + 0.5, 10.0) is None  # a 10 s exchange
+    assert predates_request(job, created + 0.5, None) is False  # an earlier run sent it
+    fresh = Job(id="k", createdAt="2027-01-15T08:00:05Z").answered("Fri, 15 Jan 2027 08:00:06 GMT")
+    assert predates_request(fresh, created + 5.0, 0.05) is False  # a second apart or less
+    unanswered = Job(id="m", createdAt="2027-01-15T08:00:00Z")
+    assert predates_request(unanswered, created + 5.0, 0.05) is False  # no Date: our clock
+    assert predates_request(unanswered, created + 7.5, 0.05) is True  # beyond the skew
+
+    def part(deduplicated: bool | None) -> PartUpdate:
+        batch = ActionBatch(actions=[Insert(target_table="Extract", source_table="Extract")])
+        return PartUpdate(0, "r", batch, deduplicated=deduplicated)
+
+    result = UpdateResult([part(True), part(None)])
+    assert result.deduplicated is None
+    assert "cannot tell" in str(UpdateResult([part(None)], done=True))
+    assert UpdateResult([part(None), part(False)]).deduplicated is False
+    assert UpdateResult([part(True), part(True)]).deduplicated is True

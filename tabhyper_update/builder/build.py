@@ -52,10 +52,8 @@ from ..local.progress import show_progress
 from ..local.spark_versions import observe, pyspark_version, require_supported_pyspark
 from ..local.telemetry import span
 from ..payload.model import (
-    DEFAULT_MAX_PAYLOAD_MB,
     Payload,
 )
-from ..values.actions import DEFAULT_SCHEMA
 from ..values.changeset import ChangeSet
 from ..values.errors import (
     ArgumentTypeError,
@@ -75,7 +73,6 @@ from .cdc import (
     resolve_change_sets,
 )
 from .hyper_parts import (
-    NO_CAP,
     STAGED_BUCKET,
     Staged,
     change_identity_sql,
@@ -91,16 +88,13 @@ from .hyper_parts import (
 from .hyper_parts import write_parts as _write_parts
 from .hyper_ranking import ranks_in_hyper, stage_and_rank
 from .hyper_types import (
-    DEFAULT_DATABASE_VERSION,
-    SUPPORTED_DATABASE_VERSIONS,
     ColumnPlan,
     plan_columns,
 )
-from .options import BuildOptions, check_build_options
+from .options import BuildOptions, BuildSettings
 from .spark_ranking import rank_in_spark
 from .staging import (
     StagingMode,
-    check_staging,
     compiled_apart,
     jit_sized_code,
     probe_to_driver,
@@ -158,38 +152,23 @@ def build_payload(
     ``schema``, ``max_payload_mb``, ``staging``, its folders, ...), also taken whole
     (``build_payload(df, **opts)``) by the sink, ``Republish`` and the command line.
     """
-    given = check_build_options(options, "build_payload()")
-    schema = given.get("schema", DEFAULT_SCHEMA)
-    staging_dir, output_dir = given.get("staging_dir"), given.get("output_dir")
-    progress = given.get("progress")
-    options_ = _Options(
-        schema,
-        given.get("database_version", DEFAULT_DATABASE_VERSION),
-        given.get("complex_as_json", False),
-        given.get("max_payload_mb", DEFAULT_MAX_PAYLOAD_MB),
-        given.get("staging", "auto"),
-    )
-    _check_arguments(changes, options_, table, staging_dir, output_dir)
+    settings = BuildSettings.of(options, "build_payload()")
+    _check_arguments(changes, table)
     started = time.perf_counter()
     frames = _frames_of(source, table)
     change_sets = resolve_change_sets(list(frames), changes)
     # Plan every column before any Spark job or file write: bad types fail here.
-    spark_frames = _plan_frames(frames, change_sets, options_)
+    spark_frames = _plan_frames(frames, change_sets, settings)
     with span("build", tables=len(spark_frames)) as current:
         parts, owned, ends = _build_parts(
-            spark_frames,
-            staging_dir,
-            output_dir,
-            options_,
-            progress,
-            drop_empty=change_sets is not None,
+            spark_frames, settings, drop_empty=change_sets is not None
         )
         if current is not None:
             current.set_attribute("tabhyper_update.parts", len(parts))
     payload = Payload(
         parts,
-        schema=schema,
-        keep_files=given.get("keep_files", False),
+        schema=settings.schema,
+        keep_files=settings.keep_files,
         change_set=changes if isinstance(changes, ChangeSet) else None,
         change_sets=change_sets if isinstance(changes, Mapping) else None,
         positions=json_positions(ends.positions),
@@ -206,29 +185,7 @@ def build_payload(
     return payload
 
 
-@dataclass(frozen=True)
-class _Options:
-    """How the tables are written: what travels from the arguments to every step."""
-
-    schema: str
-    database_version: int
-    complex_as_json: bool
-    max_payload_mb: float | None
-    staging: StagingMode
-
-    @property
-    def cap_bytes(self) -> int:
-        # None: one file whatever its size (a snapshot to publish has no update cap).
-        return int(self.max_payload_mb * _MB) if self.max_payload_mb is not None else NO_CAP
-
-
-def _check_arguments(
-    changes: object,
-    options: _Options,
-    table: str,
-    staging_dir: str | os.PathLike[str] | None,
-    output_dir: str | os.PathLike[str] | None,
-) -> None:
+def _check_arguments(changes: object, table: str) -> None:
     """Refuse bad arguments before any Spark job or file write (nothing is created yet)."""
     if changes is not None and not isinstance(changes, (ChangeSet, Mapping)):
         raise ArgumentTypeError(
@@ -237,23 +194,7 @@ def _check_arguments(
             f"{type(changes).__name__}",
             argument="changes",
         )
-    cap = options.max_payload_mb
-    if cap is not None and (not isinstance(cap, (int, float)) or not cap > 0):
-        raise PayloadArgumentError(
-            f"max_payload_mb must be positive (or None: one file), got {cap!r}",
-            argument="max_payload_mb",
-        )
-    check_staging(options.staging)
-    check_folder(staging_dir, "staging_dir", create=False)
-    check_folder(output_dir, "output_dir", create=False)
-    if options.database_version not in SUPPORTED_DATABASE_VERSIONS:
-        raise PayloadArgumentError(
-            f"database_version must be one of {SUPPORTED_DATABASE_VERSIONS}, got "
-            f"{options.database_version!r}",
-            argument="database_version",
-        )
-    for value, what in ((options.schema, "schema"), (table, "table")):
-        _check_names(value, what)
+    _check_names(table, "table")
 
 
 def _frames_of(source: DataFrame | Mapping[str, DataFrame], table: str) -> dict[str, DataFrame]:
@@ -298,7 +239,7 @@ def _readable_schema(name: str, df: DataFrame) -> None:
 def _plan_frames(
     frames: Mapping[str, DataFrame],
     change_sets: Mapping[str, ChangeSet] | None,
-    options: _Options,
+    options: BuildSettings,
 ) -> list[_Frame]:
     """Each DataFrame with the plan of its columns (and, for a change set, how to read it)."""
     planned: list[_Frame] = []
@@ -333,18 +274,12 @@ def _plan_frames(
 
 
 def _build_parts(
-    frames: Sequence[_Frame],
-    staging_dir: str | os.PathLike[str] | None,
-    output_dir: str | os.PathLike[str] | None,
-    options: _Options,
-    progress: bool | None,
-    *,
-    drop_empty: bool,
+    frames: Sequence[_Frame], options: BuildSettings, *, drop_empty: bool
 ) -> tuple[list[PayloadPart], Path, _Ends]:
     """Stage the rows with Spark and write the parts with Hyper, in private folders: the
     parts, the folder that holds them (removed again on any failure) and where the change
     sets end (:func:`_stage_and_write`)."""
-    stage_parent, out = _claim_folders(staging_dir, output_dir)
+    stage_parent, out = _claim_folders(options.staging_dir, options.output_dir)
     stage, stage_lease = private_dir(stage_parent, "tabhyper-stage-")
     try:
         owned, owned_lease = private_dir(out, "tabhyper-payload-")
@@ -354,7 +289,7 @@ def _build_parts(
         raise
     try:
         with source_views():
-            parts, ends = _stage_and_write(frames, stage, owned, options, progress, drop_empty)
+            parts, ends = _stage_and_write(frames, stage, owned, options, drop_empty)
     except TabHyperError:
         shutil.rmtree(owned, ignore_errors=True)
         raise
@@ -390,12 +325,11 @@ def _stage_and_write(
     frames: Sequence[_Frame],
     stage: Path,
     owned: Path,
-    options: _Options,
-    progress: bool | None,
+    options: BuildSettings,
     drop_empty: bool,
 ) -> tuple[list[PayloadPart], _Ends]:
     """The parts, and where the change sets end."""
-    with progress_bar(show_progress(progress), total=3, desc="build payload") as shown:
+    with progress_bar(show_progress(options.progress), total=3, desc="build payload") as shown:
         _step(shown, "Spark stages the rows")
         started = time.perf_counter()
         staged = _stage(frames, stage, options.staging)

@@ -355,6 +355,8 @@ def _describe_part(j: dict[str, Any], *, applied: bool) -> str:
     how = "applied" if applied else "submitted"
     if j["deduplicated"]:
         how += ", deduplicated: submitted before"
+    elif j["deduplicated"] is None:
+        how += ", by this request or an earlier one with its RequestID: cannot tell"
     elif j["resumed"]:
         how += ", resumed"
     return f"part {j['part']}: job {j['job_id']} ({how})"

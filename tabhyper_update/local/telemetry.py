@@ -129,7 +129,7 @@ def record(
     seconds: float,
     lag: float | None,
     datasource: str,
-    deduplicated: bool = False,
+    deduplicated: bool | None = False,
     skipped: bool = False,
 ) -> None:
     """One update's figures as metrics (a no-op without OpenTelemetry): ``rows`` and
@@ -140,7 +140,8 @@ def record(
     made = _meter_instruments()
     where = {
         "tabhyper_update.datasource": datasource,
-        "tabhyper_update.deduplicated": deduplicated,
+        # An attribute cannot be None: "unknown" where the server's answer cannot tell.
+        "tabhyper_update.deduplicated": "unknown" if deduplicated is None else deduplicated,
         "tabhyper_update.skipped": skipped,
     }
     for action, count in rows.items():

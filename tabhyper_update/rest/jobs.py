@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
@@ -85,6 +86,25 @@ class Job(BaseModel):
     status_notes: Any = Field(default=None, alias="statusNotes")
 
     _client: JobSource | None = PrivateAttr(default=None)
+    _answered_at: float | None = PrivateAttr(default=None)
+
+    @property
+    def answered_at(self) -> float | None:
+        """When the server answered the request that brought this job (its ``Date``
+        header, whole epoch seconds on the server's clock), where it said."""
+        return self._answered_at
+
+    def answered(self, date_header: str | None) -> Job:
+        """This job, noted as answered at ``date_header`` (an HTTP date; ignored when
+        missing or unreadable)."""
+        try:
+            when = parsedate_to_datetime(date_header) if date_header else None
+        except (TypeError, ValueError):
+            when = None
+        if when is not None and when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)  # HTTP dates are GMT
+        self._answered_at = None if when is None else when.timestamp()
+        return self
 
     @classmethod
     def from_response(cls, body: dict[str, Any] | None, client: JobSource | None) -> Job:

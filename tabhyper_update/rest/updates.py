@@ -54,7 +54,7 @@ def update_data(
     deadline = client.clock() + client.poll.busy_timeout
     while True:
         try:
-            _, body = client.request(
+            response, body = client.request(
                 "PATCH",
                 path,
                 retry=True,
@@ -63,7 +63,8 @@ def update_data(
                 headers={"RequestID": rid},
                 expected=(200, 202),
             )
-            return check_job_target(Job.from_response(body, client), ref, rid)
+            job = Job.from_response(body, client).answered(response.headers.get("Date"))
+            return check_job_target(job, ref, rid)
         except ApiError as err:
             if err.code != BUSY:
                 raise

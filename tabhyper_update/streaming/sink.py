@@ -56,9 +56,9 @@ from ..payload.model import Payload
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
 from ..update.chain import upload_payload
+from ..update.options import check_policy
 from ..update.publish import publish, snapshot_of
 from ..update.results import UpdateResult, metrics_labels
-from ..update.schema_change import check_policy
 from ..update.state import StateStore
 from ..update.targets import check_target, resolve_target
 from ..values.actions import ActionBatch, BatchLike, Insert, Upsert

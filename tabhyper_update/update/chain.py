@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from typing_extensions import Unpack
 
 from ..local.folders import DerivedFolder
 from ..local.progress import show_progress
 from ..local.telemetry import span
-from ..readback.check import expected_changes, read_back, verify_option
-from ..rest.refs import DataSourceRef, check_request_id
+from ..readback.check import ExpectedChanges, expected_changes, read_back, verify_option
+from ..readback.drift import DriftReport
+from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession
 from ..values.actions import ActionBatch, BatchLike
 from ..values.errors import (
@@ -38,13 +41,20 @@ from ..values.errors import (
 )
 from ..values.parts import NoPayload, PayloadLike
 from ..values.redaction import get_logger
-from .identity import MAX_REQUEST_ID, open_record
-from .options import ApplyOptions, BindOptions, UpdateOptions, check_options, split_options
+from .identity import open_record
+from .options import (
+    ApplyOptions,
+    ApplySettings,
+    BindOptions,
+    UpdateOptions,
+    check_options,
+    split_options,
+)
 from .oversize import OversizeSplitter
 from .resplit import key_columns
 from .results import PartUpdate, PlannedPart, UpdatePlan, UpdateResult
 from .run import UpdateRun
-from .schema_change import SchemaCheck, check_policy, narrowing_allowed, republished
+from .schema_change import SchemaCheck, republished
 from .state import StateStore
 from .targets import (
     derived_target,
@@ -69,15 +79,16 @@ log = get_logger("tabhyper_update")
 
 @dataclass(frozen=True)
 class _Prepared:
-    """An update's checked options and its units, part by part."""
+    """An update's settings and its units, part by part, checked; where its changes end in
+    their source and when the source committed them (as given, else the payload's)."""
 
+    settings: ApplySettings
     given: ActionBatch | None
     table: dict[str, str]
     units: list[Unit]
     sample: int | None
-    request_id: str | None
-    policy: object
-    allow_narrowing: tuple[str, ...]
+    position: Any
+    committed_at: float | None
 
 
 class BoundPayload:
@@ -143,7 +154,9 @@ class BoundPayload:
         ready = self._prepare(actions, options, "plan()")
         units = ready.units
         target = self.target
-        schema = self._schema.check(target, [u.batch for u in units], ready.allow_narrowing)
+        schema = self._schema.check(
+            target, [u.batch for u in units], ready.settings.allow_narrowing
+        )
         # Tables the check found by name; any other target table only the server's job can
         # confirm (the VizQL Data Service lists a data source's columns, not its tables).
         named = set() if schema is None else {t for t in schema.tables if t is not None}
@@ -179,120 +192,119 @@ class BoundPayload:
         """Apply the payload: submit every part's update, in order, and wait until each is
         applied (raising :class:`JobFailedError` and friends when one is not).
 
-        ``verify=True`` then reads the update back through the VizQL Data Service (every
-        upserted key once with the payload's values, every deleted key gone) and raises
-        :class:`DriftError` when something differs; ``verify=n`` checks a random sample of
-        n keys. The report is ``result.readback``; with ``wait=False`` call
-        ``result.wait()`` and then ``result.verify()``.
-
         ``actions`` default to the payload's derived actions (a change set), on the table
-        ``target_schema.target_table`` of the data source (``Extract.Extract`` unless
-        given). ``request_id`` binds the update's identity to a position of the caller's
-        own (see :mod:`tabhyper_update.update.identity`). With ``wait=False`` the call
-        returns once the last part is submitted (earlier parts are still waited on, so that
-        parts apply in order); then call ``.wait()`` on the result. The options are
+        ``target_schema.target_table`` (``Extract.Extract`` unless given). ``verify=True``
+        then reads the update back through the VizQL Data Service and raises
+        :class:`DriftError` when something differs (``verify=n``: a sample of n keys; the
+        report is ``result.readback``). ``request_id`` binds the update's identity to a
+        position of the caller's own (:mod:`tabhyper_update.update.identity`). With
+        ``wait=False`` the call returns once the last part is submitted; then call
+        ``result.wait()`` (and ``result.verify()``). The options are
         :class:`~tabhyper_update.update.options.ApplyOptions`.
         """
         ready = self._prepare(actions, options, "apply()")
-        given, units, sample, request_id = ready.given, ready.units, ready.sample, ready.request_id
-        if not units:
+        if not ready.units:
             self._cleanup()
             return UpdateResult([], done=True)
-        # Where the update's changes end and when their source committed them: as given,
-        # else the change set's last order_by values and its change feed's latest commit.
-        position = options.get("position")
-        if position is None:
-            position = getattr(self.payload, "last_position", None)
-        committed_at = options.get("committed_at")
-        if committed_at is None:
-            committed_at = getattr(self.payload, "committed_at", None)
-        replaced = ""
+        checked = self._fit_schema(ready)
+        if isinstance(checked, UpdateResult):
+            return checked  # republished: the snapshot holds the update's changes
+        units, replaced = checked
+        # Read before the files go: what the update must leave, to be read back after it.
+        expected = None if ready.sample is None else expected_changes(self.payload, ready.sample)
+        run = self._run(ready, units, replaced)
+        result = UpdateResult(
+            [],
+            waiter=run.finish,
+            verifier=self._verifier(expected, ready.settings.verify_budget),
+            datasource=self.target.label,
+            started_at=time.time(),
+            position=ready.position,
+            committed_at=ready.committed_at,
+            build_seconds=getattr(self.payload, "build_seconds", None),
+        )
+        wait, timeout = ready.settings.wait, ready.settings.timeout
+        with span("update", datasource=self.target.label, parts=len(run.units)):
+            run.send(result.parts, wait=wait, timeout=timeout)
+            if wait:
+                result.wait(timeout)
+                if expected is not None:
+                    _verified(result)
+        return result
+
+    def _prepare(self, actions: BatchLike | None, options: ApplyOptions, caller: str) -> _Prepared:
+        """The update :meth:`plan` shows and :meth:`apply` sends, every option checked the
+        same way for both (a dry run refuses exactly what a run refuses), nothing sent."""
+        settings = ApplySettings.of(options, caller)
+        given = ActionBatch.coerce(actions) if actions is not None else None
+        table = derived_target(self.payload, given, settings.target_table, settings.target_schema)
+        sample = verify_option(settings.verify, actions_given=given is not None)
+        return _Prepared(
+            settings,
+            given,
+            table,
+            self._units(given, table),
+            sample,
+            _given_or(settings.position, getattr(self.payload, "last_position", None)),
+            _given_or(settings.committed_at, getattr(self.payload, "committed_at", None)),
+        )
+
+    def _fit_schema(self, ready: _Prepared) -> UpdateResult | tuple[list[Unit], str]:
+        """The units checked against the data source's columns under the schema policy: as
+        they were, written again without the columns the data source lacks (``replaced``
+        then says the first part's early upload is not used), or the republish's result."""
+        settings = ready.settings
         changed = self._schema.run(
-            self.target, [unit.batch for unit in units], ready.allow_narrowing, ready.policy
+            self.target,
+            [unit.batch for unit in ready.units],
+            settings.allow_narrowing,
+            settings.on_schema_change,
         )
         if isinstance(changed, DataSourceRef):
             self._cleanup()
-            return republished(changed, position)
-        if changed:  # parts written again without the columns the data source lacks
-            units = self._units(given, ready.table)
-            if self._uploads.first is not None:
-                replaced = (
-                    "the upload made by upload() holds the columns on_schema_change left "
-                    "out: it is not sent; the part is uploaded again without them"
-                )
-                log.warning(replaced)
-                self._uploads.first = None
-        # Read before the files go: what the update must leave, to be read back after it.
-        expected = expected_changes(self.payload, sample) if sample is not None else None
-        record = open_record(self.state, self.payload, self.target, units, request_id, position)
+            return republished(changed, ready.position)
+        if not changed:
+            return ready.units, ""
+        replaced = ""
+        if self._uploads.first is not None:
+            replaced = (
+                "the upload made by upload() holds the columns on_schema_change left "
+                "out: it is not sent; the part is uploaded again without them"
+            )
+            log.warning(replaced)
+            self._uploads.first = None
+        return self._units(ready.given, ready.table), replaced
+
+    def _run(self, ready: _Prepared, units: list[Unit], replaced: str) -> UpdateRun:
+        """The run of ``units``: its record (an interrupted run's, or a new one), its parts
+        split as the record says."""
+        record = open_record(
+            self.state, self.payload, self.target, units, ready.settings.request_id, ready.position
+        )
         if replaced and replaced not in record.notes:
             record.notes.append(replaced)
             self.state.save(record)
-        keys = key_columns(self.payload, units[0].batch, derived=given is None)
-        units = self._splitter.as_recorded(units, record, keys)
-        run = UpdateRun(
+        keys = key_columns(self.payload, units[0].batch, derived=ready.given is None)
+        return UpdateRun(
             client=self.client,
             target=self.target,
             store=self.state,
             record=record,
-            units=units,
+            units=self._splitter.as_recorded(units, record, keys),
             keys=keys,
             uploader=self._uploads,
             splitter=self._splitter,
             progress=self.progress,
             cleanup=self._cleanup,
         )
-        verifier = (
-            None
-            if expected is None
-            else partial(
-                read_back,
-                self.client,
-                self.target,
-                expected,
-                budget=options.get("verify_budget"),
-            )
-        )
-        result = UpdateResult(
-            [],
-            waiter=run.finish,
-            verifier=verifier,
-            datasource=self.target.label,
-            started_at=time.time(),
-            position=position,
-            committed_at=committed_at,
-            build_seconds=getattr(self.payload, "build_seconds", None),
-        )
-        wait, timeout = options.get("wait", True), options.get("timeout")
-        with span("update", datasource=self.target.label, parts=len(units)):
-            run.send(result.parts, wait=wait, timeout=timeout)
-            if wait:
-                result.wait(timeout)
-                if expected is not None:
-                    report = result.verify()
-                    if not report.ok:
-                        raise DriftError(
-                            report, applied=f"the update was applied ({result.brief()})"
-                        )
-        return result
 
-    def _prepare(self, actions: BatchLike | None, options: ApplyOptions, caller: str) -> _Prepared:
-        """The update :meth:`plan` shows and :meth:`apply` sends, every option checked the
-        same way for both (a dry run refuses exactly what a run refuses), nothing sent."""
-        check_options(options, ApplyOptions, caller)
-        given = ActionBatch.coerce(actions) if actions is not None else None
-        table = derived_target(
-            self.payload, given, options.get("target_table"), options.get("target_schema")
-        )
-        sample = verify_option(options.get("verify", False), actions_given=given is not None)
-        request_id = options.get("request_id")
-        if request_id is not None:
-            check_request_id(request_id, most=MAX_REQUEST_ID)
-        policy = options.get("on_schema_change", "fail")
-        check_policy(policy)
-        allow_narrowing = narrowing_allowed(options.get("allow_narrowing", ()))
-        units = self._units(given, table)
-        return _Prepared(given, table, units, sample, request_id, policy, allow_narrowing)
+    def _verifier(
+        self, expected: ExpectedChanges | None, budget: int | None
+    ) -> Callable[..., DriftReport] | None:
+        """What reads the update back, when ``verify=`` asked for it."""
+        if expected is None:
+            return None
+        return partial(read_back, self.client, self.target, expected, budget=budget)
 
     def _units(self, given: ActionBatch | None, table: dict[str, str]) -> list[Unit]:
         """What goes to the server, part by part (empty when there is nothing to update)."""
@@ -317,6 +329,17 @@ class BoundPayload:
         if not self.payload.keep_files:
             self.payload.cleanup()
         self._derived.remove()
+
+
+def _verified(result: UpdateResult) -> None:
+    """Read the applied update back; a difference raises :class:`DriftError`."""
+    report = result.verify()
+    if not report.ok:
+        raise DriftError(report, applied=f"the update was applied ({result.brief()})")
+
+
+def _given_or(given: Any, otherwise: Any) -> Any:
+    return otherwise if given is None else given
 
 
 def upload_payload(

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
+from ..rest.jobs import Job
 from ..rest.refs import DataSourceRef
 from ..values.actions import ActionBatch
 from ..values.errors import UpdateProgress, UpdateStateError
@@ -39,13 +41,12 @@ from .state import PartState, RecordKind, StateStore, UpdateRecord
 
 __all__ = [
     "CLOCK_SKEW_SECONDS",
-    "MAX_REQUEST_ID",
     "REQUEST_ID_NAMESPACE",
-    "created_before",
     "new_record",
     "next_attempt",
     "open_record",
     "part_request_id",
+    "predates_request",
     "scoped_request_id",
 ]
 
@@ -57,11 +58,6 @@ REQUEST_ID_NAMESPACE = uuid.UUID("0f9b1c3e-6a2d-4e8f-9b1d-3c7a5e2f8d41")
 #: sent the request is taken for one created by an earlier request (a deduplicated answer).
 #: Job times have whole seconds.
 CLOCK_SKEW_SECONDS = 5.0
-
-
-#: How long a caller's request id may be: the RequestID header holds at most 200
-#: characters, and the scope adds 13.
-MAX_REQUEST_ID = 200 - 13
 
 
 def _sha256(*fields: str) -> str:
@@ -202,18 +198,45 @@ def _part_request_id(record: UpdateRecord, part: PartState) -> str:
     )
 
 
-def created_before(created_at: str | None, sent_at: float) -> bool:
-    """Whether a job created at ``created_at`` (the server's ISO time) predates a request
-    first sent at ``sent_at`` (our epoch seconds), allowing for whole seconds and skew."""
-    if not created_at:
-        return False
+def _instant(text: str | None) -> float | None:
+    if not text:
+        return None
     try:
-        created = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+def predates_request(job: Job, sent_at: float, exchange_seconds: float | None) -> bool | None:
+    """Whether the job a request was answered with existed before the request: True when
+    it certainly did (a repeated RequestID's original job), False when it was made by this
+    request as far as anything can tell, None when it cannot be told.
+
+    ``sent_at``: when the request was first sent (our clock); ``exchange_seconds``: how long
+    the exchange took when it was the request's first (None after an earlier run sent it:
+    the job may be that send's). Two clocks tell it. Ours against the job's ``createdAt`` (the
+    server's, in whole seconds): older than the first send by more than the skew allowed.
+    The server's own against itself: its answer's ``Date`` against ``createdAt`` (both
+    whole seconds), where the job is older than its answer by more than the exchange took,
+    it was there before the request arrived; older by more than a second but within the
+    exchange (a slow answer, or a retried one) cannot be told. A job made a second or less
+    before the request cannot be told from one made by it and counts as made by it."""
+    created = _instant(job.created_at)
+    if created is None:
         return False
-    if created.tzinfo is None:
-        created = created.replace(tzinfo=timezone.utc)
-    return created.timestamp() < sent_at - 1.0 - CLOCK_SKEW_SECONDS
+    if created < sent_at - 1.0 - CLOCK_SKEW_SECONDS:
+        return True
+    answered = job.answered_at
+    if answered is None or exchange_seconds is None:
+        return False
+    # Whole seconds: the job is older than its answer by more than this.
+    older_by = math.floor(answered) - math.floor(created) - 1
+    if older_by <= 0:
+        return False
+    return True if older_by >= exchange_seconds else None
 
 
 def open_record(

@@ -6,33 +6,68 @@
 ``payload.publish`` take the :class:`PublishOptions`. Each passes them on whole::
 
     client.update_datasource("Orders", payload, target_table="Extract", verify=True)
+
+Where the keywords enter they become one frozen object that owns their defaults and
+checks (:class:`ApplySettings` for an update's), passed whole from then on.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from typing_extensions import Required, TypedDict
 
 from ..rest.projects import Project
-from ..values.errors import ArgumentTypeError
+from ..rest.refs import DataSourceRef, check_request_id
+from ..rest.session import RestSession
+from ..values.errors import ArgumentTypeError, InvalidArgumentError
 from ..values.parts import PayloadLike
 
 __all__ = [
+    "MAX_REQUEST_ID",
     "ApplyOptions",
+    "ApplySettings",
     "BindOptions",
     "BootstrapOptions",
+    "BootstrapSettings",
+    "ProbeSettings",
     "PublishMode",
     "PublishOptions",
+    "PublishSettings",
+    "SchemaChange",
+    "Snapshot",
     "UpdateOptions",
     "check_options",
+    "check_policy",
+    "narrowing_allowed",
     "split_options",
 ]
 
 PublishMode = Literal["create", "overwrite", "append"]
+PUBLISH_MODES: tuple[PublishMode, ...] = ("create", "overwrite", "append")
+
+#: How long a caller's request id may be: the RequestID header holds at most 200
+#: characters, and the scope adds 13.
+MAX_REQUEST_ID = 200 - 13
+
+
+@runtime_checkable
+class Snapshot(Protocol):
+    """A republish policy (:class:`tabhyper_update.Republish`): publishes the source's
+    snapshot over the data source, with its new schema, and returns the data source."""
+
+    def republish(
+        self, client: RestSession, target: DataSourceRef, state_dir: Path
+    ) -> DataSourceRef: ...
+
+
+#: ``on_schema_change=``: fail, leave the columns the data source lacks out, or republish.
+SchemaChange = Literal["fail", "ignore"] | Snapshot
 
 
 class ApplyOptions(TypedDict, total=False):
@@ -57,7 +92,7 @@ class ApplyOptions(TypedDict, total=False):
     verify_budget: int | None
     position: Any
     committed_at: float | None
-    on_schema_change: Any
+    on_schema_change: SchemaChange
     allow_narrowing: Sequence[str]
 
 
@@ -116,6 +151,129 @@ class ProbeOptions(TypedDict, total=False):
     cap: bool
     state_dir: str | os.PathLike[str] | None
     on_step: Callable[[str], None] | None
+
+
+@dataclass(frozen=True)
+class ApplySettings:
+    """An update's options (:class:`ApplyOptions`), checked, with their defaults: made once
+    where the keywords enter (:meth:`of`) and passed whole from then on."""
+
+    target_table: str | None = None
+    target_schema: str | None = None
+    request_id: str | None = None
+    wait: bool = True
+    timeout: float | None = None
+    verify: bool | int = False
+    verify_budget: int | None = None
+    position: Any = None
+    committed_at: float | None = None
+    on_schema_change: SchemaChange = "fail"
+    allow_narrowing: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any], where: str) -> ApplySettings:
+        """``options`` (keywords ``where`` was given) checked: a name it does not take, a
+        RequestID that cannot travel, an unknown schema policy or a narrowing list of
+        anything but column names is refused naming it, before anything is sent."""
+        check_options(options, ApplyOptions, where)
+        made = cls(**options)
+        if made.request_id is not None:
+            check_request_id(made.request_id, most=MAX_REQUEST_ID)
+        check_policy(made.on_schema_change)
+        narrowing = narrowing_allowed(made.allow_narrowing)
+        return (
+            made if narrowing == made.allow_narrowing else replace(made, allow_narrowing=narrowing)
+        )
+
+
+@dataclass(frozen=True)
+class PublishSettings:
+    """A publish's options (:class:`PublishOptions`), checked, with their defaults."""
+
+    project: str | Project | None = None
+    mode: PublishMode = "create"
+    description: str | None = None
+    as_job: bool | None = None
+    timeout: float | None = None
+    state_dir: str | os.PathLike[str] | None = None
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any], where: str) -> PublishSettings:
+        check_options(options, PublishOptions, where)
+        made = cls(**options)
+        if made.mode not in PUBLISH_MODES:
+            raise InvalidArgumentError(
+                f"mode must be one of {', '.join(PUBLISH_MODES)}, got {made.mode!r}",
+                argument="mode",
+            )
+        return made
+
+
+@dataclass(frozen=True)
+class BootstrapSettings:
+    """``bootstrap``'s options (:class:`BootstrapOptions`), checked, with their defaults;
+    ``update`` the update's own, passed on whole."""
+
+    snapshot: Callable[[], PayloadLike]
+    changes: Callable[[], PayloadLike]
+    project: str | Project | None = None
+    full_refresh: bool = False
+    update: UpdateOptions | None = None
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any], where: str) -> BootstrapSettings:
+        check_options(options, BootstrapOptions, where)
+        own = {"snapshot", "changes", "project", "full_refresh"}
+        made = cls(
+            **{k: v for k, v in options.items() if k in own},
+            update=cast(UpdateOptions, {k: v for k, v in options.items() if k not in own}),
+        )
+        for what, fn in (("snapshot", made.snapshot), ("changes", made.changes)):
+            if not callable(fn):
+                raise InvalidArgumentError(
+                    f"{what}= takes a function that builds the payload (e.g. lambda: "
+                    f"build_payload(...)), so that only the one needed is built; got {fn!r}",
+                    argument=what,
+                )
+        return made
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """A probe's options (:class:`ProbeOptions`), checked, with their defaults."""
+
+    keep: bool = False
+    cap: bool = False
+    state_dir: str | os.PathLike[str] | None = None
+    on_step: Callable[[str], None] | None = None
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any], where: str) -> ProbeSettings:
+        check_options(options, ProbeOptions, where)
+        return cls(**options)
+
+
+def check_policy(policy: object) -> None:
+    """Refuse, before anything is sent, a schema policy that is none of the three."""
+    if policy in ("fail", "ignore") or isinstance(policy, Snapshot):
+        return
+    raise InvalidArgumentError(
+        f"on_schema_change must be 'fail', 'ignore' or Republish(snapshot), got {policy!r}",
+        argument="on_schema_change",
+    )
+
+
+def narrowing_allowed(value: object) -> tuple[str, ...]:
+    """``allow_narrowing=``: the column names whose narrowing the caller accepts."""
+    names: tuple[object, ...] | None = None
+    if not isinstance(value, (str, bytes)) and isinstance(value, Iterable):
+        names = tuple(value)
+    if names is None or not all(isinstance(c, str) for c in names):
+        raise ArgumentTypeError(
+            f"allow_narrowing takes a list of column names, got {value!r}",
+            argument="allow_narrowing",
+        )
+    return tuple(str(c) for c in names)
 
 
 def check_options(options: Mapping[str, Any], declared: Any, where: str) -> None:

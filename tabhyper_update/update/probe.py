@@ -75,7 +75,7 @@ from .canary import (
     padding_file,
     upsert_by,
 )
-from .options import ProbeOptions, check_options
+from .options import ProbeOptions, ProbeSettings
 from .publish import publish
 from .resplit import stated_cap, too_large
 from .state import StateStore
@@ -499,13 +499,13 @@ def probe(
             "the probe needs a project to publish its canary into (project=...)",
             argument="project",
         )
-    check_options(options, ProbeOptions, "probe()")
-    keep, cap = options.get("keep", False), options.get("cap", False)
-    store = StateStore(options.get("state_dir"))
+    settings = ProbeSettings.of(options, "probe()")
+    keep, cap = settings.keep, settings.cap
+    store = StateStore(settings.state_dir)
     name = f"tabhyper-probe-{uuid.uuid4().hex[:12]}"
     derived = DerivedFolder("tabhyper-probe-")
     run = _Probe(client, project, derived(), name=name)
-    step = options.get("on_step") or (lambda _: None)
+    step = settings.on_step or (lambda _: None)
 
     def case(what: str, measure: Callable[[], Any]) -> Any:
         step(what)

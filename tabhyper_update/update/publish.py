@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from tableauhyperapi import HyperException, Nullability
 from typing_extensions import Unpack
@@ -41,10 +41,10 @@ from ..values.redaction import get_logger
 from .chain import update_datasource
 from .options import (
     BootstrapOptions,
+    BootstrapSettings,
     PublishMode,
     PublishOptions,
-    UpdateOptions,
-    check_options,
+    PublishSettings,
 )
 from .results import UpdateResult
 from .schema import record_schema
@@ -54,7 +54,6 @@ __all__ = ["BootstrapResult", "PublishMode", "bootstrap", "publish", "snapshot_o
 
 log = get_logger("tabhyper_update")
 
-MODES: tuple[str, ...] = ("create", "overwrite", "append")
 #: Files from this size on are published from a chunked upload, answered as a job.
 SINGLE_REQUEST_LIMIT = 64 * 1024 * 1024
 
@@ -147,19 +146,15 @@ def publish(
     **options: Unpack[PublishOptions],
 ) -> DataSourceRef:
     """:meth:`TableauClient.publish`."""
-    check_options(options, PublishOptions, "publish()")
-    mode: PublishMode = options.get("mode", "create")
+    settings = PublishSettings.of(options, "publish()")
+    mode = settings.mode
     if not isinstance(name, str) or not name.strip() or "\x00" in name:
         raise InvalidArgumentError(f"a data source name is required, got {name!r}")
-    if mode not in MODES:
-        raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     path, tables = _file_of(payload)
-    store = StateStore(options.get("state_dir"))
-    target = find_project(client, options.get("project"))
-    answer = _send(
-        client, path, name, target, mode, options.get("description"), options.get("as_job")
-    )
-    found = _published(client, answer, name, target, options.get("timeout"))
+    store = StateStore(settings.state_dir)
+    target = find_project(client, settings.project)
+    answer = _send(client, path, name, target, mode, settings.description, settings.as_job)
+    found = _published(client, answer, name, target, settings.timeout)
     log.info("published %r as data source %s", name, found.id)
     if mode == "append":
         return replace(found, client=client, columns=None)
@@ -269,19 +264,10 @@ def bootstrap(
     client: RestSession, name: str, **options: Unpack[BootstrapOptions]
 ) -> BootstrapResult:
     """:meth:`TableauClient.bootstrap`."""
-    check_options(options, BootstrapOptions, "bootstrap()")
-    snapshot, changes = options.get("snapshot"), options.get("changes")
-    project = options.get("project")
-    full_refresh = options.get("full_refresh", False)
-    update_options = cast(
-        UpdateOptions, {k: v for k, v in options.items() if k in UpdateOptions.__optional_keys__}
-    )
-    for what, fn in (("snapshot", snapshot), ("changes", changes)):
-        if not callable(fn):
-            raise InvalidArgumentError(
-                f"{what}= takes a function that builds the payload (e.g. lambda: "
-                f"build_payload(...)), so that only the one needed is built; got {fn!r}"
-            )
+    settings = BootstrapSettings.of(options, "bootstrap()")
+    snapshot, changes = settings.snapshot, settings.changes
+    project, full_refresh = settings.project, settings.full_refresh
+    update_options = settings.update or {}
     existing: DataSourceRef | None = None
     target = find_project(client, project)
     if not full_refresh:
@@ -300,8 +286,8 @@ def bootstrap(
                 name,
                 project=target,
                 mode="overwrite" if full_refresh else "create",
-                timeout=options.get("timeout"),
-                state_dir=options.get("state_dir"),
+                timeout=update_options.get("timeout"),
+                state_dir=update_options.get("state_dir"),
             )
         finally:
             payload.cleanup()

@@ -36,7 +36,10 @@ class PartUpdate:
     ``deduplicated``: nothing new was applied for this part because it had been applied (or
     submitted) before under the same identity: either this SDK's record showed it
     (``skipped``: no request was sent) or the server answered with a job that existed before
-    the request (``job`` is that original job). ``resumed``: a job submitted by an earlier,
+    the request (``job`` is that original job). None: the server answered with a job made
+    a little before its answer, and whether by this request or by an earlier one with the
+    same RequestID cannot be told (job times have whole seconds; nothing is applied twice
+    either way). ``resumed``: a job submitted by an earlier,
     interrupted run was followed to its end. ``attempt`` counts submissions after failed or
     cancelled jobs (0 for the first).
     """
@@ -47,7 +50,7 @@ class PartUpdate:
     upload_session_id: str | None = None
     job: Job | None = None
     resumed: bool = False
-    deduplicated: bool = False
+    deduplicated: bool | None = False
     skipped: bool = False
     attempt: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
@@ -233,10 +236,14 @@ class UpdateResult:
         return not self.parts and not self.republished
 
     @property
-    def deduplicated(self) -> bool:
+    def deduplicated(self) -> bool | None:
         """True when no part applied anything new: the whole update had been applied (or
-        submitted) before under the same identity."""
-        return bool(self.parts) and all(p.deduplicated for p in self.parts)
+        submitted) before under the same identity. None when no part is known to be new but
+        for some the server's answer cannot tell (:attr:`PartUpdate.deduplicated`)."""
+        found = [p.deduplicated for p in self.parts]
+        if not found or False in found:
+            return False
+        return None if None in found else True
 
     def summary(self) -> list[dict[str, Any]]:
         """One plain dict per part, for a job's log: rows per table, bytes, RequestID, job,
@@ -273,6 +280,8 @@ class UpdateResult:
                 if p["skipped"]
                 else "deduplicated"
                 if p["deduplicated"]
+                else "applied by this request or an earlier one with its RequestID (cannot tell)"
+                if p["deduplicated"] is None
                 else "resumed"
                 if p["resumed"]
                 else "applied"

@@ -32,7 +32,7 @@ from ..values.errors import (
 )
 from ..values.parts import PayloadPart
 from ..values.redaction import get_logger
-from .identity import created_before, next_attempt, progress_of
+from .identity import next_attempt, predates_request, progress_of
 from .resplit import parts_needed, splittable, too_large
 from .results import PartUpdate, report_metrics
 from .resume import earlier_job_stands, resume_submitted
@@ -173,6 +173,7 @@ class UpdateRun:
         ):
             return
         for _ in range(MAX_ATTEMPTS_PER_RUN + 1):
+            first = state.sent_at is None  # no earlier run sent this request
             try:
                 job, sent_at = self._send_part(state, part, batch, update)
             except ApiError as err:
@@ -180,12 +181,26 @@ class UpdateRun:
                     raise
                 self._refused_as_repeat(state, update, err)
                 return
-            earlier = job.id in state.jobs_seen or created_before(job.created_at, sent_at)
+            earlier = job.id in state.jobs_seen or predates_request(
+                job, sent_at, update.seconds["submit"] if first else None
+            )
             if job.id not in state.jobs_seen:
                 state.jobs_seen.append(job.id)
             state.job_id, state.status = job.id, "submitted"
             self.store.save(record)
             update.job = job
+            if earlier is None:
+                update.deduplicated = None
+                log.warning(
+                    "part %d/%d: the server answered RequestID %s with job %s, made %s; "
+                    "whether by this request or by an earlier one with the same RequestID "
+                    "cannot be told (the job is followed either way; nothing is applied twice)",
+                    state.index + 1,
+                    len(record.parts),
+                    state.request_id,
+                    job.id,
+                    job.created_at,
+                )
             if not earlier:
                 log.info(
                     "part %d/%d submitted as job %s (RequestID %s)",

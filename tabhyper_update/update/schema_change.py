@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
 
 from tableauhyperapi import SchemaName, TableDefinition, TableName
 
@@ -23,49 +22,23 @@ from ..local.hyper import attach_read_only, connect, quote_name, table_ref
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession
 from ..values.actions import ActionBatch
-from ..values.errors import ArgumentTypeError, InvalidArgumentError, SchemaDriftError
+from ..values.errors import SchemaDriftError
 from ..values.parts import PayloadLike, PayloadPart, RowDigest, TableInfo
 from ..values.redaction import get_logger
+from .options import Snapshot
 from .results import UpdateResult, report_metrics
 from .schema import TargetSchema, check_schema, learn_schema
 from .state import StateStore
 
 __all__ = [
-    "SchemaChange",
     "SchemaCheck",
-    "Snapshot",
-    "check_policy",
     "droppable",
     "leave_out",
-    "narrowing_allowed",
     "republished",
     "without_columns",
 ]
 
 log = get_logger("tabhyper_update")
-
-
-@runtime_checkable
-class Snapshot(Protocol):
-    """A republish policy (:class:`tabhyper_update.Republish`): publishes the source's
-    snapshot over the data source, with its new schema, and returns the data source."""
-
-    def republish(
-        self, client: RestSession, target: DataSourceRef, state_dir: Path
-    ) -> DataSourceRef: ...
-
-
-SchemaChange = Literal["fail", "ignore"] | Snapshot
-
-
-def check_policy(policy: object) -> None:
-    """Refuse, before anything is sent, a policy that is none of the three."""
-    if policy in ("fail", "ignore") or isinstance(policy, Snapshot):
-        return
-    raise InvalidArgumentError(
-        f"on_schema_change must be 'fail', 'ignore' or Republish(snapshot), got {policy!r}",
-        argument="on_schema_change",
-    )
 
 
 def droppable(
@@ -205,19 +178,6 @@ class SchemaCheck:
             leave_out(self.payload, drop, target.label, self.folder())
             return True
         return False
-
-
-def narrowing_allowed(value: object) -> tuple[str, ...]:
-    """``allow_narrowing=``: the column names whose narrowing the caller accepts."""
-    names: tuple[object, ...] | None = None
-    if not isinstance(value, (str, bytes)) and isinstance(value, Iterable):
-        names = tuple(value)
-    if names is None or not all(isinstance(c, str) for c in names):
-        raise ArgumentTypeError(
-            f"allow_narrowing takes a list of column names, got {value!r}",
-            argument="allow_narrowing",
-        )
-    return tuple(str(c) for c in names)
 
 
 def republished(ref: DataSourceRef, position: object) -> UpdateResult:
