@@ -346,3 +346,23 @@ def test_a_fake_served_through_responses_unstarted_keeps_records_out_of_the_user
         )
     assert not users.exists()
     assert (tmp_path / "fake" / "client-state").is_dir()
+
+
+def test_the_fakes_settings_are_resolved_once_against_their_profile() -> None:
+    """What is not given comes from the profile (else the fake's default); a setting given
+    beside the profile wins; a limit given as None is no limit; a name the fake does not
+    take, or a value it cannot take, is refused when the fake is made."""
+    from tabhyper_update.testing.settings import BackendConfig
+
+    cloud = BackendConfig.of({"profile": "cloud"})
+    assert cloud.max_upload_mb == cloud.profile.max_upload_mb
+    assert cloud.rest_calls_per_window == cloud.profile.rest_calls_per_window
+    given = BackendConfig.of(
+        {"profile": "cloud", "max_upload_mb": 7, "rest_calls_per_window": None, "site": "s"}
+    )
+    assert (given.max_upload_mb, given.rest_calls_per_window, given.site) == (7, None, "s")
+    assert BackendConfig.of({}).profile.name == "ideal"
+    with pytest.raises(TypeError, match="job_dealy"):
+        FakeTableauServer(job_dealy=1)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="replay"):
+        BackendConfig.of({"replay": "twice"})

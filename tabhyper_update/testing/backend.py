@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import random
 import shutil
 import tempfile
 import threading
@@ -26,16 +25,15 @@ from pathlib import Path
 
 from typing_extensions import Unpack
 
-from ..local.engine import SourceColumns, check_semantics
+from ..local.engine import SourceColumns
 from ..local.engine import apply as apply_locally
 from ..local.hyper import connect
 from ..values.actions import ActionBatch, Insert
 from ..values.errors import ApplyError
 from ..values.redaction import get_logger
 from .limits import Limits
-from .profiles import SERVICE_OPTIONS, profile_named
 from .sessions import Session, SignIns
-from .settings import BackendSettings
+from .settings import BackendConfig, BackendSettings
 from .uploads import MB, Upload, Uploads
 from .wire import ApiFailure, bad_request, not_found
 
@@ -117,75 +115,61 @@ class FakeBackend(SignIns, Uploads):
     :class:`BackendSettings`."""
 
     def __init__(self, **settings: Unpack[BackendSettings]) -> None:
-        profile = profile_named(settings.get("profile", "ideal"))
-        data_service = settings.get("data_service", "on" if profile.data_service else "absent")
-        directory = settings.get("directory")
-        if data_service not in ("on", "absent", "denied"):
-            raise ValueError(
-                f"data_service must be 'on', 'absent' or 'denied', got {data_service!r}"
-            )
-        self.profile = profile
+        config = BackendConfig.of(settings)
+        #: The settings as given, resolved against their profile.
+        self.config = config
+        self.profile = config.profile
         #: The VizQL Data Service: "on", "absent" (a server before 2025.1) or "denied" (the
-        #: user lacks the permission to query data sources).
-        self.data_service = data_service
-        #: Its release (which query options it takes).
-        self.service_release = settings.get("service_release", profile.data_service or "20261")
-        if self.service_release not in SERVICE_OPTIONS:
-            raise ValueError(
-                f"service_release must be one of {sorted(SERVICE_OPTIONS)}, "
-                f"got {self.service_release!r}"
-            )
+        #: user lacks the permission to query data sources); its release (which query
+        #: options it takes).
+        self.data_service = config.data_service
+        self.service_release = config.service_release
         self.service_queries = 0
-        self.service_truncates_at = settings.get("service_truncates_at")
-        self.pats = dict(settings.get("pats") or {})
-        self.users = dict(settings.get("users") or {})
-        self.connected_app = dict(settings.get("connected_app") or {})
-        self.site = settings.get("site", "")
+        self.service_truncates_at = config.service_truncates_at
+        self.pats = dict(config.pats)
+        self.users = dict(config.users)
+        self.connected_app = dict(config.connected_app)
+        self.site = config.site
         self.site_id = str(uuid.uuid4())
-        self.api_version = settings.get("api_version", profile.api_version)
-        self.product_version = settings.get("product_version", profile.product_version)
-        self.token_lifetime = settings.get("token_lifetime", 240 * 60)
-        self.dedup_window = settings.get("dedup_window", 24 * 3600)
+        self.api_version = config.api_version
+        self.product_version = config.product_version
+        self.token_lifetime = config.token_lifetime
+        self.dedup_window = config.dedup_window
         #: Seconds each job waits in the queue before it runs (a busy server).
-        self.job_delay = settings.get("job_delay", 0.0)
-        self.job_seconds_per_mb = settings.get("job_seconds_per_mb", 0.0)
-        self.upload_seconds_per_mb = settings.get("upload_seconds_per_mb", 0.0)
-        self.max_upload_mb = settings.get("max_upload_mb", profile.max_upload_mb)
-        self.busy_conflicts = settings.get("busy_conflicts", profile.busy_conflicts)
+        self.job_delay = config.job_delay
+        self.job_seconds_per_mb = config.job_seconds_per_mb
+        self.upload_seconds_per_mb = config.upload_seconds_per_mb
+        self.max_upload_mb = config.max_upload_mb
+        self.busy_conflicts = config.busy_conflicts
         #: How jobs apply their batches ("hyper" or "strict"), and the seed that picks one of
         #: several source rows for a key under "hyper".
-        self.semantics = check_semantics(settings.get("semantics", profile.semantics))
-        self.seed = settings.get("seed", random.SystemRandom().randrange(2**31))
+        self.semantics = config.semantics
+        self.seed = config.seed
         #: How source columns that differ from the target's are met (where Tableau is silent).
         self.source_columns = SourceColumns(
-            extra=settings.get("extra_columns", profile.extra_columns),
-            missing=settings.get("missing_columns", profile.missing_columns),
+            extra=config.extra_columns, missing=config.missing_columns
         )
         #: How a repeated RequestID is answered: "original" (the first request's job),
         #: "new_job" (a new job that applies nothing) or "refuse" (409, naming the duplicate).
-        self.replay = settings.get("replay", profile.replay)
+        self.replay = config.replay
         #: Whether an upload's blocks may carry ``sequenceID``; appends being received now,
         #: and the most at once so far.
-        self.sequence_ids = settings.get("sequence_ids", profile.sequence_ids)
+        self.sequence_ids = config.sequence_ids
         self.appends_in_flight = 0
         self.most_appends_in_flight = 0
-        if self.replay not in ("original", "new_job", "refuse"):
-            raise ValueError(
-                f"replay must be 'original', 'new_job' or 'refuse', got {self.replay!r}"
-            )
         self.limits = Limits(
-            calls_per_window=settings.get("rest_calls_per_window", profile.rest_calls_per_window),
-            queries_per_window=settings.get("service_query_quota", profile.service_query_quota),
-            max_concurrent=settings.get("max_concurrent", profile.max_concurrent),
-            window=settings.get("rate_window", 3600.0),
+            calls_per_window=config.rest_calls_per_window,
+            queries_per_window=config.service_query_quota,
+            max_concurrent=config.max_concurrent,
+            window=config.rate_window,
         )
-        self.owns_directory = directory is None
-        self.directory = Path(directory or tempfile.mkdtemp(prefix="tabhyper-fake-"))
+        self.owns_directory = config.directory is None
+        self.directory = Path(config.directory or tempfile.mkdtemp(prefix="tabhyper-fake-"))
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "uploads").mkdir(exist_ok=True)
         #: False counts upload bytes without keeping them (for transfer benchmarks); an
         #: update that reads such an upload is refused.
-        self.store_uploads = settings.get("store_uploads", True)
+        self.store_uploads = config.store_uploads
         self.lock = threading.RLock()
         self.sessions: dict[str, Session] = {}
         self.sources: dict[str, DataSource] = {}

@@ -1,15 +1,21 @@
 """How the fake server behaves: its settings, declared once (the fake server and its backend
-both take them)."""
+both take them), and :class:`BackendConfig`, what they come to once the profile has filled
+in what was not given (made once, where the backend is made)."""
 
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Mapping
-from typing import Literal
+from dataclasses import dataclass, fields
+from typing import Any, Literal
 
 from typing_extensions import TypedDict
 
-__all__ = ["BackendSettings"]
+from ..local.engine import Semantics, check_semantics
+from .profiles import SERVICE_OPTIONS, ServerProfile, profile_named
+
+__all__ = ["BackendConfig", "BackendSettings"]
 
 
 class BackendSettings(TypedDict, total=False):
@@ -82,3 +88,105 @@ class BackendSettings(TypedDict, total=False):
     sequence_ids: bool
     extra_columns: Literal["refuse", "ignore"]
     missing_columns: Literal["null", "refuse"]
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """Every :class:`BackendSettings` with its value: as given, else the profile's, else
+    the fake's default; checked where a value could be none of those it takes."""
+
+    profile: ServerProfile
+    pats: Mapping[str, str]
+    users: Mapping[str, str]
+    connected_app: Mapping[str, str]
+    site: str
+    api_version: str
+    product_version: str
+    token_lifetime: float
+    job_delay: float
+    dedup_window: float
+    max_upload_mb: float
+    directory: str | os.PathLike[str] | None
+    store_uploads: bool
+    data_service: str
+    service_release: str
+    service_query_quota: int | None
+    rest_calls_per_window: int | None
+    max_concurrent: int | None
+    rate_window: float
+    busy_conflicts: bool
+    service_truncates_at: int | None
+    job_seconds_per_mb: float
+    upload_seconds_per_mb: float
+    semantics: Semantics
+    seed: int
+    replay: str
+    sequence_ids: bool
+    extra_columns: Literal["refuse", "ignore"]
+    missing_columns: Literal["null", "refuse"]
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any]) -> BackendConfig:
+        """``settings`` (:class:`BackendSettings`) resolved against their profile."""
+        known = {f.name for f in fields(cls)} - {"profile"}
+        unknown = sorted(set(settings) - known - {"profile"})
+        if unknown:
+            raise TypeError(f"the fake server takes no setting {', '.join(unknown)}")
+        profile = profile_named(settings.get("profile", "ideal"))
+        given = {k: v for k, v in settings.items() if k != "profile" and v is not None}
+        values: dict[str, Any] = {
+            "pats": {},
+            "users": {},
+            "connected_app": {},
+            "site": "",
+            "api_version": profile.api_version,
+            "product_version": profile.product_version,
+            "token_lifetime": 240 * 60,
+            "job_delay": 0.0,
+            "dedup_window": 24 * 3600,
+            "max_upload_mb": profile.max_upload_mb,
+            "directory": None,
+            "store_uploads": True,
+            "data_service": "on" if profile.data_service else "absent",
+            "service_release": profile.data_service or "20261",
+            "service_query_quota": profile.service_query_quota,
+            "rest_calls_per_window": profile.rest_calls_per_window,
+            "max_concurrent": profile.max_concurrent,
+            "rate_window": 3600.0,
+            "busy_conflicts": profile.busy_conflicts,
+            "service_truncates_at": None,
+            "job_seconds_per_mb": 0.0,
+            "upload_seconds_per_mb": 0.0,
+            "semantics": profile.semantics,
+            "seed": random.SystemRandom().randrange(2**31),
+            "replay": profile.replay,
+            "sequence_ids": profile.sequence_ids,
+            "extra_columns": profile.extra_columns,
+            "missing_columns": profile.missing_columns,
+        }
+        # A limit given as None means no limit, not the profile's.
+        for limit in ("service_query_quota", "rest_calls_per_window", "max_concurrent"):
+            if limit in settings and settings[limit] is None:
+                values[limit] = None
+        values.update(given)
+        for credentials in ("pats", "users", "connected_app"):
+            values[credentials] = dict(values[credentials])
+        values["semantics"] = check_semantics(values["semantics"])
+        made = cls(profile=profile, **values)
+        made._check()
+        return made
+
+    def _check(self) -> None:
+        if self.data_service not in ("on", "absent", "denied"):
+            raise ValueError(
+                f"data_service must be 'on', 'absent' or 'denied', got {self.data_service!r}"
+            )
+        if self.service_release not in SERVICE_OPTIONS:
+            raise ValueError(
+                f"service_release must be one of {sorted(SERVICE_OPTIONS)}, "
+                f"got {self.service_release!r}"
+            )
+        if self.replay not in ("original", "new_job", "refuse"):
+            raise ValueError(
+                f"replay must be 'original', 'new_job' or 'refuse', got {self.replay!r}"
+            )
