@@ -63,3 +63,37 @@ def test_build_options_are_taken_whole_and_checked(tmp_path: Path) -> None:
     bad: Any = {"stagin": "driver"}
     with pytest.raises(ArgumentTypeError, match="did you mean 'staging'"):
         Republish(lambda: None, build=bad)  # type: ignore[arg-type, return-value]
+
+
+def test_each_settings_object_holds_exactly_its_declared_keywords() -> None:
+    """The frozen objects and the keyword declarations they are made from cannot drift
+    apart: a keyword with no field (or a field with no keyword) would fail here."""
+    from dataclasses import fields
+
+    from tabhyper_update.builder.options import BuildOptions, BuildSettings
+    from tabhyper_update.testing.settings import BackendConfig, BackendSettings
+    from tabhyper_update.update.options import (
+        ApplyOptions,
+        ApplySettings,
+        BootstrapOptions,
+        BootstrapSettings,
+        ProbeOptions,
+        ProbeSettings,
+        PublishOptions,
+        PublishSettings,
+        UpdateOptions,
+    )
+
+    def keys(declared: Any) -> set[str]:
+        return set(declared.__optional_keys__ | declared.__required_keys__)
+
+    def names(settings: Any) -> set[str]:
+        return {f.name for f in fields(settings)}
+
+    assert names(ApplySettings) == keys(ApplyOptions)
+    assert names(BuildSettings) == keys(BuildOptions)
+    assert names(PublishSettings) == keys(PublishOptions)
+    assert names(ProbeSettings) == keys(ProbeOptions)
+    # Bootstrap's own, and the update's passed on whole.
+    assert names(BootstrapSettings) - {"update"} == keys(BootstrapOptions) - keys(UpdateOptions)
+    assert names(BackendConfig) == keys(BackendSettings)

@@ -225,6 +225,8 @@ class TableauSink:
         #: The last batch's result (``None`` for an empty batch).
         self.last_result: UpdateResult | None = None
         #: Batches this sink applied, found applied before (replays), and found empty.
+        #: Batches by what became of them ("cannot tell" appears once a batch's answer
+        #: could not tell whether it was applied by it or by an earlier request).
         self.counts = {"applied": 0, "replayed": 0, "empty": 0}
         #: The SDK's error that failed the last batch (``None`` once a batch succeeds).
         self.error: TabHyperError | None = None
@@ -338,8 +340,16 @@ class TableauSink:
                 raise
             self.error = None
             self.last_result = result
-            kind = "empty" if result is None else "replayed" if result.deduplicated else "applied"
-            self.counts[kind] += 1
+            kind = (
+                "empty"
+                if result is None
+                else "cannot tell"
+                if result.deduplicated is None
+                else "replayed"
+                if result.deduplicated
+                else "applied"
+            )
+            self.counts[kind] = self.counts.get(kind, 0) + 1
             self._save_progress(int(batch_id), kind, result)
 
     # -- progress, readable where the batches do not run (Spark Connect) --------------------------
@@ -384,7 +394,7 @@ class TableauSink:
 
     def progress(self) -> dict[str, Any] | None:
         """What the sink's batches recorded in the state folder: ``counts`` (applied,
-        replayed, empty), ``last_batch``, ``last_kind``, ``last_result`` (text) and
+        replayed, empty, cannot tell), ``last_batch``, ``last_kind``, ``last_result`` (text) and
         ``updated_at``; ``None`` before the first batch. Over Spark Connect the batches run
         in a copy of the sink on the server, so its ``counts`` attribute stays at zero here:
         read this instead (with ``sink_id=`` and a ``state_dir`` both sides see)."""
@@ -464,7 +474,13 @@ class TableauSink:
             )
             # Later batches need no lookup.
             self._target = uploaded.target
-        how = "skipped (applied before)" if result.deduplicated else "applied"
+        how = (
+            "applied by this batch or an earlier request with its RequestID (cannot tell)"
+            if result.deduplicated is None
+            else "skipped (applied before)"
+            if result.deduplicated
+            else "applied"
+        )
         log.info("batch %d of sink %s: %s (RequestID %s)", batch_id, sink_id, how, request_id)
         return result
 

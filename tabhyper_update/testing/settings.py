@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from typing_extensions import TypedDict
 
 from ..local.engine import Semantics, check_semantics
+from ..update.options import check_options
 from .profiles import SERVICE_OPTIONS, ServerProfile, profile_named
 
 __all__ = ["BackendConfig", "BackendSettings"]
@@ -128,10 +129,7 @@ class BackendConfig:
     @classmethod
     def of(cls, settings: Mapping[str, Any]) -> BackendConfig:
         """``settings`` (:class:`BackendSettings`) resolved against their profile."""
-        known = {f.name for f in fields(cls)} - {"profile"}
-        unknown = sorted(set(settings) - known - {"profile"})
-        if unknown:
-            raise TypeError(f"the fake server takes no setting {', '.join(unknown)}")
+        check_options(settings, BackendSettings, "the fake server")
         profile = profile_named(settings.get("profile", "ideal"))
         given = {k: v for k, v in settings.items() if k != "profile" and v is not None}
         values: dict[str, Any] = {
