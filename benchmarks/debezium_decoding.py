@@ -13,7 +13,8 @@ events are written once as Parquet files of a ``value`` column (as a Kafka sourc
 them), then each form's ``build_payload(Debezium(...).changes(events), ...)`` is timed in the
 same Spark session (``local[2]``), alternating, after a warm-up of each; the median of each
 and the ratio encoded / plain are printed, and the decoded values are checked against the
-plain ones.
+plain ones. Beside the wall time, each build's CPU seconds (the JVM, ``hyperd`` and this
+process: steadier than wall time on a busy machine) and their ratio.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+from cpu_clock import CpuClock, jvm_pid  # beside this file
 
 #: Spark SQL of the three columns, per form (``id`` is the event's number).
 ENCODED = {
@@ -100,7 +102,10 @@ def events(spark: Any, form: str, count: int, wrapped: bool) -> Any:
     )
 
 
-def build(spark: Any, folder: Path, form: str, work: Path) -> tuple[float, list[Any]]:
+def build(
+    spark: Any, folder: Path, form: str, work: Path, clock: CpuClock
+) -> tuple[float, float, list[Any]]:
+    """The build's wall seconds, its CPU seconds and a sample of its rows."""
     from tabhyper_update import build_payload
     from tabhyper_update.streaming import Debezium
     from tabhyper_update.testing.files import read_table
@@ -108,13 +113,16 @@ def build(spark: Any, folder: Path, form: str, work: Path) -> tuple[float, list[
     settings: dict[str, Any] = {"units": {"created": "micros"}} if form == "encoded" else {}
     debezium = Debezium(ROWS[form], key="id", **settings)
     source = spark.read.parquet(str(folder))
+    cpu_before = clock.now() or {}
     started = time.perf_counter()
     with build_payload(
         debezium.changes(source), debezium.change_set, staging_dir=work, progress=False
     ) as payload:
         took = time.perf_counter() - started
+        cpu_after = clock.now() or {}
         sample = sorted(read_table(payload.parts[0].path, "upserts", order_by="1"))[:3]
-    return took, sample
+    cpu = sum(cpu_after.values()) - sum(cpu_before.values())
+    return took, cpu, sample
 
 
 def main() -> None:
@@ -128,25 +136,35 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="debezium-decoding-"))
     try:
         with local_spark() as spark:
+            clock = CpuClock(jvm_pid(spark))
             for wrapped in (False, True):
                 folders = {}
                 for form in ("encoded", "plain"):
                     folders[form] = work / f"{form}-{wrapped}"
                     events(spark, form, args.events, wrapped).write.parquet(str(folders[form]))
-                    build(spark, folders[form], form, work)  # warm-up
+                    build(spark, folders[form], form, work, clock)  # warm-up
                 seconds: dict[str, list[float]] = {"encoded": [], "plain": []}
+                cpu: dict[str, list[float]] = {"encoded": [], "plain": []}
                 samples: dict[str, list[Any]] = {}
                 for _ in range(args.rounds):
                     for form in ("encoded", "plain"):
-                        took, samples[form] = build(spark, folders[form], form, work)
+                        took, used, samples[form] = build(spark, folders[form], form, work, clock)
                         seconds[form].append(took)
+                        cpu[form].append(used)
                 median = {f: statistics.median(s) for f, s in seconds.items()}
+                cpu_median = {f: statistics.median(s) for f, s in cpu.items()}
                 label = "schemas on" if wrapped else "schemas off"
-                print(f"{args.events:,} events, {label}:")
+                print(f"{args.events:,} events, {label}:", flush=True)
                 for form, times in seconds.items():
                     shown = " / ".join(f"{t:.2f}" for t in times)
-                    print(f"  {form:>8}: median {median[form]:.2f} s ({shown})")
+                    print(
+                        f"  {form:>8}: median {median[form]:.2f} s ({shown}), "
+                        f"CPU {cpu_median[form]:.2f} s"
+                    )
                 print(f"  encoded / plain: {median['encoded'] / median['plain']:.2f}x")
+                if cpu_median["plain"]:
+                    ratio = cpu_median["encoded"] / cpu_median["plain"]
+                    print(f"  encoded / plain, CPU seconds: {ratio:.2f}x")
                 for enc, plain in zip(samples["encoded"], samples["plain"], strict=True):
                     same_amount = abs(float(enc[2]) - plain[2]) < 0.005
                     same_day = str(enc[3]) == plain[3]

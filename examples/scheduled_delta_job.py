@@ -101,8 +101,12 @@ def run_nightly(spark: Any, where: Target, table: Path) -> int:
 def main(edit_behind: str | None = None) -> dict[str, Any]:
     """Two scheduled runs and a nightly check; ``edit_behind``: SQL run on the fake server's
     copy of the data source before the check (someone changing it behind the job's back)."""
-    with local_spark() as spark, target("Orders", START) as where:
-        work = Path(tempfile.mkdtemp(prefix="delta-job-"))
+    with (
+        local_spark() as spark,
+        target("Orders", START) as where,
+        tempfile.TemporaryDirectory(prefix="delta-job-") as folder,
+    ):
+        work = Path(folder)
         table, progress = work / "orders", work / "progress.json"
         source_commits(table)
         first = run_update(spark, where, table, progress)

@@ -40,7 +40,11 @@ def export_metrics(path: Path) -> logging.Handler:
 
 
 def main() -> list[dict[str, Any]]:
-    work = Path(tempfile.mkdtemp(prefix="streaming-metrics-"))
+    with tempfile.TemporaryDirectory(prefix="streaming-metrics-") as folder:
+        return run(Path(folder))
+
+
+def run(work: Path) -> list[dict[str, Any]]:
     feed, exported = work / "feed", work / "metrics.jsonl"
     feed.mkdir()
     for i, batch in enumerate(BATCHES):

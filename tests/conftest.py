@@ -26,14 +26,28 @@ if TYPE_CHECKING:
     from tabhyper_update import TableauClient
 
 
+_MADE_STATE = pytest.StashKey[str]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # The SDK's default state folder (records, published schemas, sink claims) is a
     # temporary one for the whole run: the suite never writes the user's own.
     if "TABHYPER_TEST_STATE" not in os.environ:
         import tempfile
 
-        os.environ["TABHYPER_TEST_STATE"] = tempfile.mkdtemp(prefix="tabhyper-test-state-")
-        os.environ["XDG_STATE_HOME"] = os.environ["TABHYPER_TEST_STATE"]
+        made = tempfile.mkdtemp(prefix="tabhyper-test-state-")
+        os.environ["TABHYPER_TEST_STATE"] = made
+        os.environ["XDG_STATE_HOME"] = made
+        config.stash[_MADE_STATE] = made
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # Removed by the process that made it (the workers share the controller's).
+    made = config.stash.get(_MADE_STATE, None)
+    if made is not None:
+        import shutil
+
+        shutil.rmtree(made, ignore_errors=True)
 
 
 def _long_tests() -> tuple[str, ...]:

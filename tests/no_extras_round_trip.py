@@ -12,6 +12,7 @@ exits 0 when every data source ends as expected; anything else exits non-zero.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.abc
 import importlib.machinery
 import json
@@ -49,6 +50,7 @@ def _block(names: Sequence[str]) -> None:
     sys.meta_path.insert(0, _Blocked(names))
     # Child processes (the command line) block the same names through sitecustomize.
     site = Path(tempfile.mkdtemp(prefix="no-extras-site-"))
+    atexit.register(shutil.rmtree, site, ignore_errors=True)
     (site / "sitecustomize.py").write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
@@ -91,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     command = str(Path(sys.executable).parent / "tabhyper-update")
     work = Path(tempfile.mkdtemp(prefix="no-extras-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)  # also when a step fails
     start = make_hyper(work / "start.hyper", {"Extract": ("id BIGINT, v TEXT", ["(1, 'a')"])})
     new = make_hyper(work / "new.hyper", {"Extract": ("id BIGINT, v TEXT", ["(2, 'b')"])})
     changed = make_hyper(

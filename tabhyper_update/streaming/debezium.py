@@ -384,15 +384,17 @@ class Debezium:
 
     @staticmethod
     def _schema_info_type() -> StructType:
-        """The part of a schema wrapper's ``schema`` that says how each column is encoded."""
-        from pyspark.sql.types import ArrayType, MapType, StringType, StructType
+        """The part of a schema wrapper's ``schema`` that says how each column is encoded
+        (only what is read: a field's parameters other than ``scale`` are skipped, not
+        parsed)."""
+        from pyspark.sql.types import ArrayType, StringType, StructType
 
         column = (
             StructType()
             .add("field", StringType())
             .add("type", StringType())
             .add("name", StringType())
-            .add("parameters", MapType(StringType(), StringType()))
+            .add("parameters", StructType().add("scale", StringType()))
         )
         # An envelope's field (an image: its columns in ``fields``), or, in a flattened
         # row's schema, a column itself.
@@ -401,7 +403,7 @@ class Debezium:
             .add("field", StringType())
             .add("type", StringType())
             .add("name", StringType())
-            .add("parameters", MapType(StringType(), StringType()))
+            .add("parameters", StructType().add("scale", StringType()))
             .add("fields", ArrayType(column))
         )
         return StructType().add("fields", ArrayType(image))
@@ -732,7 +734,11 @@ class Debezium:
                 order.append(F.col("e.source")[p.removeprefix("source.")].alias(name))
             else:
                 order.append(F.col(f"p{extra_names.index(p)}").alias(name))
-        carried = [F.expr(_ENCODINGS).alias("__meta")] if meta is not None else []
+        carried = (
+            [F.expr(_IMAGE).alias("__mimg"), F.expr("`__schema`.fields").alias("__mtop")]
+            if meta is not None
+            else []
+        )
         raws = kept.select(
             *raw,
             op.alias(OP_COLUMN),
@@ -747,13 +753,16 @@ class Debezium:
         ]
         # Each column's decoding, step by step: a step reads the columns made before it, so
         # no expression is written out again inside another (Spark would analyse, and
-        # evaluate, each copy).
+        # evaluate, each copy). Steps that read none of each other are made together: each
+        # level is one more pass over every column.
         staged = raws
-        for level in range(max((len(p) for p in plans if p), default=1) - 1):
+        levels = [_levels(plan[:-1]) if plan else [] for plan in plans]
+        for level in range(max((max(lv, default=-1) for lv in levels), default=-1) + 1):
             made = [
-                F.expr(plan[level][1]).alias(plan[level][0])
-                for plan in plans
-                if plan and level < len(plan) - 1
+                F.expr(sql).alias(name)
+                for plan, lv in zip(plans, levels, strict=True)
+                for (name, sql), at in zip(plan or [], lv, strict=False)
+                if at == level
             ]
             if made:
                 staged = staged.select("*", *made)
@@ -767,11 +776,17 @@ class Debezium:
         )
         # The same event delivered twice (a connector restart) counts once: same position,
         # same op, same row. Two events at one position with other rows stay (a tie, refused).
-        names = [f.name for f in row.fields]
-        content = F.to_json(F.struct(*[F.col(sql_name(n)) for n in names]))
+        # Columns compared as they are (no text made of each row); a column holding a map,
+        # which Spark cannot group by, as its JSON text.
+        as_is = [f.name for f in row.fields if not _holds_map(f.dataType)]
+        as_text = [f.name for f in row.fields if _holds_map(f.dataType)]
+        compared = list(dict.fromkeys([*self.key, OP_COLUMN, *self.order_columns, *as_is]))
+        if not as_text:
+            return out.dropDuplicates(compared)
+        content = F.to_json(F.struct(*[F.col(sql_name(n)) for n in as_text]))
         return (
             out.withColumn("__event_row", content)
-            .dropDuplicates([*self.key, OP_COLUMN, *self.order_columns, "__event_row"])
+            .dropDuplicates([*compared, "__event_row"])
             .drop("__event_row")
         )
 
@@ -813,11 +828,21 @@ class Debezium:
             # A BSON date is milliseconds since 1970; a decimal is its text ($numberDecimal).
             static = {"unknown": "millis", "decimal-bytes": "text"}.get(static, static)
         if meta:
-            info = f"try_element_at(`__meta`, {sql_text(name)})"
-            encoding = schema_encoding_sql(
-                f"{info}.type", f"{info}.name", static, declared, settings
+            # The column's field schema: in the image's fields (an envelope), else in the
+            # schema's own (a flattened row). Found by position: no lambda, no map per row.
+            at_image, at_top = f"{prefix}ai", f"{prefix}at"
+            steps.append((at_image, _field_index("`__mimg`", name)))
+            steps.append(
+                (at_top, f"CASE WHEN `__mimg` IS NULL THEN {_field_index('`__mtop`', name)} END")
             )
-            scale = f"CAST({info}.scale AS INT)"
+
+            def info(part: str) -> str:
+                return (
+                    f"coalesce(get(`__mimg`, `{at_image}`){part}, get(`__mtop`, `{at_top}`){part})"
+                )
+
+            encoding = schema_encoding_sql(info(".type"), info(".name"), static, declared, settings)
+            scale = f"CAST({info('.parameters.scale')} AS INT)"
         else:
             encoding, scale = sql_text(static), "NULL"
         return steps + decoding_steps(
@@ -832,22 +857,21 @@ class Debezium:
         )
 
 
-#: Column name → its encoding as the schema wrapper's ``schema`` (``__schema``) states it:
-#: its Connect ``type``, semantic ``name`` and a decimal's ``scale``, from the ``after``
-#: image's fields (the ``before`` image's where there is no ``after``). Safe under ANSI
-#: mode: a missing field or key is NULL.
+#: The ``after`` image's field schemas in the schema wrapper's ``schema`` (``__schema``), the
+#: ``before`` image's where there is no ``after``; NULL for a row ExtractNewRecordState
+#: flattened (the schema's own fields are its columns). Safe under ANSI mode: a missing
+#: field is NULL.
 _IMAGE = (
-    "coalesce(try_element_at(filter(`__schema`.fields, f -> f.field = 'after'), 1).fields, "
-    "try_element_at(filter(`__schema`.fields, f -> f.field = 'before'), 1).fields, "
-    # A row ExtractNewRecordState flattened: the schema's own fields are its columns.
-    "transform(`__schema`.fields, c -> struct(c.field AS field, c.type AS type, "
-    "c.name AS name, c.parameters AS parameters)))"
+    "coalesce(get(`__schema`.fields, array_position(`__schema`.fields.field, 'after') - 1)"
+    ".fields, get(`__schema`.fields, array_position(`__schema`.fields.field, 'before') - 1)"
+    ".fields)"
 )
-_ENCODINGS = (
-    f"map_from_entries(transform(filter({_IMAGE}, c -> c.field IS NOT NULL), "
-    "c -> struct(c.field, struct(c.type AS type, c.name AS name, "
-    "try_element_at(c.parameters, 'scale') AS scale))))"
-)
+
+
+def _field_index(fields: str, name: str) -> str:
+    """Spark SQL: the 0-based index of field ``name`` in the array of field schemas
+    ``fields`` (-1 where it is missing: ``get`` gives NULL there)."""
+    return f"array_position({fields}.field, {sql_text(name)}) - 1"
 
 
 def _image_types(schema: DataType) -> dict[str, DataType]:
@@ -856,6 +880,28 @@ def _image_types(schema: DataType) -> dict[str, DataType]:
     fields = {f.name: f.dataType for f in getattr(schema, "fields", [])}
     image = fields.get("after") or fields.get("before")
     return {f.name: f.dataType for f in getattr(image, "fields", [])}
+
+
+def _levels(steps: Sequence[Step]) -> list[int]:
+    """Each step's level: 0 for one that reads no other step, else one more than the
+    deepest step it reads (by its quoted name)."""
+    found: list[int] = []
+    for i, (_, sql) in enumerate(steps):
+        read = [found[j] for j in range(i) if f"`{steps[j][0]}`" in sql]
+        found.append(max(read, default=-1) + 1)
+    return found
+
+
+def _holds_map(kind: DataType) -> bool:
+    """Whether a column of type ``kind`` holds a map (at any depth)."""
+    name = type(kind).__name__
+    if name == "MapType":
+        return True
+    if name == "ArrayType":
+        return _holds_map(kind.elementType)  # type: ignore[attr-defined]
+    if name == "StructType":
+        return any(_holds_map(f.dataType) for f in kind.fields)  # type: ignore[attr-defined]
+    return False
 
 
 def _struct_of(fields: Sequence[tuple[str, DataType]]) -> StructType:

@@ -307,8 +307,8 @@ def _decimal(raw: str, declared: DataType, enc: str, scale: str, prefix: str) ->
     precision, declared_scale = declared.precision, declared.scale  # type: ignore[attr-defined]
     target = f"DECIMAL({precision}, {declared_scale})"
     b64, value_scale = _q(f"{prefix}b64"), _q(f"{prefix}vs")
-    hexed, negative, magnitude = _q(f"{prefix}hex"), _q(f"{prefix}neg"), _q(f"{prefix}mag")
-    unscaled, short = _q(f"{prefix}u"), _q(f"{prefix}short")
+    hexed, magnitude, unscaled = _q(f"{prefix}hex"), _q(f"{prefix}mag"), _q(f"{prefix}u")
+    negative = f"(substr({hexed}, 1, 1) >= '8')"
     # decimal.handling.mode string or double: the number's own text, refused when it has
     # more decimal places than the column keeps.
     places = f"length(regexp_extract({raw}, '\\\\.([0-9]*?)0*$', 1))"
@@ -339,27 +339,23 @@ def _decimal(raw: str, declared: DataType, enc: str, scale: str, prefix: str) ->
             f"{prefix}hex",
             f"CASE WHEN {b64} RLIKE '^[A-Za-z0-9+/]+={{0,2}}$' THEN hex(unbase64({b64})) END",
         ),
-        (f"{prefix}neg", f"substr({hexed}, 1, 1) >= '8'"),
         (
-            # Up to 8 bytes (a precision up to 18, the usual case): one signed 64-bit
-            # conversion, its sign extended, gives the unscaled digits.
-            f"{prefix}short",
-            f"CASE WHEN length({hexed}) <= 16 THEN conv(lpad({hexed}, 16, CASE WHEN "
-            f"{negative} THEN 'F' ELSE '0' END), 16, -10) END",
-        ),
-        (
-            # Longer: in three chunks. A negative number is -(~bits + 1): its digits
-            # inverted read as a non-negative one.
+            # Over 8 bytes: the bits as 36 hex digits, read below in three chunks. A
+            # negative number is -(~bits + 1): its digits inverted read as a non-negative one.
             f"{prefix}mag",
             f"CASE WHEN length({hexed}) > 16 AND length({hexed}) <= 36 THEN lpad(CASE WHEN "
             f"{negative} THEN translate({hexed}, '0123456789ABCDEF', 'FEDCBA9876543210') "
             f"ELSE {hexed} END, 36, '0') END",
         ),
         (
+            # Up to 8 bytes (a precision up to 18, the usual case): one signed 64-bit
+            # conversion, its sign extended, gives the unscaled digits.
             f"{prefix}u",
-            f"CASE WHEN {short} IS NOT NULL THEN {short} "
-            f"WHEN {negative} THEN CAST(-(try_add({whole}, 1)) AS STRING) "
-            f"ELSE CAST({whole} AS STRING) END",
+            f"CASE WHEN length({hexed}) <= 16 THEN conv(lpad({hexed}, 16, CASE WHEN "
+            f"{negative} THEN 'F' ELSE '0' END), 16, -10) "
+            f"WHEN {magnitude} IS NOT NULL THEN CAST(try_multiply(try_add({whole}, "
+            f"CASE WHEN {negative} THEN 1 ELSE 0 END), CASE WHEN {negative} THEN -1 ELSE 1 END) "
+            "AS STRING) END",
         ),
         (
             f"{prefix}val",
