@@ -14,7 +14,7 @@ the everyday models, :mod:`tabhyper_update.errors` every exception. ::
 
 from __future__ import annotations
 
-from .builder.options import BuildOptions
+from .builder.options import BuildOptions, BuildSettings
 from .builder.staging import StagingMode
 from .readback.compare import Tolerance
 from .readback.drift import DriftReport, KeyDrift
@@ -28,6 +28,7 @@ from .streaming.debezium_values import TimeUnit
 from .update.chain import BoundPayload
 from .update.options import (
     ApplyOptions,
+    ApplySettings,
     BindOptions,
     BootstrapOptions,
     ProbeOptions,
@@ -60,12 +61,14 @@ __all__ = [
     "Action",
     "And",
     "ApplyOptions",
+    "ApplySettings",
     "BatchLike",
     "BindOptions",
     "BootstrapOptions",
     "BootstrapResult",
     "BoundPayload",
     "BuildOptions",
+    "BuildSettings",
     "ColumnInfo",
     "Comparison",
     "Condition",

@@ -191,13 +191,13 @@ def test_an_update_waits_out_a_running_refresh(
     server = served(start_file)
     try:
         (luid,) = server.backend.sources
+        # Built first: the refresh must still run when the update arrives, however long a
+        # busy machine takes to build.
+        payload = build_payload(changes(spark, 10), ChangeSet("id", op_column="op", order_by="seq"))
         server.start_refresh(luid, 1.5)
         with caplog.at_level(logging.WARNING), client_for(server) as client:
             result = client.update_datasource(
-                "Orders",
-                build_payload(changes(spark, 10), ChangeSet("id", op_column="op", order_by="seq")),
-                state_dir=tmp_path / "state",
-                progress=False,
+                "Orders", payload, state_dir=tmp_path / "state", progress=False
             )
         assert result.done
         assert server.counts["update"] >= 2  # refused while the refresh ran, then accepted
@@ -345,7 +345,7 @@ def test_the_next_part_uploads_during_the_previous_job_and_is_sent_after_it(
         backend = server.backend
         appended: list[float] = []
         submitted: list[float] = []
-        append, submit = backend.append_upload, backend.submit_update
+        append, submit = backend.uploads.append, backend.submit_update
 
         def timed_append(*args: object, **kwargs: object) -> int:
             appended.append(time.time())
@@ -355,7 +355,7 @@ def test_the_next_part_uploads_during_the_previous_job_and_is_sent_after_it(
             submitted.append(time.time())
             return submit(*args, **kwargs)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(backend, "append_upload", timed_append)
+        monkeypatch.setattr(backend.uploads, "append", timed_append)
         monkeypatch.setattr(backend, "submit_update", timed_submit)
         payload = build_payload(
             changes(spark, 20_000),

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tabhyper_update import Insert, Payload, Republish, TableauSink, build_payload
+from tabhyper_update.builder.options import BuildSettings
 from tabhyper_update.errors import ArgumentTypeError, InvalidArgumentError
 from tabhyper_update.testing import FakeTableauServer, make_hyper
 from tabhyper_update.types import BuildOptions
@@ -51,7 +52,10 @@ def test_build_options_are_taken_whole_and_checked(tmp_path: Path) -> None:
         client_for(server) as client,
     ):
         sink = TableauSink("Orders", actions=insert, build=options, check=False, client=client)
-        assert sink.build == options
+        # Made once, checked, as the build's own object (no bars: the sink shows none).
+        assert sink.build == BuildSettings(max_payload_mb=5, staging="driver", progress=False)
+        assert sink.update.target_table is None
+        assert sink.update.on_schema_change == "fail"
         with pytest.raises(InvalidArgumentError, match="does not take 'keep_files'"):
             TableauSink(
                 "Orders",

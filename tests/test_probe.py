@@ -85,7 +85,7 @@ def test_a_fake_answers_as_the_probed_server_did(tmp_path: Path) -> None:
     saved.write_text(json.dumps(first.as_dict()))
     with FakeTableauServer(profile=str(saved), pats=dict([PAT])) as server:
         again = probed(server, tmp_path / "b")
-        assert server.backend.max_upload_mb == 100  # the probe did not measure a cap
+        assert server.backend.uploads.max_upload_mb == 100  # the probe did not measure a cap
     assert findings(again) == findings(first)
     assert first.extra_columns == "ignored"
     assert again.api_version == first.api_version == "3.14"

@@ -280,7 +280,7 @@ def test_a_long_stream_through_faults_and_crashes_ends_equal_to_its_model(
             if not figures["deduplicated"]:  # a batch its record or the server knew: not new
                 totals["applied"] += figures["applied_parts"]
         with server.backend.lock:
-            sizes = {u.path: u.size for u in server.backend.uploads.values() if u.consumed}
+            sizes = {u.path: u.size for u in server.backend.uploads.sessions.values() if u.consumed}
             received: dict[str, Counter[str]] = {"Orders": Counter(), "Stock": Counter()}
             for j in server.backend.jobs.values():
                 if j.kind == "UpdateUploadedFile" and j.upload is not None and j.finish_code == 0:

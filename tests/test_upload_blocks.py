@@ -88,7 +88,7 @@ def test_blocks_go_at_once_where_the_server_takes_sequence_ids(tmp_path: Path) -
         luid = _apply(server, tmp_path, rows, upload_streams=4)
         assert server.counts["initiate"] == 1
         assert server.counts["append"] == blocks
-        assert server.backend.most_appends_in_flight == 4
+        assert server.backend.uploads.most_appends_in_flight == 4
         assert len(read_table(server.datasource_path(luid), "Extract")) == 20000
 
 
@@ -115,7 +115,7 @@ def test_a_server_that_refuses_sequence_ids_gets_one_block_after_another_and_is_
         # One block refused with sequenceID, then the file block by block in a new session.
         assert server.counts["initiate"] == 2
         assert server.counts["append"] == blocks + 1
-        assert server.backend.most_appends_in_flight == 1
+        assert server.backend.uploads.most_appends_in_flight == 1
         assert len(read_table(server.datasource_path(luid), "Extract")) == 20000
         with client_for(server, chunk_size_mb=64 / 1024, upload_streams=4) as client:
             client.upload(rows)  # the server is remembered: nothing refused this time
@@ -128,21 +128,21 @@ def test_the_fake_assembles_blocks_by_sequence_and_refuses_a_gap(tmp_path: Path)
 
     with FakeTableauServer(pats={"ci": "pat-secret"}, directory=tmp_path / "srv") as server:
         backend = server.backend
-        session = backend.initiate_upload()
-        backend.append_upload(session, b"world", 2)
-        backend.append_upload(session, b"hello ", 1)
-        backend.append_upload(session, b"hello ", 1)  # sent again: replaces block 1
-        assert backend.consume_upload(session).read_bytes() == b"hello world"
-        gap = backend.initiate_upload()
-        backend.append_upload(gap, b"a", 1)
-        backend.append_upload(gap, b"c", 3)
+        session = backend.uploads.initiate()
+        backend.uploads.append(session, b"world", 2)
+        backend.uploads.append(session, b"hello ", 1)
+        backend.uploads.append(session, b"hello ", 1)  # sent again: replaces block 1
+        assert backend.uploads.consume(session).read_bytes() == b"hello world"
+        gap = backend.uploads.initiate()
+        backend.uploads.append(gap, b"a", 1)
+        backend.uploads.append(gap, b"c", 3)
         with pytest.raises(ApiFailure) as refused:
-            backend.consume_upload(gap)
+            backend.uploads.consume(gap)
         assert "sequenceID 2 never arrived" in refused.value.detail
-        mixed = backend.initiate_upload()
-        backend.append_upload(mixed, b"a")
+        mixed = backend.uploads.initiate()
+        backend.uploads.append(mixed, b"a")
         with pytest.raises(ApiFailure) as refused:
-            backend.append_upload(mixed, b"b", 2)
+            backend.uploads.append(mixed, b"b", 2)
         assert "all carry sequenceID or none" in refused.value.detail
 
 

@@ -107,7 +107,7 @@ from .staging import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["STAGED_PARQUET_OPTIONS", "build_payload"]
+__all__ = ["STAGED_PARQUET_OPTIONS", "build_payload", "build_with"]
 
 log = get_logger("tabhyper_update.build")
 
@@ -152,7 +152,18 @@ def build_payload(
     ``schema``, ``max_payload_mb``, ``staging``, its folders, ...), also taken whole
     (``build_payload(df, **opts)``) by the sink, ``Republish`` and the command line.
     """
-    settings = BuildSettings.of(options, "build_payload()")
+    return build_with(source, changes, BuildSettings.of(options, "build_payload()"), table=table)
+
+
+def build_with(
+    source: DataFrame | Mapping[str, DataFrame],
+    changes: ChangeSet | Mapping[str, ChangeSet] | None,
+    settings: BuildSettings,
+    *,
+    table: str = "Extract",
+) -> Payload:
+    """:func:`build_payload` with its options already made, checked, as one
+    :class:`~tabhyper_update.builder.options.BuildSettings` (the sink's, made once)."""
     _check_arguments(changes, table)
     started = time.perf_counter()
     frames = _frames_of(source, table)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..local.folders import check_folder
 from ..local.hyper import connect, quote_name, table_ref
+from ..local.private_json import write_json
 from ..values.changeset import ChangeSet
 from ..values.errors import PayloadAppliedError, PayloadError, TabHyperError
 from ..values.parts import BUCKETS, ColumnInfo, PayloadPart, TableInfo, file_sha256, sql_type_text
@@ -31,13 +32,6 @@ log = get_logger("tabhyper_update.payload")
 MANIFEST = "manifest.json"
 
 
-def _write_json(path: Path, doc: Any, tmp: Path) -> None:
-    """Write ``doc`` to ``path`` whole or not at all, readable by the owner only."""
-    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
-    tmp.chmod(0o600)
-    os.replace(tmp, path)
-
-
 def note_applied(manifest: Path, jobs: list[str], target: dict[str, str] | None) -> None:
     """Note in ``manifest`` that its payload was applied (by ``jobs``, to ``target``), so
     that a later load says so instead of finding its files missing."""
@@ -48,7 +42,7 @@ def note_applied(manifest: Path, jobs: list[str], target: dict[str, str] | None)
             "jobs": jobs,
             "target": target,
         }
-        _write_json(manifest, doc, manifest.with_name(f".{manifest.name}.tmp"))
+        write_json(manifest, doc, indent=2)
     except (OSError, ValueError) as err:
         log.warning("could not note in %s that it was applied: %s", manifest, err)
 
@@ -117,7 +111,7 @@ def write_manifest(
         "committed_at": committed_at,
     }
     path = where / MANIFEST
-    _write_json(path, doc, path.with_suffix(".tmp"))
+    write_json(path, doc, indent=2)
     return path, parts
 
 

@@ -13,14 +13,13 @@ query at batch 0 is a stream started over (a full refresh), told apart and met a
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..local.folders import make_private, refuse_symlink
+from ..local.private_json import read_json, write_json
 from ..values.errors import ConfigurationError
 
 __all__ = ["Claim", "claim_sink"]
@@ -38,9 +37,7 @@ class Claim:
 
 def _read(path: Path) -> Claim | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, encoding="utf-8") as f:
-            data = json.load(f)
+        data = read_json(path)
         return Claim(
             str(data["sink_id"]),
             None if data.get("query_id") is None else str(data["query_id"]),
@@ -58,21 +55,7 @@ def _read(path: Path) -> Claim | None:
 
 def _write(path: Path, claim: Claim, *, fresh: bool) -> bool:
     """Write the claim (atomically); with ``fresh``, only when none exists (False then)."""
-    data = json.dumps(asdict(claim))
-    if fresh:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(data)
-        return True
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(data)
-    os.replace(tmp, path)
-    return True
+    return write_json(path, asdict(claim), only_new=fresh)
 
 
 def claim_sink(

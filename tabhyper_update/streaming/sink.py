@@ -37,26 +37,26 @@ query; restarting it retries the batch. Each batch is built with :func:`build_pa
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import tabhyper_update.values.errors as errors
 
-from ..builder.build import build_payload
-from ..builder.options import BuildOptions, check_build_options
-from ..builder.staging import check_staging
+from ..builder.build import build_with
+from ..builder.options import BuildOptions, BuildSettings, check_build_options
 from ..local.folders import check_folder, make_private, refuse_symlink
+from ..local.private_json import read_json, write_json
 from ..payload.model import Payload
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
 from ..update.chain import upload_payload
-from ..update.options import check_policy
+from ..update.options import ApplySettings
 from ..update.publish import publish, snapshot_of
 from ..update.results import UpdateResult, metrics_labels
 from ..update.state import StateStore
@@ -103,6 +103,20 @@ def batch_request_id(
     query = f"-q{query_id.replace('-', '')[:8]}" if query_id and query_id != sink_id else ""
     era = f"-e{epoch}" if epoch else ""
     return f"tabhyper-sink-{sink_id}{query}{era}-batch-{batch_id}-{digest[:12]}"
+
+
+def _sink_build(build: BuildOptions | None) -> BuildSettings:
+    """The sink's build options, checked once: no bars and no files kept (each batch is
+    built in a folder of its own)."""
+    options = check_build_options(build or {}, "TableauSink(build=...)")
+    for owned in ("progress", "keep_files", "output_dir"):
+        if owned in options:
+            raise InvalidArgumentError(
+                f"TableauSink(build=...) does not take {owned!r}: the sink builds each "
+                "batch in a folder of its own, shows no bars and keeps no files",
+                argument=owned,
+            )
+    return replace(BuildSettings.of(options, "TableauSink(build=...)"), progress=False)
 
 
 class TableauSink:
@@ -190,8 +204,6 @@ class TableauSink:
         self.client = client_for(target, client, "run the sink")
         self.changes = changes
         self.prepare = prepare
-        self.target_table = target_table
-        self.target_schema = target_schema
         self.reset = reset
         if on_full_refresh not in ("refuse", "replace"):
             raise InvalidArgumentError(
@@ -203,23 +215,23 @@ class TableauSink:
                 "set's first batch: a plain stream (actions=) has none to replace them from"
             )
         self.on_full_refresh = on_full_refresh
-        check_policy(on_schema_change)
-        self.on_schema_change = on_schema_change
+        #: Every batch's update options, checked once here (each batch sets its own
+        #: ``request_id`` and ``position``).
+        self.update = ApplySettings.of(
+            {
+                "target_table": target_table,
+                "target_schema": target_schema,
+                "timeout": timeout,
+                "on_schema_change": on_schema_change,
+            },
+            "TableauSink()",
+        )
         self._claim: Claim | None = None
         self.sink_id = sink_id
         #: How each batch's payload is built (without ``progress`` and ``keep_files``: a
         #: sink shows no bars and keeps no files).
-        self.build = check_build_options(build or {}, "TableauSink(build=...)")
-        for owned in ("progress", "keep_files", "output_dir"):
-            if owned in self.build:
-                raise InvalidArgumentError(
-                    f"TableauSink(build=...) does not take {owned!r}: the sink builds each "
-                    "batch in a folder of its own, shows no bars and keeps no files",
-                    argument=owned,
-                )
-        check_staging(self.build.get("staging", "auto"))
+        self.build = _sink_build(build)
         self.state_dir = state_dir
-        self.timeout = timeout
         self._target = target
         self._lock = threading.Lock()
         #: The last batch's result (``None`` for an empty batch).
@@ -262,7 +274,7 @@ class TableauSink:
     def check(self) -> DataSourceRef:
         """Check, before the query starts, what every batch needs: the folders, the sign-in and
         the target data source (raises the SDK's error, e.g. :class:`NotFoundError`)."""
-        check_folder(self.build.get("staging_dir"), "staging_dir", create=False)
+        check_folder(self.build.staging_dir, "staging_dir", create=False)
         check_folder(self.state_dir, "state_dir", create=False)
         with self._lock:
             target = self._target
@@ -373,22 +385,19 @@ class TableauSink:
         try:
             make_private(path.parent)
             refuse_symlink(path.parent, "state_dir")
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(
-                    {
-                        "sink_id": sink_id,
-                        "counts": self.counts,
-                        "last_batch": batch_id,
-                        "last_kind": kind,
-                        "last_result": None if result is None else str(result),
-                        "error": None if error is None else _error_record(error),
-                        "updated_at": time.time(),
-                    },
-                    f,
-                )
-            os.replace(tmp, path)
+            write_json(
+                path,
+                {
+                    "sink_id": sink_id,
+                    "counts": self.counts,
+                    "last_batch": batch_id,
+                    "last_kind": kind,
+                    "last_result": None if result is None else str(result),
+                    "error": None if error is None else _error_record(error),
+                    "updated_at": time.time(),
+                },
+                folder_not_a_link=True,
+            )
         except (OSError, ConfigurationError) as err:
             log.warning("could not record the sink's progress in %s: %s", path, err)
 
@@ -402,9 +411,7 @@ class TableauSink:
         if sink_id is None:
             return None
         try:
-            fd = os.open(self._progress_path(sink_id), os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, encoding="utf-8") as f:
-                found = json.load(f)
+            found = read_json(self._progress_path(sink_id))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as err:
@@ -439,8 +446,7 @@ class TableauSink:
             if refreshed:
                 self._target = refreshed[0]
                 return None
-        options: BuildOptions = {**self.build, "progress": False}
-        payload = build_payload(source, change_sets, **options)
+        payload = build_with(source, change_sets, self.build)
         with payload:
             actions = self.actions
             if actions is not None:
@@ -462,15 +468,15 @@ class TableauSink:
                 state_dir=self.state_dir,
                 upload_first=False,
             )
-            result = uploaded.apply(
+            result = uploaded.apply_settings(
                 actions,
-                target_table=self.target_table,
-                target_schema=self.target_schema,
-                request_id=request_id,
-                timeout=self.timeout,
-                # Where the batch ends: the change set's last order_by values, else the batch.
-                position=payload.last_position or {"sink_id": sink_id, "batch_id": batch_id},
-                on_schema_change=self.on_schema_change,
+                replace(
+                    self.update,
+                    request_id=request_id,
+                    # Where the batch ends: the change set's last order_by values, else the
+                    # batch.
+                    position=payload.last_position or {"sink_id": sink_id, "batch_id": batch_id},
+                ),
             )
             # Later batches need no lookup.
             self._target = uploaded.target
@@ -493,10 +499,9 @@ class TableauSink:
         """Publish the batch's last change per key over the data source (``overwrite``):
         each change set's upserts as the table of its name (one file, every part of the
         change in one publish: the data source is never half old)."""
-        options: BuildOptions = {**self.build, "progress": False, "max_payload_mb": None}
         target = resolve_target(self.client, self._target)
-        with build_payload(source, change_sets, **options) as payload:
-            snapshot = snapshot_of(payload, self.target_table or "Extract")
+        with build_with(source, change_sets, replace(self.build, max_payload_mb=None)) as payload:
+            snapshot = snapshot_of(payload, self.update.target_table or "Extract")
             try:
                 log.warning(
                     "sink %s: the stream starts over at batch %d (a full refresh): publishing "

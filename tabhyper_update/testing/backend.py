@@ -34,7 +34,7 @@ from ..values.redaction import get_logger
 from .limits import Limits
 from .sessions import Session, SignIns
 from .settings import BackendConfig, BackendSettings
-from .uploads import MB, Upload, Uploads
+from .uploads import MB, Uploads
 from .wire import ApiFailure, bad_request, not_found
 
 __all__ = ["MB", "DataSource", "FakeBackend", "Job", "Project", "Session"]
@@ -110,7 +110,7 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class FakeBackend(SignIns, Uploads):
+class FakeBackend:
     """Everything the fake server knows and does (see the module docstring), configured by
     :class:`BackendSettings`."""
 
@@ -126,20 +126,12 @@ class FakeBackend(SignIns, Uploads):
         self.service_release = config.service_release
         self.service_queries = 0
         self.service_truncates_at = config.service_truncates_at
-        self.pats = dict(config.pats)
-        self.users = dict(config.users)
-        self.connected_app = dict(config.connected_app)
-        self.site = config.site
-        self.site_id = str(uuid.uuid4())
         self.api_version = config.api_version
         self.product_version = config.product_version
-        self.token_lifetime = config.token_lifetime
         self.dedup_window = config.dedup_window
         #: Seconds each job waits in the queue before it runs (a busy server).
         self.job_delay = config.job_delay
         self.job_seconds_per_mb = config.job_seconds_per_mb
-        self.upload_seconds_per_mb = config.upload_seconds_per_mb
-        self.max_upload_mb = config.max_upload_mb
         self.busy_conflicts = config.busy_conflicts
         #: How jobs apply their batches ("hyper" or "strict"), and the seed that picks one of
         #: several source rows for a key under "hyper".
@@ -152,11 +144,6 @@ class FakeBackend(SignIns, Uploads):
         #: How a repeated RequestID is answered: "original" (the first request's job),
         #: "new_job" (a new job that applies nothing) or "refuse" (409, naming the duplicate).
         self.replay = config.replay
-        #: Whether an upload's blocks may carry ``sequenceID``; appends being received now,
-        #: and the most at once so far.
-        self.sequence_ids = config.sequence_ids
-        self.appends_in_flight = 0
-        self.most_appends_in_flight = 0
         self.limits = Limits(
             calls_per_window=config.rest_calls_per_window,
             queries_per_window=config.service_query_quota,
@@ -166,19 +153,13 @@ class FakeBackend(SignIns, Uploads):
         self.owns_directory = config.directory is None
         self.directory = Path(config.directory or tempfile.mkdtemp(prefix="tabhyper-fake-"))
         self.directory.mkdir(parents=True, exist_ok=True)
-        (self.directory / "uploads").mkdir(exist_ok=True)
-        #: False counts upload bytes without keeping them (for transfer benchmarks); an
-        #: update that reads such an upload is refused.
-        self.store_uploads = config.store_uploads
+        #: Its parts: sign-ins and sessions, upload sessions.
+        self.sign_ins = SignIns(config)
+        self.uploads = Uploads(config, self.directory)
         self.lock = threading.RLock()
-        self.sessions: dict[str, Session] = {}
         self.sources: dict[str, DataSource] = {}
-        self.uploads: dict[str, Upload] = {}
         self.jobs: dict[str, Job] = {}
         self.request_ids: dict[str, tuple[float, str]] = {}
-        #: Every secret that crossed the wire (PAT secrets, passwords, JWTs, session tokens),
-        #: so that tests can check that none of them leaked into logs or messages.
-        self.secrets_seen: set[str] = set()
         self.jobs_run: Counter[str] = Counter()
         self.projects: dict[str, Project] = {}
         self.default_project = self.add_project("Default")

@@ -181,7 +181,7 @@ class FakeTableauServer:
     # -- set-up and inspection (the backend's, for tests and demos) -----------------------------
     @property
     def site(self) -> str:
-        return self.backend.site
+        return self.backend.sign_ins.site
 
     @property
     def directory(self) -> Path:
@@ -189,7 +189,7 @@ class FakeTableauServer:
 
     @property
     def secrets_seen(self) -> set[str]:
-        return self.backend.secrets_seen
+        return self.backend.sign_ins.secrets_seen
 
     @property
     def jobs_run(self) -> Counter[str]:
@@ -206,11 +206,11 @@ class FakeTableauServer:
 
     @property
     def max_upload_mb(self) -> float:
-        return self.backend.max_upload_mb
+        return self.backend.uploads.max_upload_mb
 
     @max_upload_mb.setter
     def max_upload_mb(self, mb: float) -> None:
-        self.backend.max_upload_mb = mb
+        self.backend.uploads.max_upload_mb = mb
 
     def add_datasource(
         self,
@@ -240,7 +240,7 @@ class FakeTableauServer:
 
     def expire_tokens(self) -> None:
         """Make every live session token expire now (next use answers 401002)."""
-        self.backend.expire_tokens()
+        self.backend.sign_ins.expire_tokens()
 
     @property
     def profile(self) -> ServerProfile:
@@ -255,7 +255,7 @@ class FakeTableauServer:
         service = backend.data_service
         return ProbeResult(
             server=self.url.rstrip("/"),
-            site=backend.site,
+            site=backend.sign_ins.site,
             multi_match="one_row_used" if hyper else "refused",
             not_null="enforced",
             narrowing="rounded" if hyper else "refused",
@@ -266,7 +266,7 @@ class FakeTableauServer:
             requests=0,
             canary="",
             api_version=backend.api_version,
-            parallel_upload="sequence" if backend.sequence_ids else "refused",
+            parallel_upload="sequence" if backend.uploads.sequence_ids else "refused",
             extra_columns=FOUND_AS[backend.source_columns.extra],
             missing_columns=FOUND_AS[backend.source_columns.missing],
         )
@@ -294,7 +294,7 @@ class FakeTableauServer:
 
     def forget_uploads(self) -> int:
         """Forget every upload session not yet used (they expired)."""
-        return self.backend.forget_uploads()
+        return self.backend.uploads.forget()
 
     def wait_idle(self, timeout: float = 30) -> None:
         """Wait until every queued job has finished."""

@@ -110,8 +110,8 @@ class Handlers:
         return response
 
     def _auth(self, request: Request, site: str | None = None) -> None:
-        session = self.backend.authorise(request.headers.get("x-tableau-auth"), site)
-        self.backend.check_scope(session, request.method, request.path)
+        session = self.backend.sign_ins.authorise(request.headers.get("x-tableau-auth"), site)
+        self.backend.sign_ins.check_scope(session, request.method, request.path)
         self.backend.limits.call(session.user_id)
 
     # -- server and sessions -----------------------------------------------------------------
@@ -137,21 +137,24 @@ class Handlers:
                 body = data if isinstance(data, dict) else {}
         except (ValueError, SyntaxError):
             raise bad_request("malformed sign-in body") from None
-        session = self.backend.sign_in(body.get("credentials") or {})
+        session = self.backend.sign_ins.sign_in(body.get("credentials") or {})
         return Response(
             200,
             {
                 "credentials": {
                     "token": session.token,
                     "estimatedTimeToExpiration": "365:00:00",
-                    "site": {"id": self.backend.site_id, "contentUrl": self.backend.site},
+                    "site": {
+                        "id": self.backend.sign_ins.site_id,
+                        "contentUrl": self.backend.sign_ins.site,
+                    },
                     "user": {"id": session.user_id},
                 }
             },
         )
 
     def signout(self, request: Request) -> Response:
-        self.backend.sign_out(request.headers.get("x-tableau-auth", ""))
+        self.backend.sign_ins.sign_out(request.headers.get("x-tableau-auth", ""))
         return Response(204)
 
     # -- data sources --------------------------------------------------------------------------
@@ -233,7 +236,7 @@ class Handlers:
             raise bad_request("the datasource element needs a name")
         project_id = (item.get("project") or {}).get("id")
         if upload_id:
-            file = self.backend.consume_upload(upload_id, capped=False)
+            file = self.backend.uploads.consume(upload_id, capped=False)
         else:
             filename = parts[1].filename or ""
             if not filename.endswith(".hyper"):
@@ -253,12 +256,12 @@ class Handlers:
     # -- uploads -------------------------------------------------------------------------------
     def initiate(self, request: Request, site: str) -> Response:
         self._auth(request, site)
-        session_id = self.backend.initiate_upload()
+        session_id = self.backend.uploads.initiate()
         return Response(201, {"fileUpload": {"uploadSessionId": session_id, "fileSize": "0"}})
 
     def append(self, request: Request, site: str, upload: str) -> Response:
         self._auth(request, site)
-        self.backend.open_upload(upload)
+        self.backend.uploads.open(upload)
         if len(request.body) > MAX_REQUEST_BYTES:
             raise ApiFailure(
                 413, "413000", "Payload Too Large", "one request may carry at most 64 MB"
@@ -274,7 +277,7 @@ class Handlers:
                 sequence = int(given)
             except ValueError:
                 raise bad_request(f"sequenceID must be a whole number, got {given!r}") from None
-        size = self.backend.append_upload(upload, chunk, sequence)
+        size = self.backend.uploads.append(upload, chunk, sequence)
         return Response(
             200, {"fileUpload": {"uploadSessionId": upload, "fileSize": str(size // MB)}}
         )
@@ -315,7 +318,7 @@ class Handlers:
         if batch.reads_source and not upload_id:
             raise bad_request("the actions read a source table but no uploadSessionId was given")
         self.backend.check_not_busy(source)
-        upload = self.backend.consume_upload(upload_id) if upload_id else None
+        upload = self.backend.uploads.consume(upload_id) if upload_id else None
         job = self.backend.submit_update(source, conn, request_id, batch, upload)
         return Response(202, {"job": job_body(job, brief=True)})
 
@@ -335,7 +338,7 @@ class Handlers:
         mode = self.backend.data_service
         if mode == "absent":  # an older server: no such endpoint
             raise not_found("404000", f"no endpoint {request.method} {request.path}")
-        session = self.backend.authorise(request.headers.get("x-tableau-auth"))
+        session = self.backend.sign_ins.authorise(request.headers.get("x-tableau-auth"))
         if session.scopes is not None and "tableau:viz_data_service:read" not in session.scopes:
             raise ServiceFailure(
                 403,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..rest.scopes import scope_for
+from .settings import BackendConfig
 from .wire import ApiFailure
 
 __all__ = ["Session", "SignIns"]
@@ -35,18 +36,21 @@ def _b64url_decode(part: str) -> bytes:
 
 
 class SignIns:
-    """Sign-in, sign-out and the check of a session token (mixed into the backend, whose
-    settings give the accepted credentials)."""
+    """Sign-in, sign-out and the check of a session token, for the credentials the fake's
+    settings accept (a part of the backend: ``backend.sign_ins``)."""
 
-    pats: dict[str, str]
-    users: dict[str, str]
-    connected_app: dict[str, str]
-    site: str
-    site_id: str
-    token_lifetime: float
-    lock: threading.RLock
-    sessions: dict[str, Session]
-    secrets_seen: set[str]
+    def __init__(self, config: BackendConfig) -> None:
+        self.pats = dict(config.pats)
+        self.users = dict(config.users)
+        self.connected_app = dict(config.connected_app)
+        self.site = config.site
+        self.site_id = str(uuid.uuid4())
+        self.token_lifetime = config.token_lifetime
+        self.lock = threading.RLock()
+        self.sessions: dict[str, Session] = {}
+        #: Every secret that crossed the wire (PAT secrets, passwords, JWTs, session
+        #: tokens), so that tests can check that none of them leaked into logs or messages.
+        self.secrets_seen: set[str] = set()
 
     def sign_in(self, credentials: Mapping[str, Any]) -> Session:
         """A new session for valid credentials on this site (401001 otherwise)."""

@@ -1,4 +1,4 @@
-"""The fake server's upload sessions (mixed into the backend): initiate, append (in order,
+"""The fake server's upload sessions: initiate, append (in order,
 or as blocks with ``sequenceID``, assembled by sequence), and one use by an update or a
 publish."""
 
@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .settings import BackendConfig
 from .wire import ApiFailure, bad_request, not_found
 
 __all__ = ["MB", "Upload", "Uploads"]
@@ -29,39 +30,47 @@ class Upload:
 
 
 class Uploads:
-    """Upload sessions (mixed into the backend, whose settings say how uploads behave)."""
+    """Upload sessions, behaving as the fake's settings say (a part of the backend:
+    ``backend.uploads``)."""
 
-    lock: threading.RLock
-    directory: Path
-    uploads: dict[str, Upload]
-    store_uploads: bool
-    max_upload_mb: float
-    upload_seconds_per_mb: float
-    sequence_ids: bool
-    appends_in_flight: int
-    most_appends_in_flight: int
+    def __init__(self, config: BackendConfig, directory: Path) -> None:
+        self.directory = directory
+        (directory / "uploads").mkdir(exist_ok=True)
+        #: Upload sessions by id.
+        self.sessions: dict[str, Upload] = {}
+        #: False counts upload bytes without keeping them (for transfer benchmarks); an
+        #: update that reads such an upload is refused.
+        self.store_uploads = config.store_uploads
+        self.max_upload_mb = config.max_upload_mb
+        self.upload_seconds_per_mb = config.upload_seconds_per_mb
+        #: Whether an upload's blocks may carry ``sequenceID``; appends being received now,
+        #: and the most at once so far.
+        self.sequence_ids = config.sequence_ids
+        self.appends_in_flight = 0
+        self.most_appends_in_flight = 0
+        self.lock = threading.RLock()
 
-    def initiate_upload(self) -> str:
+    def initiate(self) -> str:
         session_id = f"{uuid.uuid4().int % 10000}:{uuid.uuid4().hex}-1:0"
         path = self.directory / "uploads" / f"{uuid.uuid4().hex}.part"
         path.touch(mode=0o600)
         with self.lock:
-            self.uploads[session_id] = Upload(path)
+            self.sessions[session_id] = Upload(path)
         return session_id
 
-    def open_upload(self, session_id: str) -> Upload:
+    def open(self, session_id: str) -> Upload:
         with self.lock:
-            upload = self.uploads.get(session_id)
+            upload = self.sessions.get(session_id)
         if upload is None or upload.consumed:
             raise not_found("404003", f"upload session '{session_id}' could not be found")
         return upload
 
-    def append_upload(
+    def append(
         self, session_id: str, chunk: memoryview | bytes, sequence: int | None = None
     ) -> int:
         """Append ``chunk`` to the upload (as block ``sequence``: one sent again replaces
         it); returns its size in bytes so far."""
-        upload = self.open_upload(session_id)
+        upload = self.open(session_id)
         if sequence is not None and not self.sequence_ids:
             raise bad_request("unknown query parameter 'sequenceID'")
         if (sequence is None and upload.blocks) or (
@@ -116,10 +125,10 @@ class Uploads:
                 upload.blocks[sequence].unlink()
         upload.blocks.clear()
 
-    def consume_upload(self, session_id: str, *, capped: bool = True) -> Path:
+    def consume(self, session_id: str, *, capped: bool = True) -> Path:
         """The uploaded file, for one use (a session cannot be used twice); ``capped``: the
         update's size cap applies (publishing has none)."""
-        upload = self.open_upload(session_id)
+        upload = self.open(session_id)
         with self.lock:
             if upload.blocks and self.store_uploads:
                 self._assemble(upload)
@@ -136,12 +145,12 @@ class Uploads:
             upload.consumed = True
             return upload.path
 
-    def forget_uploads(self) -> int:
+    def forget(self) -> int:
         """Forget every upload session not yet used, as the server does once they expire;
         returns how many were forgotten."""
         with self.lock:
-            gone = [k for k, u in self.uploads.items() if not u.consumed]
+            gone = [k for k, u in self.sessions.items() if not u.consumed]
             for key in gone:
                 with contextlib.suppress(FileNotFoundError):
-                    self.uploads.pop(key).path.unlink()
+                    self.sessions.pop(key).path.unlink()
             return len(gone)

@@ -151,7 +151,7 @@ class BoundPayload:
         payload's tables and keys, the target looked up, the payload's columns against the
         data source's where the SDK knows them), with nothing sent that changes data: the
         parts, their rows and each part's actions (``apply --dry-run``)."""
-        ready = self._prepare(actions, options, "plan()")
+        ready = self._prepare(actions, ApplySettings.of(options, "plan()"))
         units = ready.units
         target = self.target
         schema = self._schema.check(
@@ -202,7 +202,13 @@ class BoundPayload:
         ``result.wait()`` (and ``result.verify()``). The options are
         :class:`~tabhyper_update.update.options.ApplyOptions`.
         """
-        ready = self._prepare(actions, options, "apply()")
+        return self.apply_settings(actions, ApplySettings.of(options, "apply()"))
+
+    def apply_settings(self, actions: BatchLike | None, settings: ApplySettings) -> UpdateResult:
+        """:meth:`apply` with its options already made, checked, as one
+        :class:`~tabhyper_update.update.options.ApplySettings` (the sink makes its own once
+        and changes only the batch's ``request_id`` and ``position``)."""
+        ready = self._prepare(actions, settings)
         if not ready.units:
             self._cleanup()
             return UpdateResult([], done=True)
@@ -232,10 +238,9 @@ class BoundPayload:
                     _verified(result)
         return result
 
-    def _prepare(self, actions: BatchLike | None, options: ApplyOptions, caller: str) -> _Prepared:
-        """The update :meth:`plan` shows and :meth:`apply` sends, every option checked the
+    def _prepare(self, actions: BatchLike | None, settings: ApplySettings) -> _Prepared:
+        """The update :meth:`plan` shows and :meth:`apply` sends, its options checked the
         same way for both (a dry run refuses exactly what a run refuses), nothing sent."""
-        settings = ApplySettings.of(options, caller)
         given = ActionBatch.coerce(actions) if actions is not None else None
         table = derived_target(self.payload, given, settings.target_table, settings.target_schema)
         sample = verify_option(settings.verify, actions_given=given is not None)

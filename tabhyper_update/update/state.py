@@ -20,17 +20,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import os
 import re
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from ..local.folders import check_folder, make_private
+from ..local.private_json import read_json, write_json
 from ..values.errors import ConfigurationError
 from ..values.probes import ProbeResult, probe_key
 from ..values.redaction import get_logger
@@ -220,10 +219,7 @@ class StateStore:
     def _read(self, path: Path) -> UpdateRecord | None:
         try:
             # Never through a link: a record is a file the SDK wrote in its own folder.
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, encoding="utf-8") as f:
-                data = json.load(f)
-            return UpdateRecord.from_json(data)
+            return UpdateRecord.from_json(read_json(path))
         except FileNotFoundError:
             return None
         except OSError as err:
@@ -289,9 +285,7 @@ class StateStore:
         """What :meth:`write_json` kept as ``name``, if it is there and readable."""
         path = self.records_dir / name
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, encoding="utf-8") as f:
-                data = json.load(f)
+            data = read_json(path)
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as err:
@@ -302,39 +296,16 @@ class StateStore:
     def _write(self, name: str, data: dict[str, Any]) -> None:
         """Write ``data`` as the JSON file ``name`` of the records folder, atomically."""
         self._ensure_dirs()
-        tmp = f".record-{uuid.uuid4().hex}.tmp"
+        path = self.records_dir / name
         try:
-            # Everything relative to the records folder opened without following a link, so
-            # a link swapped in after the check is never written through.
-            folder = self._open_records()
-        except FileNotFoundError:
-            self._ready = False  # removed since it was made: made again
-            self._ensure_dirs()
             try:
-                folder = self._open_records()
-            except OSError as err:
-                raise self._unwritable(err) from None
+                write_json(path, data, folder_not_a_link=True)
+            except FileNotFoundError:
+                self._ready = False  # removed since it was made: made again
+                self._ensure_dirs()
+                write_json(path, data, folder_not_a_link=True)
         except OSError as err:
             raise self._unwritable(err) from None
-        try:
-            fd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder
-            )
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(data, f)
-                os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp, dir_fd=folder)
-                raise
-        except OSError as err:
-            raise self._unwritable(err) from None
-        finally:
-            os.close(folder)
-
-    def _open_records(self) -> int:
-        return os.open(self.records_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
 
     def _unwritable(self, err: OSError) -> ConfigurationError:
         if err.errno == errno.ELOOP or (

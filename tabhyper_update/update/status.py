@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..local.private_json import read_json
 from .state import StateStore, UpdateRecord
 
 _RECORD = re.compile(r"^[0-9a-f]{64}\.json$")
@@ -62,9 +63,7 @@ def _read_json(path: Path, problems: list[dict[str, str]]) -> Any:
         problem(f"owned by another user (uid {info.st_uid}); not read")
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, encoding="utf-8") as f:
-            return json.load(f)
+        return read_json(path)
     except OSError as err:
         problem(f"cannot be read: {err.strerror}")
     except ValueError as err:
