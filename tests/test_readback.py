@@ -564,6 +564,7 @@ def test_one_decimal_changed_by_a_cent_unit_among_large_amounts_is_found_exactly
 
 
 KEYS_ROWS = 20_000
+EVERY_SPARK = pytest.mark.every_spark
 
 
 @pytest.fixture(scope="module")
@@ -595,17 +596,17 @@ def keyed_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.every_spark
 @pytest.mark.parametrize(
     ("key", "drifted"),
     [
         ("id", (13579,)),
         ("code", ("key-13579",)),
         ("day", (date(2000, 1, 1) + timedelta(days=13579),)),
-        ("at", (1_577_836_800_000_000 + 13579 * 1_500_000,)),
+        # On every Spark: a time zone's and a decimal's reading differ between releases.
+        pytest.param("at", (1_577_836_800_000_000 + 13579 * 1_500_000,), marks=EVERY_SPARK),
         ("amount", (Decimal("16973.75"),)),
         (["region", "id"], ("us", 13579)),
-        (["region", "amount"], ("us", Decimal("16973.75"))),
+        pytest.param(["region", "amount"], ("us", Decimal("16973.75")), marks=EVERY_SPARK),
     ],
     ids=["integer", "text", "date", "timestamp", "decimal", "text-first-composite", "decimals"],
 )
