@@ -776,8 +776,8 @@ class Debezium:
         )
         # The same event delivered twice (a connector restart) counts once: same position,
         # same op, same row. Two events at one position with other rows stay (a tie, refused).
-        # Columns compared as they are (no text made of each row); a column holding a map,
-        # which Spark cannot group by, as its JSON text.
+        # Columns compared as they are (no text made of each row); a column holding a map or
+        # a variant, which Spark cannot group by, as its JSON text.
         as_is = [f.name for f in row.fields if not _holds_map(f.dataType)]
         as_text = [f.name for f in row.fields if _holds_map(f.dataType)]
         compared = list(dict.fromkeys([*self.key, OP_COLUMN, *self.order_columns, *as_is]))
@@ -893,9 +893,10 @@ def _levels(steps: Sequence[Step]) -> list[int]:
 
 
 def _holds_map(kind: DataType) -> bool:
-    """Whether a column of type ``kind`` holds a map (at any depth)."""
+    """Whether a column of type ``kind`` holds a map or a variant (at any depth): Spark
+    groups by neither."""
     name = type(kind).__name__
-    if name == "MapType":
+    if name in ("MapType", "VariantType"):
         return True
     if name == "ArrayType":
         return _holds_map(kind.elementType)  # type: ignore[attr-defined]
