@@ -508,13 +508,14 @@ LIMIT = "spark.sql.codegen.hugeMethodLimit"
 
 
 def test_a_build_runs_in_methods_the_jvm_compiles_and_leaves_the_session_as_it_was(
-    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+    compiled_code: SparkSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Debezium decoding fuses into one method larger than HotSpot compiles (it then ran
     interpreted, 2-3x slower): while a build runs, Spark's limit is the JVM's, and the
     session's own setting is back after it, a failed build's too; a lower one is kept."""
     from tabhyper_update.builder import build
 
+    spark = compiled_code
     seen: list[str] = []
     real = build._stage_change_set
 

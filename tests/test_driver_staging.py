@@ -438,8 +438,9 @@ def test_a_change_set_hyper_cannot_rank_is_counted_not_probed(
 
 
 def test_a_micro_batch_s_tagging_compiles_to_the_same_code_whatever_its_source_holds(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    compiled_code: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    spark = compiled_code
     # A source whose literal changes every batch (here a modulus; in a job, a version or an
     # offset in a filter): the code Spark generates for the SDK's tagging stays the same
     # text, so Spark compiles it once per session and takes it from its cache after.

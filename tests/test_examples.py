@@ -21,7 +21,8 @@ pytestmark = pytest.mark.every_spark
 
 
 @pytest.fixture
-def example(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> Any:
+def example(compiled_code: SparkSession, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An example's ``main``, run as a user runs it (Spark generating code as by default)."""
     monkeypatch.delenv("TABLEAU_SERVER_URL", raising=False)
     monkeypatch.syspath_prepend(str(EXAMPLES))
 

@@ -44,6 +44,32 @@ def test_a_misspelt_update_option_is_refused_before_any_request(tmp_path: Path) 
             assert sum(server.counts.values()) == before
 
 
+def test_bootstrap_checks_the_updates_options_before_building_or_sending(
+    tmp_path: Path,
+) -> None:
+    """A schema policy bootstrap's update could not follow is refused before the snapshot
+    is built or a request sent (it used to surface only after a publish or a build)."""
+    built: list[str] = []
+
+    def never() -> Payload:
+        built.append("built")
+        raise AssertionError("nothing should be built")
+
+    with (
+        FakeTableauServer(pats=dict([PAT]), directory=tmp_path / "srv") as server,
+        client_for(server) as client,
+    ):
+        before = sum(server.counts.values())
+        bad: Any = {"on_schema_change": "drop"}
+        with pytest.raises(InvalidArgumentError, match="on_schema_change must be"):
+            client.bootstrap("Orders", snapshot=never, changes=never, **bad)
+        typo: Any = {"stat_dir": "x"}
+        with pytest.raises(ArgumentTypeError, match="did you mean 'state_dir'"):
+            client.bootstrap("Orders", snapshot=never, changes=never, **typo)
+        assert sum(server.counts.values()) == before
+    assert built == []
+
+
 def test_build_options_are_taken_whole_and_checked(tmp_path: Path) -> None:
     insert = [Insert(source_table="Extract", target_table="Extract")]
     options = BuildOptions(max_payload_mb=5, staging="driver")
@@ -79,6 +105,8 @@ def test_each_settings_object_holds_exactly_its_declared_keywords() -> None:
     from tabhyper_update.update.options import (
         ApplyOptions,
         ApplySettings,
+        BindOptions,
+        BindSettings,
         BootstrapOptions,
         BootstrapSettings,
         ProbeOptions,
@@ -98,6 +126,9 @@ def test_each_settings_object_holds_exactly_its_declared_keywords() -> None:
     assert names(BuildSettings) == keys(BuildOptions)
     assert names(PublishSettings) == keys(PublishOptions)
     assert names(ProbeSettings) == keys(ProbeOptions)
-    # Bootstrap's own, and the update's passed on whole.
-    assert names(BootstrapSettings) - {"update"} == keys(BootstrapOptions) - keys(UpdateOptions)
+    assert names(BindSettings) == keys(BindOptions)
+    # Bootstrap's own, and the update's (bound and applied) passed on whole.
+    assert names(BootstrapSettings) - {"bind", "apply"} == keys(BootstrapOptions) - keys(
+        UpdateOptions
+    )
     assert names(BackendConfig) == keys(BackendSettings)

@@ -290,16 +290,16 @@ def _cmd_apply(args: argparse.Namespace) -> int:
 
 def _dry_run(args: argparse.Namespace, payload: Payload, actions: ActionBatch | None) -> int:
     """``apply --dry-run``: everything ``apply`` checks, nothing sent that changes data."""
-    from ..update.chain import upload_payload
+    from ..update.chain import bind_payload
+    from ..update.options import BindSettings
 
     with _client(args) as client:
-        bound = upload_payload(
+        bound = bind_payload(
             payload,
             args.datasource or os.environ["TABLEAU_DATASOURCE"],
-            client=client,
+            client,
+            BindSettings(progress=False, state_dir=args.state_dir),
             upload_first=False,
-            progress=False,
-            state_dir=args.state_dir,
         )
         plan = bound.plan(actions, target_table=args.target_table, target_schema=args.target_schema)
     _emit(args, {"dry_run": True, **plan.as_dict()}, f"{plan}: run it without --dry-run")

@@ -55,8 +55,8 @@ from ..local.private_json import read_json, write_json
 from ..payload.model import Payload
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
-from ..update.chain import upload_payload
-from ..update.options import ApplySettings
+from ..update.chain import bind_payload
+from ..update.options import ApplySettings, BindSettings
 from ..update.publish import publish, snapshot_of
 from ..update.results import UpdateResult, metrics_labels
 from ..update.state import StateStore
@@ -460,12 +460,11 @@ class TableauSink:
             request_id = batch_request_id(
                 sink_id, batch_id, payload.digest, self._claim.epoch, query_id
             )
-            uploaded = upload_payload(
+            uploaded = bind_payload(
                 payload,
                 self._target,
-                client=self.client,
-                progress=False,
-                state_dir=self.state_dir,
+                self.client,
+                BindSettings(progress=False, state_dir=self.state_dir),
                 upload_first=False,
             )
             result = uploaded.apply_settings(

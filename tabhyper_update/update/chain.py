@@ -46,9 +46,9 @@ from .options import (
     ApplyOptions,
     ApplySettings,
     BindOptions,
+    BindSettings,
     UpdateOptions,
-    check_options,
-    split_options,
+    update_settings,
 )
 from .oversize import OversizeSplitter
 from .resplit import key_columns
@@ -352,21 +352,33 @@ def upload_payload(
     target: DataSourceRef | str | None,
     *,
     client: RestSession,
-    upload_first: bool = True,
     **options: Unpack[BindOptions],
 ) -> BoundPayload:
     """:meth:`Payload.upload`: bind the payload to its target, look the target up and upload
-    the first part (unless ``upload_first=False``: then nothing is sent before ``apply()``)."""
-    check_options(options, BindOptions, "upload()")
+    the first part."""
+    return bind_payload(payload, target, client, BindSettings.of(options, "upload()"))
+
+
+def bind_payload(
+    payload: PayloadLike,
+    target: DataSourceRef | str | None,
+    client: RestSession,
+    settings: BindSettings,
+    *,
+    upload_first: bool = True,
+) -> BoundPayload:
+    """The payload bound to its target by ``settings``, checked before anything is sent;
+    the first part uploaded unless ``upload_first=False`` (then nothing is sent before
+    ``apply()``)."""
     if payload.parts and any(not p.path.exists() for p in payload.parts):
         raise PayloadError("the payload's files were already removed (cleanup() ran)")
     if not isinstance(target, DataSourceRef):
         target_name(target, os.environ)
-    store = StateStore(options.get("state_dir"))
+    store = StateStore(settings.state_dir)
     store.check()
     if getattr(payload, "is_guarded", False):
         check_guard_vouched(store, client.server, client.site)
-    bound = BoundPayload(payload, client, target, progress=options.get("progress"), state=store)
+    bound = BoundPayload(payload, client, target, progress=settings.progress, state=store)
     if upload_first:
         bound.upload_first_part()
     return bound
@@ -382,7 +394,19 @@ def update_datasource(
 ) -> UpdateResult:
     """:meth:`TableauClient.update_datasource`: bind, upload and apply in one call, every
     argument checked before the first request."""
-    check_options(options, UpdateOptions, "update_datasource()")
+    binding, applying = update_settings(options, "update_datasource()")
+    return update_with(client, target, payload, actions, binding, applying)
+
+
+def update_with(
+    client: RestSession,
+    target: DataSourceRef | str,
+    payload: PayloadLike | None,
+    actions: BatchLike | None,
+    binding: BindSettings,
+    applying: ApplySettings,
+) -> UpdateResult:
+    """:func:`update_datasource` with its options made into their settings."""
     if payload is not None and not isinstance(payload, PayloadLike):
         hint = (
             "; pass an action batch as actions=..."
@@ -397,9 +421,8 @@ def update_datasource(
     if payload is None and actions is None:
         raise InvalidArgumentError("give a payload, actions, or both")
     chosen: PayloadLike = payload if payload is not None else NoPayload()
-    binding, applying = split_options(options)
-    bound = upload_payload(chosen, target, client=client, upload_first=False, **binding)
-    return bound.apply(actions, **applying)
+    bound = bind_payload(chosen, target, client, binding, upload_first=False)
+    return bound.apply_settings(actions, applying)
 
 
 def check_guard_vouched(store: StateStore, server: str, site: str) -> None:

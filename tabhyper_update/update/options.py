@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from typing_extensions import Required, TypedDict
 
@@ -33,6 +33,7 @@ __all__ = [
     "ApplyOptions",
     "ApplySettings",
     "BindOptions",
+    "BindSettings",
     "BootstrapOptions",
     "BootstrapSettings",
     "ProbeSettings",
@@ -45,7 +46,7 @@ __all__ = [
     "check_options",
     "check_policy",
     "narrowing_allowed",
-    "split_options",
+    "update_settings",
 ]
 
 PublishMode = Literal["create", "overwrite", "append"]
@@ -187,6 +188,30 @@ class ApplySettings:
 
 
 @dataclass(frozen=True)
+class BindSettings:
+    """How a payload is bound (:class:`BindOptions`), checked, with their defaults."""
+
+    progress: bool | None = None
+    state_dir: str | os.PathLike[str] | None = None
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any], where: str) -> BindSettings:
+        check_options(options, BindOptions, where)
+        return cls(**options)
+
+
+def update_settings(options: Mapping[str, Any], where: str) -> tuple[BindSettings, ApplySettings]:
+    """The one-call verbs' options (:class:`UpdateOptions`) as the binding's and the
+    applying's settings, each checked (a keyword neither takes is refused naming it)."""
+    check_options(options, UpdateOptions, where)
+    bind_keys = BindOptions.__optional_keys__
+    return (
+        BindSettings.of({k: v for k, v in options.items() if k in bind_keys}, where),
+        ApplySettings.of({k: v for k, v in options.items() if k not in bind_keys}, where),
+    )
+
+
+@dataclass(frozen=True)
 class PublishSettings:
     """A publish's options (:class:`PublishOptions`), checked, with their defaults."""
 
@@ -212,22 +237,21 @@ class PublishSettings:
 @dataclass(frozen=True)
 class BootstrapSettings:
     """``bootstrap``'s options (:class:`BootstrapOptions`), checked, with their defaults;
-    ``update`` the update's own, passed on whole."""
+    ``bind`` and ``apply`` the update's own, passed on whole."""
 
     snapshot: Callable[[], PayloadLike]
     changes: Callable[[], PayloadLike]
     project: str | Project | None = None
     full_refresh: bool = False
-    update: UpdateOptions | None = None
+    bind: BindSettings = BindSettings()
+    apply: ApplySettings = ApplySettings()
 
     @classmethod
     def of(cls, options: Mapping[str, Any], where: str) -> BootstrapSettings:
         check_options(options, BootstrapOptions, where)
         own = {"snapshot", "changes", "project", "full_refresh"}
-        made = cls(
-            **{k: v for k, v in options.items() if k in own},
-            update=cast(UpdateOptions, {k: v for k, v in options.items() if k not in own}),
-        )
+        bind, apply = update_settings({k: v for k, v in options.items() if k not in own}, where)
+        made = cls(**{k: v for k, v in options.items() if k in own}, bind=bind, apply=apply)
         for what, fn in (("snapshot", made.snapshot), ("changes", made.changes)):
             if not callable(fn):
                 raise InvalidArgumentError(
@@ -287,11 +311,3 @@ def check_options(options: Mapping[str, Any], declared: Any, where: str) -> None
             raise ArgumentTypeError(
                 f"{where} got an unexpected keyword argument {name!r}{hint}", argument=name
             )
-
-
-def split_options(options: UpdateOptions) -> tuple[BindOptions, ApplyOptions]:
-    """The binding options and the applying options of ``options``."""
-    bind_keys = BindOptions.__optional_keys__
-    bind = {k: v for k, v in options.items() if k in bind_keys}
-    apply = {k: v for k, v in options.items() if k not in bind_keys}
-    return cast(BindOptions, bind), cast(ApplyOptions, apply)

@@ -38,7 +38,7 @@ from ..values.errors import (
 )
 from ..values.parts import ColumnInfo, PayloadLike, TableInfo, sql_type_text
 from ..values.redaction import get_logger
-from .chain import update_datasource
+from .chain import update_with
 from .options import (
     BootstrapOptions,
     BootstrapSettings,
@@ -267,7 +267,6 @@ def bootstrap(
     settings = BootstrapSettings.of(options, "bootstrap()")
     snapshot, changes = settings.snapshot, settings.changes
     project, full_refresh = settings.project, settings.full_refresh
-    update_options = settings.update or {}
     existing: DataSourceRef | None = None
     target = find_project(client, project)
     if not full_refresh:
@@ -286,15 +285,15 @@ def bootstrap(
                 name,
                 project=target,
                 mode="overwrite" if full_refresh else "create",
-                timeout=update_options.get("timeout"),
-                state_dir=update_options.get("state_dir"),
+                timeout=settings.apply.timeout,
+                state_dir=settings.bind.state_dir,
             )
         finally:
             payload.cleanup()
         return BootstrapResult(ref, published=True)
     log.info("data source %r exists: applying the change set", name)
     made = changes()
-    update = update_datasource(client, existing, made, **update_options)
+    update = update_with(client, existing, made, None, settings.bind, settings.apply)
     return BootstrapResult(existing, published=False, update=update)
 
 
