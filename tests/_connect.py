@@ -40,7 +40,17 @@ def main(argv: list[str]) -> int:
     work = Path(work_dir)
     # A server of the caller's (TABHYPER_TEST_CONNECT: sc://host:port), else pyspark's own
     # local one (shipped with pyspark 4).
-    spark = SparkSession.builder.remote(os.environ.get(CONNECT_URL, "local[2]")).getOrCreate()
+    given = os.environ.get(CONNECT_URL)
+    builder = SparkSession.builder.remote(given or "local[2]")
+    if not given:
+        # The local server runs as the suite's own session does (conftest.py): its quick
+        # compiler only, its few-row queries evaluated without generated code.
+        builder = (
+            builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+            .config("spark.sql.codegen.wholeStage", "false")
+            .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+        )
+    spark = builder.getOrCreate()
     client = TableauClient(url, "", PersonalAccessToken(*PAT))
     changes = ChangeSet("id", op_column="op", order_by="seq")
 

@@ -279,14 +279,14 @@ manifest, url, state, when, part = sys.argv[1:6]
 real_wait = UpdateRun.wait_part
 real_submit = UpdateRun.submit
 
-def wait_part(self, state_, update, timeout):
-    real_wait(self, state_, update, timeout)
-    if when == "applied" and update.part == int(part):
+def wait_part(self, one, timeout):
+    real_wait(self, one, timeout)
+    if when == "applied" and one.update.part == int(part):
         os._exit(9)  # killed: no cleanup, no sign-out
 
-def submit(self, state_, part_, batch, update):
-    real_submit(self, state_, part_, batch, update)
-    if when == "submitted" and update.part == int(part):
+def submit(self, one):
+    real_submit(self, one)
+    if when == "submitted" and one.update.part == int(part):
         os._exit(9)
 
 UpdateRun.wait_part = wait_part

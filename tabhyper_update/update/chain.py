@@ -219,19 +219,18 @@ class BoundPayload:
         # Read before the files go: what the update must leave, to be read back after it.
         expected = None if ready.sample is None else expected_changes(self.payload, ready.sample)
         run = self._run(ready, units, replaced)
-        result = UpdateResult(
-            [],
-            waiter=run.finish,
-            verifier=self._verifier(expected, ready.settings.verify_budget),
-            datasource=self.target.label,
-            started_at=time.time(),
-            position=ready.position,
-            committed_at=ready.committed_at,
-            build_seconds=getattr(self.payload, "build_seconds", None),
-        )
-        wait, timeout = ready.settings.wait, ready.settings.timeout
+        started, wait, timeout = time.time(), ready.settings.wait, ready.settings.timeout
         with span("update", datasource=self.target.label, parts=len(run.units)):
-            run.send(result.parts, wait=wait, timeout=timeout)
+            result = UpdateResult(
+                run.send(wait=wait, timeout=timeout),
+                waiter=run.finish,
+                verifier=self._verifier(expected, ready.settings.verify_budget),
+                datasource=self.target.label,
+                started_at=started,
+                position=ready.position,
+                committed_at=ready.committed_at,
+                build_seconds=getattr(self.payload, "build_seconds", None),
+            )
             if wait:
                 result.wait(timeout)
                 if expected is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -148,8 +149,9 @@ class UpdateResult:
     done: bool = False
     #: What reading the update back found (``apply(verify=...)`` or :meth:`verify`).
     readback: DriftReport | None = None
-    #: Waits for the parts' jobs and ends the run (given by the chain that made this).
-    waiter: Callable[[UpdateResult, float | None], None] | None = field(default=None, repr=False)
+    #: Waits for the parts' jobs still running and ends the run (given by the chain that
+    #: made this; it reads nothing of the result).
+    waiter: Callable[[float | None], None] | None = field(default=None, repr=False)
     #: Reads the update back (given when ``apply(verify=...)`` read what to expect).
     verifier: Callable[..., DriftReport] | None = field(default=None, repr=False)
     #: The data source updated (its name, else LUID), and when the update began and ended
@@ -306,7 +308,9 @@ class UpdateResult:
         when every part was applied, or none was. A run that applied some parts keeps its
         record, so the next run submits only what is left."""
         if not self.done and self.waiter is not None:
-            self.waiter(self, timeout)
+            self.waiter(timeout)
+            self.finished_at, self.done = time.time(), True
+            report_metrics(self)
         self.done = True
         return self
 

@@ -13,8 +13,8 @@ from ..values.actions import ActionBatch
 from ..values.errors import JobOutcomeUnknownError, NotFoundError, UpdateStateError
 from ..values.redaction import get_logger
 from .identity import next_attempt
-from .results import PartUpdate
-from .state import PartState, StateStore, UpdateRecord
+from .state import StateStore, UpdateRecord
+from .units import PartRun
 
 __all__ = ["earlier_job_stands", "idempotent", "resume_submitted"]
 
@@ -26,12 +26,11 @@ def resume_submitted(
     target: DataSourceRef,
     store: StateStore,
     record: UpdateRecord,
-    state: PartState,
-    batch: ActionBatch,
-    update: PartUpdate,
+    one: PartRun,
 ) -> bool:
     """Follow the job an earlier run submitted for this part; False when the server no
     longer knows it and the part may be submitted again (its batch is idempotent)."""
+    state, batch, update = one.state, one.batch, one.update
     index, total = state.index, len(record.parts)
     assert state.job_id is not None
     try:
@@ -67,12 +66,11 @@ def resume_submitted(
     return True
 
 
-def earlier_job_stands(
-    store: StateStore, record: UpdateRecord, state: PartState, job: Job, update: PartUpdate
-) -> bool:
+def earlier_job_stands(store: StateStore, record: UpdateRecord, one: PartRun, job: Job) -> bool:
     """The server answered with a job that existed before this request: True when that
     job stands for the part (running, or succeeded); False when it applied nothing and
     the part goes again as a new attempt."""
+    state, update = one.state, one.update
     index, total = state.index, len(record.parts)
     update.deduplicated = True
     log.warning(

@@ -34,15 +34,14 @@ from ..values.parts import PayloadPart
 from ..values.redaction import get_logger
 from .identity import next_attempt, predates_request, progress_of
 from .resplit import parts_needed, splittable, too_large
-from .results import PartUpdate, report_metrics
+from .results import PartUpdate
 from .resume import earlier_job_stands, resume_submitted
 from .state import PartState, StateStore, UpdateRecord
-from .units import Unit, step
+from .units import PartRun, Unit, step
 from .uploading import UPLOAD_SESSION_UNKNOWN
 
 if TYPE_CHECKING:
     from .oversize import OversizeSplitter
-    from .results import UpdateResult
     from .uploading import PartUploader
 
 __all__ = ["MAX_ATTEMPTS_PER_RUN", "UpdateRun", "duplicate_refused", "ignored_as_repeat"]
@@ -79,12 +78,15 @@ class UpdateRun:
         self.splitter = splitter
         self.progress = progress
         self.cleanup = cleanup
+        #: The parts sent (or found applied before), in order: :meth:`finish` waits for
+        #: those still running.
+        self.sent: list[PartRun] = []
 
-    def send(self, updates: list[PartUpdate], *, wait: bool, timeout: float | None) -> None:
+    def send(self, *, wait: bool, timeout: float | None) -> list[PartUpdate]:
         """Submit each part not applied before, in order, waiting for each but the last
-        (and for the last too when ``wait``). A part over the server's cap is split (before
-        it is sent, once the cap is known; else when the server refuses it) and its
-        sub-parts sent in its place."""
+        (and for the last too when ``wait``); each part's update, in order. A part over the
+        server's cap is split (before it is sent, once the cap is known; else when the
+        server refuses it) and its sub-parts sent in its place."""
         record, units, keys = self.record, self.units, self.keys
         try:
             index = 0
@@ -94,7 +96,7 @@ class UpdateRun:
                 # the same request id): it is reported as recorded, part by part.
                 part, batch = units[min(index, len(units) - 1)]
                 if state.status == "applied":
-                    updates.append(self.part_update(state, part, batch))
+                    self.sent.append(self.part_run(state, part, batch))
                     index += 1
                     continue
                 cap = self.client.update_cap_bytes
@@ -108,16 +110,16 @@ class UpdateRun:
                     k = parts_needed(part.size_bytes, cap)
                     self.splitter.split(record, units, index, keys, k)
                     continue
-                update = self.part_update(state, part, batch)
+                one = self.part_run(state, part, batch)
                 try:
-                    self.submit(state, part, batch, update)
-                    if update.job is None:  # the server refused a repeat of this request
-                        updates.append(update)
+                    self.submit(one)
+                    if one.update.job is None:  # the server refused a repeat of this request
+                        self.sent.append(one)
                         index += 1
                         continue
                     if wait or index < len(record.parts) - 1:
                         self.uploader.ahead(record, units, index + 1)
-                        self.wait_part(state, update, timeout)
+                        self.wait_part(one, timeout)
                 except ApiError as err:
                     if not too_large(err) or part is None or state.jobs_seen:
                         err.note_progress(progress_of(record, index))
@@ -127,15 +129,15 @@ class UpdateRun:
                 except TabHyperError as err:
                     err.note_progress(progress_of(record, index))
                     raise
-                updates.append(update)
+                self.sent.append(one)
                 index += 1
         finally:
             self.uploader.stop()
+        return [one.update for one in self.sent]
 
-    def part_update(
-        self, state: PartState, part: PayloadPart | None, batch: ActionBatch
-    ) -> PartUpdate:
-        """The result's entry for one part (one applied before: marked skipped)."""
+    def part_run(self, state: PartState, part: PayloadPart | None, batch: ActionBatch) -> PartRun:
+        """One part to send, with the result's entry for it (one applied before: marked
+        skipped)."""
         applied = state.status == "applied"
         update = PartUpdate(
             state.index,
@@ -158,28 +160,24 @@ class UpdateRun:
                 state.job_id,
                 state.request_id,
             )
-        return update
+        return PartRun(state, part, batch, update)
 
     # -- steps -------------------------------------------------------------------------------
-    def submit(
-        self, state: PartState, part: PayloadPart | None, batch: ActionBatch, update: PartUpdate
-    ) -> None:
+    def submit(self, one: PartRun) -> None:
         """Submit one part (or follow the job an earlier run submitted for it), as many new
         attempts as it takes for the server to answer with a job of this request."""
-        record = self.record
+        record, state, update = self.record, one.state, one.update
         resumable = state.status == "submitted" and state.job_id
-        if resumable and resume_submitted(
-            self.client, self.target, self.store, record, state, batch, update
-        ):
+        if resumable and resume_submitted(self.client, self.target, self.store, record, one):
             return
         for _ in range(MAX_ATTEMPTS_PER_RUN + 1):
             first = state.sent_at is None  # no earlier run sent this request
             try:
-                job, sent_at = self._send_part(state, part, batch, update)
+                job, sent_at = self._send_part(one)
             except ApiError as err:
                 if not duplicate_refused(err):
                     raise
-                self._refused_as_repeat(state, update, err)
+                self._refused_as_repeat(one, err)
                 return
             earlier = job.id in state.jobs_seen or predates_request(
                 job, sent_at, update.seconds["submit"] if first else None
@@ -210,19 +208,18 @@ class UpdateRun:
                     state.request_id,
                 )
                 return
-            if earlier_job_stands(self.store, record, state, job, update):
+            if earlier_job_stands(self.store, record, one, job):
                 return
         raise PayloadError(
             f"part {state.index + 1} of {record.label}: {MAX_ATTEMPTS_PER_RUN} new attempts "
             "in a row were answered with earlier failed jobs; giving up"
         )
 
-    def _send_part(
-        self, state: PartState, part: PayloadPart | None, batch: ActionBatch, update: PartUpdate
-    ) -> tuple[Job, float]:
+    def _send_part(self, one: PartRun) -> tuple[Job, float]:
         """Upload the part (unless it was uploaded before its turn) and send the update
         request once; the record says "sending" before the request leaves. Returns the job
         the server answered with and when this part was first sent."""
+        state, part, batch, update = one.state, one.part, one.batch, one.update
         update.request_id, update.attempt = state.request_id, state.attempt
         early = self.uploader.take_first(part, batch) or self.uploader.take_ahead(part, batch)
         if part is not None and batch.reads_source:
@@ -230,7 +227,7 @@ class UpdateRun:
                 state.upload_session_id = early.session_id
                 update.seconds["upload"] = early.seconds
             else:
-                self.uploader.upload_into(state, part, update)
+                self.uploader.upload_into(one)
             update.upload_session_id = state.upload_session_id
         else:
             state.upload_session_id = None
@@ -239,7 +236,7 @@ class UpdateRun:
         self.store.save(self.record)
         started = time.perf_counter()
         try:
-            job = self._send_update(state, batch)
+            job = self._send_update(one)
         except NotFoundError as err:
             if early is None or err.code != UPLOAD_SESSION_UNKNOWN or part is None:
                 raise
@@ -252,16 +249,17 @@ class UpdateRun:
                 len(self.record.parts),
                 state.upload_session_id,
             )
-            self.uploader.upload_into(state, part, update)
+            self.uploader.upload_into(one)
             self.store.save(self.record)
             started = time.perf_counter()
-            job = self._send_update(state, batch)
+            job = self._send_update(one)
         update.seconds["submit"] = time.perf_counter() - started
         return job, sent_at
 
-    def _refused_as_repeat(self, state: PartState, update: PartUpdate, err: ApiError) -> None:
+    def _refused_as_repeat(self, one: PartRun, err: ApiError) -> None:
         """The server refused the request as a repeat of one it had (its answer names the
         duplicate): this run applies nothing, and the part is the earlier request's."""
+        state, update = one.state, one.update
         log.warning(
             "part %d/%d: the server refused RequestID %s as a repeat of a request it already "
             "had (%s): %s was submitted before (deduplicated); nothing was sent again, and "
@@ -276,22 +274,24 @@ class UpdateRun:
         state.status = "applied"
         self.store.save(self.record)
 
-    def _send_update(self, state: PartState, batch: ActionBatch) -> Job:
+    def _send_update(self, one: PartRun) -> Job:
+        state = one.state
         return step(
             f"update request of part {state.index + 1}",
             f"the update may or may not have been submitted (RequestID {state.request_id}); "
             "running the same job again is safe: its record makes the re-run resume it",
             lambda: self.client.update_data(
                 self.target,
-                batch,
+                one.batch,
                 upload_session_id=state.upload_session_id,
                 request_id=state.request_id,
             ),
         )
 
-    def wait_part(self, state: PartState, update: PartUpdate, timeout: float | None) -> None:
+    def wait_part(self, one: PartRun, timeout: float | None) -> None:
         """Wait for one part's job; a job that failed leaves the record ready for a new
         attempt (batches are atomic: nothing of the part was applied)."""
+        state, update = one.state, one.update
         assert update.job is not None
         record = self.record
         started = time.perf_counter()
@@ -341,22 +341,19 @@ class UpdateRun:
         state.status = "applied"
         self.store.save(record)
 
-    def finish(self, result: UpdateResult, timeout: float | None) -> None:
+    def finish(self, timeout: float | None) -> None:
         """Wait for every part still running (``result.wait()``), then close the record."""
         record = self.record
         try:
-            for update in result.parts:
-                state = record.parts[update.part]
-                if update.job is not None and state.status != "applied":
+            for one in self.sent:
+                if one.update.job is not None and one.state.status != "applied":
                     try:
-                        self.wait_part(state, update, timeout)
+                        self.wait_part(one, timeout)
                     except TabHyperError as err:
-                        err.note_progress(progress_of(record, update.part))
+                        err.note_progress(progress_of(record, one.state.index))
                         raise
             if record.kind == "run":
                 self.store.remove(record.key)
-            result.finished_at, result.done = time.time(), True
-            report_metrics(result)
         finally:
             self.cleanup()
 

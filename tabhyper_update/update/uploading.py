@@ -16,9 +16,8 @@ from ..rest.session import RestSession
 from ..values.actions import ActionBatch
 from ..values.parts import PayloadLike, PayloadPart
 from ..values.redaction import get_logger
-from .results import PartUpdate
-from .state import PartState, UpdateRecord
-from .units import Unit, step
+from .state import UpdateRecord
+from .units import PartRun, Unit, step
 
 __all__ = ["UPLOAD_SESSION_UNKNOWN", "FirstUpload", "PartUploader"]
 
@@ -142,8 +141,10 @@ class PartUploader:
                 "applied or submitted before"
             )
 
-    def upload_into(self, state: PartState, part: PayloadPart, update: PartUpdate) -> None:
-        """Upload ``part`` in its turn into ``state``'s upload session."""
+    def upload_into(self, one: PartRun) -> None:
+        """Upload the part in its turn into its state's upload session."""
+        state, part, update = one.state, one.part, one.update
+        assert part is not None
         started = time.perf_counter()
         state.upload_session_id = step(
             f"upload of part {state.index + 1}",
