@@ -179,6 +179,16 @@ def _sessions_of_this_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _upload_servers_of_this_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK remembers, per server address, whether its uploads take ``sequenceID``: each
+    test starts with none remembered (two tests' fake servers may get the same port)."""
+    from tabhyper_update.rest import uploads
+
+    monkeypatch.setattr(uploads, "_SEQUENTIAL", set())
+    monkeypatch.setattr(uploads, "_SEQUENCED", set())
+
+
+@pytest.fixture(autouse=True)
 def _secrets_of_this_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """The SDK scrubs every secret its clients held in the process: each test starts with
     none, so one test's credentials (some tests use plain words) never blank another's."""

@@ -123,6 +123,26 @@ def test_a_server_that_refuses_sequence_ids_gets_one_block_after_another_and_is_
         assert server.counts["append"] == 2 * blocks + 1
 
 
+def test_a_server_that_stops_taking_sequence_ids_at_the_same_address_is_relearnt(
+    tmp_path: Path,
+) -> None:
+    rows, size = _rows_file(tmp_path / "rows.hyper", 20000)
+    server = FakeTableauServer(pats={"ci": "pat-secret"}, directory=tmp_path / "srv")
+    with server, client_for(server, chunk_size_mb=64 / 1024, upload_streams=4) as client:
+        client.upload(rows)  # taken: the server is remembered as taking sequenceID
+        assert server.counts["initiate"] == 1
+        # The same address now refuses it (a server put back to an older release):
+        # every block of the first session goes at once and is refused.
+        server.backend.uploads.sequence_ids = False
+        session = client.upload(rows)
+        assert server.counts["initiate"] == 3  # the refused session, then one block by one
+        assert len(server.backend.uploads.consume(session).read_bytes()) == size
+        appends = server.counts["append"]
+        client.upload(rows)  # relearnt: one session, its blocks one after another
+        assert server.counts["initiate"] == 4
+        assert server.counts["append"] == appends + -(-size // (64 * 1024))
+
+
 def test_the_fake_assembles_blocks_by_sequence_and_refuses_a_gap(tmp_path: Path) -> None:
     from tabhyper_update.testing.wire import ApiFailure
 

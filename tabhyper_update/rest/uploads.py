@@ -14,7 +14,9 @@ once, and are assembled by sequence), a file of several blocks goes as ``streams
 flight. A block whose answer was lost is sent again alone, under its sequence, and the
 server's answer to that says whether it could be: a refusal restarts the upload in a fresh
 session as above. A server that refuses the parameter gets its blocks one after another, and
-is remembered (per server, in this process) so that the next upload does not ask again.
+is remembered (per server, in this process) so that the next upload does not ask again; one
+remembered as taking it that refuses it later (put back to an older release at the same
+address) is relearnt: that upload starts again in a fresh session, one block after another.
 """
 
 from __future__ import annotations
@@ -398,7 +400,9 @@ def _upload_blocks(
                     )
                     break
                 except ApiError as err:
-                    if err.status == 400 and sequence == 1 and attempt == 1:
+                    # A 400 to a block's first sending: the parameter refused (a server
+                    # remembered as taking it may have changed at the same address).
+                    if err.status == 400 and attempt == 1:
                         raise SequenceRefused(str(err)) from err
                     if attempt == 1 and _unknown_outcome(err):
                         continue  # sent again alone: the server's answer says if it may be
@@ -425,13 +429,13 @@ def _upload_blocks(
         with ThreadPoolExecutor(max_workers=streams, thread_name_prefix="tabhyper-upload") as pool:
             futures = [pool.submit(send, s) for s in range(first, count + 1)]
             finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = [f for f in finished if f.exception() is not None]
-            if failed:
+            errors = [e for e in (f.exception() for f in finished) if e is not None]
+            if errors:
                 for f in futures:
                     f.cancel()
-                error = failed[0].exception()
-                assert error is not None
-                raise error
+                # A refused parameter explains the blocks that failed beside it.
+                refused = [e for e in errors if isinstance(e, SequenceRefused)]
+                raise (refused or errors)[0]
     return session_id
 
 
