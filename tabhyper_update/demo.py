@@ -115,7 +115,7 @@ def run_demo(out: TextIO, *, progress: bool | None = None, verbose: bool = False
             print("\nBefore:", file=out)
             print(_table_text(_read(srv.datasource_path(luid))), file=out)
 
-            with local_spark(verbose) as spark:
+            with local_spark(verbose, few_rows=True) as spark:
                 changes = step(
                     "Spark change set",
                     lambda: spark.createDataFrame(

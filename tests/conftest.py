@@ -179,13 +179,18 @@ def _sessions_of_this_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _upload_servers_of_this_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The SDK remembers, per server address, whether its uploads take ``sequenceID``: each
-    test starts with none remembered (two tests' fake servers may get the same port)."""
+def _servers_of_this_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK remembers per server address, in the process, whether its uploads take
+    ``sequenceID``, the probes run against it and the query options its service refused:
+    each test starts with none remembered (two tests' fake servers may get the same port)."""
+    from tabhyper_update.readback import dataservice
     from tabhyper_update.rest import uploads
+    from tabhyper_update.update import state
 
     monkeypatch.setattr(uploads, "_SEQUENTIAL", set())
     monkeypatch.setattr(uploads, "_SEQUENCED", set())
+    monkeypatch.setattr(state, "_PROBES", {})
+    monkeypatch.setattr(dataservice, "_REFUSED", {})
 
 
 @pytest.fixture(autouse=True)
