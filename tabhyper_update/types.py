@@ -24,6 +24,7 @@ from .rest.jobs import Job, JobSource
 from .rest.projects import Project
 from .rest.refs import DataSourceRef
 from .rest.session import RestSession
+from .rest.settings import ClientSettings
 from .streaming.debezium_values import TimeUnit
 from .update.chain import BoundPayload
 from .update.options import (
@@ -69,6 +70,7 @@ __all__ = [
     "BoundPayload",
     "BuildOptions",
     "BuildSettings",
+    "ClientSettings",
     "ColumnInfo",
     "Comparison",
     "Condition",

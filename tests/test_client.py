@@ -33,6 +33,7 @@ from tabhyper_update.rest.uploads import multipart_framing
 from tabhyper_update.values.errors import (
     AuthenticationError,
     ConnectionFailedError,
+    InvalidArgumentError,
     JobCancelledError,
     JobTimeoutError,
     RequestTimeoutError,
@@ -286,6 +287,30 @@ def test_context_manager_signs_out(rsps: responses.RequestsMock, clock: FakeCloc
         client.sign_in()
     assert rsps.calls[-1].request.url == f"{SERVER}/api/{V}/auth/signout"
     assert rsps.calls[-1].request.headers["X-Tableau-Auth"] == TOKEN
+
+
+def test_a_pickled_client_is_made_again_from_its_settings_and_signs_in_afresh(
+    rsps: responses.RequestsMock,
+) -> None:
+    import pickle
+
+    add_signin(rsps)
+    client = TableauClient(
+        f"{SERVER}/#/site/sales/datasources",  # pasted from the browser: its site
+        auth=PersonalAccessToken("ci", PAT_SECRET),
+        api_version=V,
+        chunk_size_mb=8,
+        upload_streams=2,
+    )
+    client.sign_in()
+    copy = pickle.loads(pickle.dumps(client))
+    assert copy.settings == client.settings
+    assert (copy.site, copy.server, copy.chunk_size) == ("sales", SERVER, 8 * 1024 * 1024)
+    assert copy.upload_streams == 2
+    assert TOKEN.encode() not in pickle.dumps(client)  # no session token travels
+    assert len(rsps.calls) == 1  # the copy signs in only when it is used
+    with pytest.raises(InvalidArgumentError, match="chunk_size_mb"):
+        TableauClient(SERVER, auth=PersonalAccessToken("ci", PAT_SECRET), chunk_size_mb=65)
 
 
 def test_from_env(monkeypatch: pytest.MonkeyPatch) -> None:

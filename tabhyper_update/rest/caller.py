@@ -27,8 +27,12 @@ class RestCaller(JobSource, Protocol):
 
     site: str
     chunk_size: int
-    max_upload_restarts: int
-    upload_streams: int
+
+    @property
+    def max_upload_restarts(self) -> int: ...
+
+    @property
+    def upload_streams(self) -> int: ...
 
     @property
     def server(self) -> str: ...

@@ -43,10 +43,16 @@ class JobSource(Protocol):
     """What a job needs of the session it came from: to be fetched again or cancelled, and
     the policy, clock and history that pace its polling (the REST session is one)."""
 
-    poll: PollPolicy
     job_times: JobTimes
-    sleep: Callable[[float], None]
-    clock: Callable[[], float]
+
+    @property
+    def poll(self) -> PollPolicy: ...
+
+    @property
+    def sleep(self) -> Callable[[float], None]: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
 
     def request(
         self, method: str, rest: str, *, retry: bool, site_scoped: bool = True, **kwargs: Any

@@ -14,7 +14,6 @@ is this session with the workflows (update, publish, bootstrap) on top.
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from collections import deque
@@ -31,7 +30,6 @@ from ..values.errors import (
     ApiError,
     AuthenticationError,
     ConfigurationError,
-    InvalidArgumentError,
     NotFoundError,
     TransportError,
 )
@@ -39,25 +37,22 @@ from ..values.policies import JobTimes, PollPolicy
 from ..values.redaction import get_logger, remember
 from .auth import ConnectedAppJWT, Credentials, PersonalAccessToken
 from .datasources import find_datasource
-from .environment import check_verify, client_settings
 from .jobs import Job, get_job
 from .projects import Project
 from .refs import DataSourceRef
 from .scopes import scope_for
+from .settings import ClientSettings, client_settings
 from .shared_tokens import shared_token
 from .transport import RetryPolicy, Transport, as_list
 from .updates import update_data
 from .uploads import (
     DEFAULT_UPLOAD_STREAMS,
-    MAX_CHUNK_MB,
-    MB,
     ProgressCallback,
     append_chunk,
-    check_upload_streams,
     initiate_upload,
     upload_file,
 )
-from .versions import PROBE_VERSION, check_api_version, server_api_version
+from .versions import PROBE_VERSION, server_api_version
 
 __all__ = ["RestSession", "client_for"]
 
@@ -73,27 +68,6 @@ PING_PONG_WINDOW = 600
 #: Listing pages: their size, and how many are read at most for one lookup.
 PAGE_SIZE = 100
 MAX_PAGES = 50
-
-
-_BROWSER_SITE = re.compile(r"#/site/([^/?#]+)")
-
-
-def _from_browser_url(server: str, site: str) -> tuple[str, str]:
-    """A URL pasted from the browser (``https://host/#/site/NAME/datasources``): the
-    server's own URL, and the site it names (unless another site was given)."""
-    if "#" not in server:
-        return server, site
-    found = _BROWSER_SITE.search(server)
-    base = server.split("#", 1)[0].rstrip("/")
-    named = found.group(1) if found else ""
-    if named and site and site != named:
-        raise ConfigurationError(
-            f"the server URL names site {named!r} (#/site/{named}) but the site given is "
-            f"{site!r}: give the server's URL ({base}) and one site"
-        )
-    if named and not site:
-        log.info("site %r taken from the browser URL's #/site/%s", named, named)
-    return base, site or named
 
 
 class RestSession:
@@ -123,37 +97,35 @@ class RestSession:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not server or not server.startswith(("http://", "https://")):
-            raise ConfigurationError(f"server must be an http(s) URL, got {server!r}")
-        server, site = _from_browser_url(server, site)
-        if auth is None:
-            raise ConfigurationError(
-                "auth is required: PersonalAccessToken, UsernamePassword or ConnectedAppJWT"
-            )
-        check_verify(verify, "verify")
-        if not 0 < chunk_size_mb <= MAX_CHUNK_MB:
-            raise InvalidArgumentError(
-                f"chunk_size_mb must be in (0, {MAX_CHUNK_MB}], got {chunk_size_mb}"
-            )
-        if api_version is not None:
-            check_api_version(api_version)
-        self.site = site
-        self.auth = auth
-        self.api_version = api_version
-        self.chunk_size = int(chunk_size_mb * MB)
-        self.poll = poll or PollPolicy()
+        #: What this client is made of, checked (a copy of it is made again from these).
+        self.settings = settings = ClientSettings(
+            server,
+            site,
+            auth,
+            api_version=api_version,
+            verify=verify,
+            timeout=timeout,
+            retry=retry,
+            chunk_size_mb=chunk_size_mb,
+            poll=poll or PollPolicy(),
+            max_upload_restarts=max_upload_restarts,
+            upload_streams=upload_streams,
+            session=session,
+            sleep=sleep,
+            clock=clock,
+        )
+        self.site = settings.site
+        #: The REST API version: the one given, else the server's own (asked once).
+        self.api_version = settings.api_version
+        #: The upload's block size in bytes (``chunk_size_mb``).
+        self.chunk_size = settings.chunk_size
         #: The server's update cap as learned from a part it refused as too large (413):
         #: larger parts are split before they are sent.
         self.update_cap_bytes: int | None = None
         #: How long recent updates of each data source took (``PollPolicy.learn``).
         self.job_times = JobTimes()
-        self.max_upload_restarts = max_upload_restarts
-        #: Blocks of one upload in flight at once, where the server takes ``sequenceID``.
-        self.upload_streams = check_upload_streams(upload_streams)
-        self.sleep = sleep
-        self.clock = clock
         self._http = Transport(
-            server,
+            settings.server,
             verify=verify,
             timeout=timeout,
             retry=retry,
@@ -165,7 +137,7 @@ class RestSession:
         self._site_id: str | None = None
         #: The session of this PAT shared with the process's other clients (None for other
         #: credentials), and the last token that was ended under this client.
-        self._shared = shared_token(server, site, auth)
+        self._shared = shared_token(settings.server, settings.site, self.auth)
         self._ended: str | None = None
         self._recoveries: deque[float] = deque()
         #: Data sources looked up by name (or LUID), project and connection: a name names the
@@ -174,29 +146,39 @@ class RestSession:
         self._found: dict[tuple[str, str | None, str | None], DataSourceRef] = {}
         self._warned_at = float("-inf")
         self._lock = threading.RLock()
-        #: What a copy of this client is made from (see :meth:`__reduce__`).
-        self._settings: dict[str, Any] = {
-            "server": server,
-            "site": site,
-            "auth": auth,
-            "api_version": api_version,
-            "verify": verify,
-            "timeout": timeout,
-            "retry": retry,
-            "chunk_size_mb": chunk_size_mb,
-            "poll": poll,
-            "max_upload_restarts": max_upload_restarts,
-            "upload_streams": upload_streams,
-            "session": session,
-            "sleep": sleep,
-            "clock": clock,
-        }
+
+    # The settings a caller reads off the client.
+    @property
+    def auth(self) -> Credentials:
+        assert self.settings.auth is not None  # checked when made
+        return self.settings.auth
+
+    @property
+    def poll(self) -> PollPolicy:
+        return self.settings.poll
+
+    @property
+    def max_upload_restarts(self) -> int:
+        return self.settings.max_upload_restarts
+
+    @property
+    def upload_streams(self) -> int:
+        """Blocks of one upload in flight at once, where the server takes ``sequenceID``."""
+        return self.settings.upload_streams
+
+    @property
+    def sleep(self) -> Callable[[float], None]:
+        return self.settings.sleep
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.settings.clock
 
     def __reduce__(self) -> tuple[Any, ...]:
         """A pickled client is its settings, credentials included (Spark Connect pickles a
         ``foreachBatch`` function to run it on the server): the copy signs in afresh, and
         no session token travels."""
-        return (_session_from_settings, (type(self), self._settings))
+        return (_session_from_settings, (type(self), self.settings))
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -561,9 +543,9 @@ class RestSession:
         self.request("PUT", f"jobs/{job_id}", retry=True, expected=(200, 204))
 
 
-def _session_from_settings(kind: type[RestSession], settings: dict[str, Any]) -> RestSession:
+def _session_from_settings(kind: type[RestSession], settings: ClientSettings) -> RestSession:
     """A session made again from :meth:`RestSession.__reduce__`'s settings."""
-    return kind(**settings)
+    return kind(**settings.keywords())
 
 
 def client_for(

@@ -1,5 +1,6 @@
-"""Client settings read from the environment: the server, the site, the credentials and
-TLS verification (what :meth:`TableauClient.from_env` reads).
+"""A client's settings: :class:`ClientSettings`, made and checked once when a client is
+made (a copy of the client, pickled for Spark Connect's ``foreachBatch``, is made again from
+it), and those read from the environment (what :meth:`TableauClient.from_env` reads).
 
 ``TABLEAU_SERVER_URL`` (required), ``TABLEAU_SITE`` (default ``""``), and one of:
 ``TABLEAU_PAT_NAME`` + ``TABLEAU_PAT_SECRET``; ``TABLEAU_USERNAME`` + ``TABLEAU_PASSWORD``;
@@ -11,13 +12,25 @@ TLS verification (what :meth:`TableauClient.from_env` reads).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..values.errors import ConfigurationError
-from .auth import ConnectedAppJWT, Credentials, PersonalAccessToken, UsernamePassword
+import requests
 
-__all__ = ["check_verify", "client_settings", "credentials_from_env"]
+from ..values.errors import ConfigurationError, InvalidArgumentError
+from ..values.policies import PollPolicy
+from ..values.redaction import get_logger
+from .auth import ConnectedAppJWT, Credentials, PersonalAccessToken, UsernamePassword
+from .transport import RetryPolicy
+from .uploads import DEFAULT_UPLOAD_STREAMS, MAX_CHUNK_MB, MB, check_upload_streams
+from .versions import check_api_version
+
+__all__ = ["ClientSettings", "check_verify", "client_settings", "credentials_from_env"]
+
+log = get_logger("tabhyper_update")
 
 _TRUE = ("1", "true", "yes", "y", "on", "enable", "enabled")
 _FALSE = ("0", "false", "no", "n", "off", "disable", "disabled")
@@ -103,3 +116,78 @@ def credentials_from_env(e: Mapping[str, str]) -> Credentials:
         "TABLEAU_PAT_SECRET (or TABLEAU_USERNAME/TABLEAU_PASSWORD, or the "
         "TABLEAU_JWT_* variables)"
     )
+
+
+_BROWSER_SITE = re.compile(r"#/site/([^/?#]+)")
+
+
+def _from_browser_url(server: str, site: str) -> tuple[str, str]:
+    """A URL pasted from the browser (``https://host/#/site/NAME/datasources``): the
+    server's own URL, and the site it names (unless another site was given)."""
+    if "#" not in server:
+        return server, site
+    found = _BROWSER_SITE.search(server)
+    base = server.split("#", 1)[0].rstrip("/")
+    named = found.group(1) if found else ""
+    if named and site and site != named:
+        raise ConfigurationError(
+            f"the server URL names site {named!r} (#/site/{named}) but the site given is "
+            f"{site!r}: give the server's URL ({base}) and one site"
+        )
+    if named and not site:
+        log.info("site %r taken from the browser URL's #/site/%s", named, named)
+    return base, site or named
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """What a client is made of (the keywords of :class:`TableauClient`), checked when it
+    is made: ``server`` an http(s) URL (one pasted from the browser gives its site too),
+    ``auth`` given, ``verify`` a flag or an existing CA bundle, ``chunk_size_mb`` within the
+    server's request cap, ``api_version`` a version the SDK speaks, ``upload_streams`` 1 to
+    32."""
+
+    server: str
+    site: str = ""
+    auth: Credentials | None = None
+    api_version: str | None = None
+    verify: bool | str = True
+    timeout: float = 60.0
+    retry: RetryPolicy | None = None
+    chunk_size_mb: float = 50
+    poll: PollPolicy = field(default_factory=PollPolicy)
+    max_upload_restarts: int = 3
+    upload_streams: int = DEFAULT_UPLOAD_STREAMS
+    #: A ``requests.Session`` to send with (proxies, adapters), and the clock and sleep the
+    #: waits use (tests give their own).
+    session: requests.Session | None = None
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        if not self.server or not self.server.startswith(("http://", "https://")):
+            raise ConfigurationError(f"server must be an http(s) URL, got {self.server!r}")
+        server, site = _from_browser_url(self.server, self.site)
+        object.__setattr__(self, "server", server)
+        object.__setattr__(self, "site", site)
+        if self.auth is None:
+            raise ConfigurationError(
+                "auth is required: PersonalAccessToken, UsernamePassword or ConnectedAppJWT"
+            )
+        check_verify(self.verify, "verify")
+        if not 0 < self.chunk_size_mb <= MAX_CHUNK_MB:
+            raise InvalidArgumentError(
+                f"chunk_size_mb must be in (0, {MAX_CHUNK_MB}], got {self.chunk_size_mb}"
+            )
+        if self.api_version is not None:
+            check_api_version(self.api_version)
+        check_upload_streams(self.upload_streams)
+
+    @property
+    def chunk_size(self) -> int:
+        """The upload's block size in bytes."""
+        return int(self.chunk_size_mb * MB)
+
+    def keywords(self) -> dict[str, Any]:
+        """The settings as the client's keyword arguments."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
