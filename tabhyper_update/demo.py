@@ -93,6 +93,46 @@ def _publishable(path: Path) -> Path:
     return path
 
 
+def _change_set(spark: Any) -> Any:
+    """The demo's change set as a CDC job's DataFrame (Debezium-style ops and positions)."""
+    return spark.createDataFrame(
+        CHANGES, "order_id long, product string, qty int, updated_at string, op string, seq long"
+    ).selectExpr(
+        "order_id", "product", "qty", "CAST(updated_at AS TIMESTAMP) AS updated_at", "op", "seq"
+    )
+
+
+def _apply(
+    url: str, payload: Any, work: Path, progress: bool | None, out: TextIO
+) -> list[tuple[str, float]]:
+    """Upload ``payload`` to data source ``Orders`` and apply it, printing the actions and
+    the job; the seconds of each step."""
+    with TableauClient(url, "", PersonalAccessToken("demo", "demo-secret")) as client:
+        started = time.perf_counter()  # upload() signs in, looks up, uploads
+        uploaded = payload.upload(
+            "Orders", client=client, progress=progress, state_dir=work / "state"
+        )
+        print("\nActions sent:", file=out)
+        print(
+            json.dumps(payload.derived_actions(target_table="Extract").to_dict(), indent=2),
+            file=out,
+        )
+        result = uploaded.apply(target_table="Extract", timeout=60)  # once applied, or raises
+        applied = time.perf_counter() - started
+    part = result.parts[0]
+    print(
+        f"\nApplied as job {part.job_id} (RequestID {part.request_id}, derived from the change "
+        "set's positions: a re-run of this slice is not applied twice)",
+        file=out,
+    )
+    return [
+        ("upload", part.seconds.get("upload", 0.0)),
+        ("submit update", part.seconds.get("submit", 0.0)),
+        ("wait for the job", part.seconds.get("wait", 0.0)),
+        ("sign-in, lookup", applied - sum(part.seconds.values())),
+    ]
+
+
 def run_demo(out: TextIO, *, progress: bool | None = None, verbose: bool = False) -> bool:
     """Run the demo, printing to ``out``; returns whether the result matched."""
     from .builder.build import build_payload
@@ -114,27 +154,11 @@ def run_demo(out: TextIO, *, progress: bool | None = None, verbose: bool = False
             print(f"Fake Tableau server on {srv.url}; data source 'Orders' ({luid})", file=out)
             print("\nBefore:", file=out)
             print(_table_text(_read(srv.datasource_path(luid))), file=out)
-
             with local_spark(verbose, few_rows=True) as spark:
-                changes = step(
-                    "Spark change set",
-                    lambda: spark.createDataFrame(
-                        CHANGES,
-                        "order_id long, product string, qty int, updated_at string, "
-                        "op string, seq long",
-                    ).selectExpr(
-                        "order_id",
-                        "product",
-                        "qty",
-                        "CAST(updated_at AS TIMESTAMP) AS updated_at",
-                        "op",
-                        "seq",
-                    ),
-                )
+                changes = step("Spark change set", lambda: _change_set(spark))
+                keys = len({c[0] for c in CHANGES})
                 print(
-                    f"\nChange set: {len(CHANGES)} Debezium-style changes to "
-                    f"{len({c[0] for c in CHANGES})} keys",
-                    file=out,
+                    f"\nChange set: {len(CHANGES)} Debezium-style changes to {keys} keys", file=out
                 )
                 payload = step(
                     "build_payload",
@@ -146,36 +170,14 @@ def run_demo(out: TextIO, *, progress: bool | None = None, verbose: bool = False
                         progress=progress,
                     ),
                 )
-            with TableauClient(srv.url, "", PersonalAccessToken("demo", "demo-secret")) as client:
-                started = time.perf_counter()  # upload() signs in, looks up, uploads
-                uploaded = payload.upload(
-                    "Orders", client=client, progress=progress, state_dir=work / "state"
-                )
-                print("\nActions sent:", file=out)
-                actions = payload.derived_actions(target_table="Extract")
-                print(json.dumps(actions.to_dict(), indent=2), file=out)
-                # Returns once applied, or raises.
-                result = uploaded.apply(target_table="Extract", timeout=60)
-                applied = time.perf_counter() - started
-                part = result.parts[0]
-                timings.append(("upload", part.seconds.get("upload", 0.0)))
-                timings.append(("submit update", part.seconds.get("submit", 0.0)))
-                timings.append(("wait for the job", part.seconds.get("wait", 0.0)))
-                timings.append(("sign-in, lookup", applied - sum(part.seconds.values())))
-                print(
-                    f"\nApplied as job {part.job_id} (RequestID {part.request_id}, derived "
-                    "from the change set's positions: a re-run of this slice is not applied "
-                    "twice)",
-                    file=out,
-                )
+            timings += _apply(srv.url, payload, work, progress, out)
             after = _read(srv.datasource_path(luid))
-            print("\nAfter:", file=out)
-            print(_table_text(after), file=out)
-        expected = expected_after()
+        print("\nAfter:", file=out)
+        print(_table_text(after), file=out)
         print("\nTime per step:", file=out)
         for name, seconds in timings:
             print(f"    {name:<18} {seconds:6.2f} s", file=out)
-        ok = after == expected
+        ok = after == expected_after()
         print(
             "\nOK: the data source matches the expected table."
             if ok
