@@ -2,7 +2,8 @@
 server (``SparkSession.builder.remote("local[2]")``), one JSON line printed per step.
 
 Steps: ``roundtrip`` (build a change set, upload, apply; ``roundtrip-driver`` with
-``staging="driver"``: the rows come to this client as Arrow), ``no-sink-id`` (a sink without
+``staging="driver"``: the rows come to this client as Arrow; ``roundtrip-public`` the same
+through the public routes pyspark 3.x's client leaves), ``no-sink-id`` (a sink without
 ``sink_id`` is refused before its query starts), ``sink`` (run the query over what
 ``WORK/in`` holds), ``replay`` (the last commit removed, then ``sink``), ``multi`` (Debezium
 events of two tables in ``WORK/events`` into data source ``Shop``), ``plain`` (rows in
@@ -19,6 +20,37 @@ from typing import Any
 
 #: The variable naming a Spark Connect server for these steps (``sc://127.0.0.1:15002``).
 CONNECT_URL = "TABHYPER_TEST_CONNECT"
+
+
+def public_round_trip(spark: Any, changes: Any, client: Any) -> dict[str, Any]:
+    """Key 9 built with ``staging="driver"`` and applied through the public routes only;
+    how often each was taken."""
+    from tabhyper_update import build_payload
+    from tabhyper_update.local import spark_versions
+
+    taken = {"rows": 0, "computed": 0}
+    saved = spark_versions.arrow_route, spark_versions.can_observe
+
+    def rows_only(frame: Any) -> str:
+        taken["rows"] += 1
+        return "rows"
+
+    def never(frame: Any) -> bool:
+        taken["computed"] += 1
+        return False
+
+    setattr(spark_versions, "arrow_route", rows_only)  # noqa: B010 (a module patched)
+    setattr(spark_versions, "can_observe", never)  # noqa: B010
+    try:
+        df = spark.createDataFrame(
+            [(9, "g", 70, "I", 1)], "id long, name string, qty int, op string, seq long"
+        )
+        payload = build_payload(df, changes, staging="driver")
+        result = payload.upload("Orders", client=client).apply(target_table="Extract")
+    finally:
+        setattr(spark_versions, "arrow_route", saved[0])  # noqa: B010
+        setattr(spark_versions, "can_observe", saved[1])  # noqa: B010
+    return {"jobs": len(result.jobs), **taken}
 
 
 def main(argv: list[str]) -> int:
@@ -100,6 +132,11 @@ def main(argv: list[str]) -> int:
                 )
                 result = payload.upload("Orders", client=client).apply(target_table="Extract")
                 said["jobs"] = len(result.jobs)
+            elif step == "roundtrip-public":
+                # As pyspark 3.x's Connect client meets a server: no Observation and no Arrow
+                # stream the SDK can ask for, so the public routes (rows to the driver made
+                # into batches, the aggregates computed by a job of their own).
+                said.update(public_round_trip(spark, changes, client))
             elif step == "no-sink-id":
                 sink(None).start(writer())
             elif step == "plain":

@@ -97,10 +97,23 @@ def test_the_round_trip_and_the_sink_over_spark_connect(
     )
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "0.json").write_text('{"id": 2, "what": "new"}\n')
-    roundtrip, by_driver, refused, first, multi, plain = over_connect(
-        server, tmp_path, "roundtrip", "roundtrip-driver", "no-sink-id", "sink", "multi", "plain"
+    roundtrip, by_driver, public, refused, first, multi, plain = over_connect(
+        server,
+        tmp_path,
+        "roundtrip",
+        "roundtrip-driver",
+        "roundtrip-public",
+        "no-sink-id",
+        "sink",
+        "multi",
+        "plain",
     )
     assert by_driver.get("error") is None, by_driver
+    # The public routes (what pyspark 3.x's Connect client leaves) were taken, and applied.
+    assert public.get("error") is None, public
+    assert public["rows"] >= 1, public
+    assert public["computed"] >= 1, public
+    assert public["jobs"] == 1
     assert roundtrip["connect"].startswith("pyspark.sql.connect")
     assert roundtrip.get("error") is None, roundtrip
     assert roundtrip["jobs"] == 1
@@ -113,7 +126,7 @@ def test_the_round_trip_and_the_sink_over_spark_connect(
     assert first["counts_here"] == {"applied": 0, "replayed": 0, "empty": 0}
     assert first["progress"]["counts"] == {"applied": 1, "replayed": 0, "empty": 0}
     assert first["progress"]["last_kind"] == "applied"
-    expected = expected_state([B1], {**START, 7: ("g", 70), 8: ("g", 70)})
+    expected = expected_state([B1], {**START, 7: ("g", 70), 8: ("g", 70), 9: ("g", 70)})
     assert table(server) == expected
     # A multi-table Debezium sink: each event lands in the table its source names.
     assert multi.get("error") is None, multi
@@ -126,7 +139,7 @@ def test_the_round_trip_and_the_sink_over_spark_connect(
     assert plain.get("error") is None, plain
     assert plain["progress"]["counts"]["applied"] == 1
     assert read_table(server.datasource_path(events), "Extract") == [(1, "old"), (2, "new")]
-    assert server.counts["update"] == 5
+    assert server.counts["update"] == 6
 
 
 @pytest.mark.slow

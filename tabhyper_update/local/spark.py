@@ -55,6 +55,12 @@ def _workers_python(conf: Mapping[str, str]) -> Iterator[None]:
         os.environ.pop("PYSPARK_PYTHON", None)
 
 
+#: A JVM that runs for seconds over a few rows spends more CPU in the JIT's optimising
+#: compiler than that compiler's code saves: the quick compiler alone (the demo, 2 cores:
+#: 43 -> 23 CPU seconds, 26 -> 20 s).
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+
+
 @contextlib.contextmanager
 def own_spark(
     app_name: str,
@@ -62,9 +68,11 @@ def own_spark(
     master: str = "local[2]",
     verbose: bool = False,
     conf: Mapping[str, str] | None = None,
+    quick_jit: bool = False,
 ) -> Iterator[Any]:
     """The application's active session, or a new quiet local one (stopped at the end),
-    with ``conf`` on top of the SDK's own settings."""
+    with ``conf`` on top of the SDK's own settings; ``quick_jit``: a JVM this call starts
+    compiles with its quick compiler only (:data:`QUICK_JIT`)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
@@ -86,6 +94,7 @@ def own_spark(
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
+            **({"spark.driver.extraJavaOptions": QUICK_JIT} if quick_jit else {}),
             **(conf or {}),
         }
     for key, value in settings.items():
@@ -100,20 +109,16 @@ def own_spark(
         spark.stop()
 
 
-#: A JVM that runs for seconds over a few rows spends more CPU in the JIT's optimising
-#: compiler than that compiler's code saves: the quick compiler alone (the demo, 2 cores:
-#: 43 -> 23 CPU seconds, 26 -> 20 s).
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
-
-
 @contextlib.contextmanager
 def local_spark(verbose: bool = False, *, few_rows: bool = False) -> Iterator[Any]:
     """A quiet local Spark session for the demo, the examples and the benchmarks (loopback
     only, no UI, two shuffle partitions, UTC), or the application's active one.
     ``few_rows``: a short run over a few rows (the demo): a session this call starts gets
     a JVM that compiles with its quick compiler only."""
-    conf = {"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}
-    if few_rows and not os.environ.get("SPARK_REMOTE"):
-        conf["spark.driver.extraJavaOptions"] = QUICK_JIT
-    with own_spark("tabhyper-update-demo", verbose=verbose, conf=conf) as spark:
+    with own_spark(
+        "tabhyper-update-demo",
+        verbose=verbose,
+        conf={"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"},
+        quick_jit=few_rows,
+    ) as spark:
         yield spark

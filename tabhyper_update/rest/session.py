@@ -126,12 +126,12 @@ class RestSession:
         self.job_times = JobTimes()
         self._http = Transport(
             settings.server,
-            verify=verify,
-            timeout=timeout,
-            retry=retry,
-            session=session,
-            sleep=sleep,
-            clock=clock,
+            verify=settings.verify,
+            timeout=settings.timeout,
+            retry=settings.retry,
+            session=settings.session,
+            sleep=settings.sleep,
+            clock=settings.clock,
         )
         self._token: str | None = None
         self._site_id: str | None = None
