@@ -246,6 +246,44 @@ def resolve_change_sets(
 _GUARD_TYPES = ("tinyint", "smallint", "int", "bigint", "decimal", "date", "timestamp")
 
 
+def _feed_columns(
+    change_set: ChangeSet, columns: Sequence[str], fail: Callable[[str], PayloadError]
+) -> tuple[str, tuple[str, ...]]:
+    """The change set's op column and its order_by columns: as it names them, else
+    recognised by a change feed's own names (Delta's, Spark's and Iceberg's changelogs,
+    flattened Debezium rows)."""
+    op_column = change_set.op_column
+    if op_column is None:
+        op_column = next((c for c in ("_change_type", "op", "__op") if c in columns), None)
+        if op_column is None:
+            raise fail(
+                "a change set needs op_column= (no '_change_type', 'op' or '__op' column was found)"
+            )
+    _need([op_column], "op", columns, fail)
+    order_by = change_set.order_by
+    if order_by is None:
+        order_by = next((o for o in COMMIT_ORDERS if o[0] in columns), None)
+        if order_by is None:
+            raise fail(
+                "order_by= is required to pick the last change per key (e.g. a commit "
+                "version, a log sequence number or an event timestamp)"
+            )
+    _need(order_by, "order_by", columns, fail)
+    return op_column, tuple(order_by)
+
+
+def _need(
+    names: Sequence[str], role: str, columns: Sequence[str], fail: Callable[[str], PayloadError]
+) -> None:
+    """Refuse a ``role`` column (key, op, order_by, keep_columns) the change set lacks."""
+    for name in names:
+        if name not in columns:
+            raise fail(
+                f"{role} column {name!r} is not in the change set; its columns are "
+                f"{', '.join(repr(c) for c in columns)}"
+            )
+
+
 def _check_guard(
     orders: Sequence[str],
     change_set: ChangeSet,
@@ -308,80 +346,46 @@ class CdcSpec:
     ) -> CdcSpec:
         """The change set ``change_set`` of a DataFrame with ``columns``; ``types`` (column →
         Spark's type name) lets text ``order_by`` columns be checked before any job."""
-        keys = change_set.key
-        op_column = change_set.op_column
-        order_by = change_set.order_by
-        keep_columns = change_set.keep_columns
-        present = set(columns)
-
         where = f"table {table!r}: " if table is not None else ""
 
         def fail(message: str) -> PayloadError:
             return PayloadError(where + message)
 
-        def need(name: str, role: str) -> None:
-            if name not in present:
-                raise fail(
-                    f"{role} column {name!r} is not in the change set; its columns are "
-                    f"{', '.join(repr(c) for c in columns)}"
-                )
-
+        known = types or {}
+        keys = change_set.key
         if len(set(keys)) != len(keys):
             raise fail(f"key names a column twice: {list(keys)}")
-        for k in keys:
-            need(k, "key")
-        if op_column is None:
-            op_column = next((c for c in ("_change_type", "op", "__op") if c in present), None)
-            if op_column is None:
-                raise fail(
-                    "a change set needs op_column= (no '_change_type', 'op' or '__op' column "
-                    "was found)"
-                )
-        need(op_column, "op")
-        if order_by is None:
-            found = next((o for o in COMMIT_ORDERS if o[0] in present), None)
-            if found is None:
-                raise fail(
-                    "order_by= is required to pick the last change per key (e.g. a commit "
-                    "version, a log sequence number or an event timestamp)"
-                )
-            order_by = found
-        orders = tuple(order_by)
-        for o in orders:
-            need(o, "order_by")
+        _need(keys, "key", columns, fail)
+        op_column, orders = _feed_columns(change_set, columns, fail)
         if op_column in keys or set(orders) & set(keys):
             raise fail("the op and order_by columns cannot be key columns")
-        for c in keep_columns:
-            need(c, "keep_columns")
+        keep_columns = change_set.keep_columns
+        _need(keep_columns, "keep_columns", columns, fail)
         guard_only: tuple[str, ...] = ()
         if change_set.guard:
-            _check_guard(orders, change_set, types or {}, fail)
+            _check_guard(orders, change_set, known, fail)
             if orders[0] not in keep_columns:
                 # Staged for the guard's tables; the positions table holds it, not the data.
                 guard_only = (orders[0],)
                 keep_columns = (*keep_columns, orders[0])
-        metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in present)}
-        dropped = tuple(c for c in columns if c in metadata and c not in keep_columns)
-        op_map = change_set.op_map if change_set.op_map is not None else DEFAULT_OP_MAP
+        metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in columns)}
         order_as = change_set.order_as or {}
-        positions = tuple(order_sql(o, (types or {}).get(o), order_as.get(o), fail) for o in orders)
-        typed = tuple(position_type((types or {}).get(o), order_as.get(o)) for o in orders)
         return cls(
             keys,
             op_column,
             orders,
-            dict(op_map),
-            dropped,
+            dict(change_set.op_map if change_set.op_map is not None else DEFAULT_OP_MAP),
+            tuple(c for c in columns if c in metadata and c not in keep_columns),
             table,
-            positions,
-            typed,
+            tuple(order_sql(o, known.get(o), order_as.get(o), fail) for o in orders),
+            tuple(position_type(known.get(o), order_as.get(o)) for o in orders),
             guard_table=change_set.guard_table if change_set.guard else None,
             positions_table=change_set.positions_table if change_set.guard else None,
             guard_only=guard_only,
             commit=op_column == "_change_type" and orders in COMMIT_ORDERS,
             committed=(
                 f"unix_micros({sql_name(COMMIT_TIME_COLUMN)})"
-                if (types or {}).get(COMMIT_TIME_COLUMN) == "timestamp"
+                if known.get(COMMIT_TIME_COLUMN) == "timestamp"
                 else ""
             ),
         )

@@ -29,7 +29,7 @@ nothing is dropped unseen.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from ..local.spark_versions import require_supported_pyspark, struct_from_ddl
 from ..values.changeset import MISSING_OP, PARTIAL_UPDATE_OP, ChangeSet
@@ -134,6 +134,19 @@ _FLAT_MARKERS = ("__op", "__deleted", "__ts_ms", "__source_ts_ms", "__table", "_
 _METADATA_FIELDS = ("status", "ddl", "tableChanges", "databaseName")
 
 
+class _Read(NamedTuple):
+    """Events as read: each one's envelope (``env``: before, after, op, ts_ms, source), which
+    are tombstones, the types the row's columns arrive as (``actual``), the schema wrapper's
+    field schemas (``meta``, where a column is decoded) and a MongoDB message's key."""
+
+    events: DataFrame
+    env: Column
+    tombstone: Column
+    actual: Mapping[str, DataType]
+    meta: Column | None = None
+    key_json: Column | None = None
+
+
 class Debezium:
     """How to read Debezium change events for one table.
 
@@ -181,79 +194,28 @@ class Debezium:
         binary_handling: BinaryHandling = "bytes",
         units: Mapping[str, TimeUnit] | None = None,
     ) -> None:
-        if not isinstance(row_schema, str) and not hasattr(row_schema, "fields"):
-            raise ArgumentTypeError(
-                f"Debezium row_schema= takes a StructType or a DDL string such as "
-                f"'id BIGINT, name STRING', got {type(row_schema).__name__}"
-            )
-        if truncate not in ("error", "ignore"):
-            raise InvalidArgumentError(
-                f"Debezium truncate= is 'error' or 'ignore', got {truncate!r}"
-            )
-        if table is not None and (not isinstance(table, str) or not table):
-            raise ArgumentTypeError(f"Debezium table= takes a table name, got {table!r}")
-        if connector is not None and position is not None:
-            raise InvalidArgumentError(
-                "Debezium takes connector= (its position is the connector's) or position=, not both"
-            )
-        if connector is not None and connector not in CONNECTOR_POSITIONS:
-            raise InvalidArgumentError(
-                f"Debezium connector= is one of {', '.join(map(repr, CONNECTOR_POSITIONS))}, "
-                f"got {connector!r}; for another, pass position= naming its position fields"
-            )
-        if units is not None and not isinstance(units, Mapping):
-            raise ArgumentTypeError(
-                f"Debezium units= takes a mapping of column → unit, got {type(units).__name__}"
-            )
+        _check_arguments(row_schema, truncate, table, units)
         self.encodings = Encodings(
             decimal_handling, time_precision, binary_handling, dict(units or {})
         )
-        if position is None:
-            position = CONNECTOR_POSITIONS[connector or "postgresql"]
-        positions = (position,) if isinstance(position, str) else tuple(position)
-        if not positions or not all(isinstance(p, str) and p for p in positions):
-            raise ArgumentTypeError(
-                f"Debezium position= takes one or more column paths, got {position!r}"
-            )
-        order_as: dict[str, str] = {}
-        for p in positions:
-            if not p.startswith("source."):
-                continue
-            name = p.removeprefix("source.")
-            if name not in POSITION_ORDER:
-                raise InvalidArgumentError(
-                    f"Debezium position {p!r} cannot be ordered: the SDK orders the source "
-                    f"fields {', '.join(POSITION_ORDER)} as their connectors mean them (or "
-                    "pass connector=)"
-                )
-            how = POSITION_ORDER[name]
-            if how is not None:
-                order_as["__" + p.replace(".", "_")] = how
+        positions, order_as = _positions(connector, position)
         self.connector = connector
         self.row_schema = row_schema
         self.position = positions
         self.table = table
         self.truncate = truncate
-        self.order_columns = (*("__" + p.replace(".", "_") for p in positions), TS_COLUMN)
-        ops: dict[str, str] = dict.fromkeys(_UPSERT_OPS, "upsert")
-        ops["d"] = "delete"
-        ops[PREIMAGE_OP] = "preimage"
-        ops.update(dict.fromkeys(_IGNORED_OPS, "ignore"))
-        if truncate == "ignore":
-            ops["t"] = "ignore"
+        self.order_columns = (*(_position_column(p) for p in positions), TS_COLUMN)
         # The ChangeSet checks ``key`` (and raises naming it) before the schema is parsed.
         self.change_set = ChangeSet(
-            key, op_column=OP_COLUMN, order_by=self.order_columns, op_map=ops, order_as=order_as
+            key,
+            op_column=OP_COLUMN,
+            order_by=self.order_columns,
+            op_map=_op_map(truncate),
+            order_as=order_as,
         )
         self.key = self.change_set.key
         if not isinstance(row_schema, str):
-            names = [f.name for f in row_schema.fields]
-            unknown = [c for c in self.encodings.units if c not in names]
-            if unknown:
-                raise InvalidArgumentError(
-                    f"Debezium units= names column(s) {', '.join(map(repr, unknown))} that "
-                    f"row_schema does not have (its columns: {', '.join(map(repr, names))})"
-                )
+            self._check_units([f.name for f in row_schema.fields], InvalidArgumentError)
 
     def for_table(self, table: str) -> Debezium:
         """The same description, keeping only the events of ``source.table`` ``table``."""
@@ -300,12 +262,7 @@ class Debezium:
                     f"Debezium key column {k!r} is not in row_schema (its columns: "
                     f"{', '.join(map(repr, names))})"
                 )
-        unknown = [c for c in self.encodings.units if c not in names]
-        if unknown:
-            raise PayloadError(
-                f"Debezium units= names column(s) {', '.join(map(repr, unknown))} that "
-                f"row_schema does not have (its columns: {', '.join(map(repr, names))})"
-            )
+        self._check_units(names, PayloadError)
         clash = [n for n in names if n in (OP_COLUMN, *self.order_columns)]
         if clash:
             raise PayloadError(
@@ -313,6 +270,15 @@ class Debezium:
                 "columns Debezium events add; rename them"
             )
         return schema
+
+    def _check_units(self, names: Sequence[str], error: type[Exception]) -> None:
+        """Refuse ``units=`` naming a column ``row_schema`` (its columns: ``names``) lacks."""
+        unknown = [c for c in self.encodings.units if c not in names]
+        if unknown:
+            raise error(
+                f"Debezium units= names column(s) {', '.join(map(repr, unknown))} that "
+                f"row_schema does not have (its columns: {', '.join(map(repr, names))})"
+            )
 
     @property
     def _mongo(self) -> bool:
@@ -415,126 +381,141 @@ class Debezium:
         ``after`` / ``op`` / ``source`` / ``ts_ms`` columns (or a ``payload`` struct holding
         them), or rows flattened by ``ExtractNewRecordState``. Lazy: nothing runs until the
         payload is built."""
+        require_supported_pyspark(events)
+        row = self._row_type(events.sparkSession)
+        extra = self._extra_positions(events)
+        read = self._read(events, row)
+        return self._rows(read.events.filter(~read.tombstone), read, row, extra)
+
+    def _read(self, events: DataFrame, row: StructType) -> _Read:
+        """The envelope of each of ``events``, recognised by their columns."""
+        from pyspark.sql import functions as F
+
+        columns = events.columns
+        if "value" in columns:
+            return self._from_json(events, row)
+        if "payload" in columns:
+            # Parsed already (from_avro): the envelope is the payload.
+            env = F.col("payload")
+            return _Read(events, env, env.isNull(), _image_types(events.schema["payload"].dataType))
+        if "op" in columns and ("after" in columns or "before" in columns):
+            return self._from_envelope_columns(events)
+        if any(m in columns for m in ("__op", "__deleted")) and self._flat_fields(
+            self._wire_row(row)
+        ):
+            return self._from_flat_columns(events, row)
+        raise PayloadError(
+            "Debezium events need a 'value' column (JSON text or bytes), a 'payload' "
+            "struct, 'op' with 'before' / 'after' columns, or rows flattened by "
+            "ExtractNewRecordState ('__op' or '__deleted' beside the row's columns); the "
+            f"DataFrame has {', '.join(map(repr, events.columns))}"
+        )
+
+    def _from_json(self, events: DataFrame, row: StructType) -> _Read:
+        """Events as Kafka gives them: a ``value`` of JSON text or bytes, with or without
+        the schema wrapper (whose schema, when a column is decoded, says how)."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import BinaryType
 
-        require_supported_pyspark(events)
-        row = self._row_type(events.sparkSession)
         wire = self._wire_row(row)
         top = self._top_type(wire)
-        columns = events.columns
-        extra = self._extra_positions(events)
-        meta: Column | None = None
-        key_json: Column | None = None
-        if "value" in columns:
-            value = F.col("value")
-            if isinstance(events.schema["value"].dataType, BinaryType):
-                value = value.cast("string")
-            # A tombstone: a null value (Kafka), or an empty or ``null`` line (a file).
-            value = F.when(~F.trim(value).isin("", "null"), value)
-            tombstone = value.isNull()
-            # StructType.add changes the struct in place: the wrapper is a struct of its own.
-            wrapped = self._top_type(wire).add("payload", top)
-            decoding = any(needs_decoding(f.dataType) for f in row.fields)
-            if decoding:
-                wrapped = wrapped.add("schema", self._schema_info_type())
-            # Each step a column of its own: the envelope reads the body many times, and
-            # an expression read many times would be parsed (and analysed) as often.
-            events = events.filter(~tombstone).select(
-                "*", F.from_json(value, wrapped, {"mode": "FAILFAST"}).alias("__parsed")
-            )
-            tombstone = F.lit(False)
-            parsed = F.col("__parsed")
-            # The schema wrapper's body is in ``payload``; without it, at the top.
-            events = events.select(
-                "*",
-                F.when(parsed["payload"].isNotNull(), parsed["payload"])
-                .otherwise(F.struct(*[parsed[f.name].alias(f.name) for f in top.fields]))
-                .alias("__body"),
-            )
-            flat_fields = self._flat_fields(wire)
-            flat = None
-            if flat_fields:
-                # A flattened row's columns, parsed only where the markers say it is one.
-                flat_top = _struct_of([(f.name, f.dataType) for f in flat_fields])
-                flat_wrapped = _struct_of([(f.name, f.dataType) for f in flat_fields]).add(
-                    "payload", flat_top
-                )
-                if decoding:
-                    flat_wrapped = flat_wrapped.add("schema", self._schema_info_type())
-                body = F.col("__body")
-                marked = body["__op"].isNotNull() | body["__deleted"].isNotNull()
-                is_flat = body["op"].isNull() & body["before"].isNull() & body["after"].isNull()
-                whole = F.from_json(value, flat_wrapped, {"mode": "FAILFAST"})
-                events = events.select("*", F.when(is_flat & marked, whole).alias("__flat_parsed"))
-                fp = F.col("__flat_parsed")
-                events = events.select(
-                    "*",
-                    F.when(fp["payload"].isNotNull(), fp["payload"])
-                    .otherwise(F.struct(*[fp[f.name].alias(f.name) for f in flat_fields]))
-                    .alias("__flat"),
-                )
-                flat = F.col("__flat")
-                if decoding:
-                    parsed = F.when(fp.isNotNull(), fp["schema"]).otherwise(parsed["schema"])
-                    meta = parsed
-            env = self._envelope_of(F.col("__body"), top, wire, flat, flat_fields)
-            if decoding and meta is None:
-                meta = parsed["schema"]
-            actual = {f.name: f.dataType for f in wire.fields}
-            if "key" in columns and self._mongo:
-                key_json = F.col("key").cast("string")
-        elif "payload" in columns:
-            env = F.col("payload")
-            tombstone = env.isNull()
-            actual = _image_types(events.schema["payload"].dataType)
-        elif "op" in columns and ("after" in columns or "before" in columns):
-            if "source" not in columns and any(p.startswith("source.") for p in self.position):
-                raise PayloadError(
-                    f"Debezium position {list(self.position)!r} reads the 'source' column, "
-                    "which the events lack: pass position= naming one of their columns"
-                )
-            env = F.struct(*[F.col(c) if c in columns else F.lit(None).alias(c) for c in _ENVELOPE])
-            tombstone = env["op"].isNull() & env["before"].isNull() & env["after"].isNull()
-            actual = _image_types(events.schema)
-        elif any(m in columns for m in ("__op", "__deleted")) and self._flat_fields(wire):
-            missing = [f.name for f in row.fields if f.name not in columns]
-            if missing:
-                raise PayloadError(
-                    f"the flattened rows lack row_schema's column(s) "
-                    f"{', '.join(map(repr, missing))} (their columns: "
-                    f"{', '.join(map(repr, columns))})"
-                )
-            # The row's columns as they are; the rest of the envelope absent.
-            present = {f.name: f.dataType for f in events.schema.fields}
-            wire_here = _struct_of([(f.name, present[f.name]) for f in row.fields])
-            top_here = self._top_type(wire_here)
-            flat_fields = self._flat_fields(wire_here)
-
-            def column(name: str, kind: DataType) -> Column:
-                found = F.col(sql_name(name)) if name in present else F.lit(None).cast(kind)
-                return found.alias(name)
-
-            events = events.select(
-                "*",
-                F.struct(*[column(f.name, f.dataType) for f in top_here.fields]).alias("__body"),
-                F.struct(*[column(f.name, f.dataType) for f in flat_fields]).alias("__flat"),
-            )
-            env = self._envelope_of(
-                F.col("__body"), top_here, wire_here, F.col("__flat"), flat_fields
-            )
-            tombstone = F.lit(False)
-            actual = {f.name: present[f.name] for f in row.fields}
-        else:
-            raise PayloadError(
-                "Debezium events need a 'value' column (JSON text or bytes), a 'payload' "
-                "struct, 'op' with 'before' / 'after' columns, or rows flattened by "
-                "ExtractNewRecordState ('__op' or '__deleted' beside the row's columns); the "
-                f"DataFrame has {', '.join(map(repr, columns))}"
-            )
-        return self._rows(
-            events.filter(~tombstone), env, row, actual, extra, meta=meta, key_json=key_json
+        value = F.col("value")
+        if isinstance(events.schema["value"].dataType, BinaryType):
+            value = value.cast("string")
+        # A tombstone: a null value (Kafka), or an empty or ``null`` line (a file).
+        value = F.when(~F.trim(value).isin("", "null"), value)
+        # StructType.add changes the struct in place: the wrapper is a struct of its own.
+        wrapped = self._top_type(wire).add("payload", top)
+        decoding = any(needs_decoding(f.dataType) for f in row.fields)
+        if decoding:
+            wrapped = wrapped.add("schema", self._schema_info_type())
+        # Each step a column of its own: the envelope reads the body many times, and
+        # an expression read many times would be parsed (and analysed) as often.
+        events = events.filter(value.isNotNull()).select(
+            "*", F.from_json(value, wrapped, {"mode": "FAILFAST"}).alias("__parsed")
         )
+        parsed = F.col("__parsed")
+        events = events.select("*", _payload_or_top(parsed, top.fields).alias("__body"))
+        meta = parsed["schema"] if decoding else None
+        flat_fields = self._flat_fields(wire)
+        flat = None
+        if flat_fields:
+            events, flat, flat_parsed = self._flattened_json(events, value, flat_fields, decoding)
+            if meta is not None:
+                # A flattened row's own schema, else the envelope's.
+                meta = F.when(flat_parsed.isNotNull(), flat_parsed["schema"]).otherwise(meta)
+        env = self._envelope_of(F.col("__body"), top, wire, flat, flat_fields)
+        key_json = F.col("key").cast("string") if "key" in events.columns and self._mongo else None
+        actual = {f.name: f.dataType for f in wire.fields}
+        return _Read(events, env, F.lit(False), actual, meta, key_json)
+
+    def _flattened_json(
+        self, events: DataFrame, value: Column, flat_fields: Sequence[StructField], decoding: bool
+    ) -> tuple[DataFrame, Column, Column]:
+        """A flattened row's columns, parsed only where the markers say it is one, and that
+        parse (NULL for any other event)."""
+        from pyspark.sql import functions as F
+
+        flat_top = _struct_of([(f.name, f.dataType) for f in flat_fields])
+        flat_wrapped = _struct_of([(f.name, f.dataType) for f in flat_fields]).add(
+            "payload", flat_top
+        )
+        if decoding:
+            flat_wrapped = flat_wrapped.add("schema", self._schema_info_type())
+        body = F.col("__body")
+        marked = body["__op"].isNotNull() | body["__deleted"].isNotNull()
+        is_flat = body["op"].isNull() & body["before"].isNull() & body["after"].isNull()
+        whole = F.from_json(value, flat_wrapped, {"mode": "FAILFAST"})
+        events = events.select("*", F.when(is_flat & marked, whole).alias("__flat_parsed"))
+        parsed = F.col("__flat_parsed")
+        events = events.select("*", _payload_or_top(parsed, flat_fields).alias("__flat"))
+        return events, F.col("__flat"), parsed
+
+    def _from_envelope_columns(self, events: DataFrame) -> _Read:
+        """Events parsed already into ``op`` / ``before`` / ``after`` (/ ``source`` /
+        ``ts_ms``) columns."""
+        from pyspark.sql import functions as F
+
+        columns = events.columns
+        if "source" not in columns and any(p.startswith("source.") for p in self.position):
+            raise PayloadError(
+                f"Debezium position {list(self.position)!r} reads the 'source' column, "
+                "which the events lack: pass position= naming one of their columns"
+            )
+        env = F.struct(*[F.col(c) if c in columns else F.lit(None).alias(c) for c in _ENVELOPE])
+        tombstone = env["op"].isNull() & env["before"].isNull() & env["after"].isNull()
+        return _Read(events, env, tombstone, _image_types(events.schema))
+
+    def _from_flat_columns(self, events: DataFrame, row: StructType) -> _Read:
+        """Rows ``ExtractNewRecordState`` flattened, as columns: the row's columns as they
+        are, the rest of the envelope absent."""
+        from pyspark.sql import functions as F
+
+        columns = events.columns
+        missing = [f.name for f in row.fields if f.name not in columns]
+        if missing:
+            raise PayloadError(
+                f"the flattened rows lack row_schema's column(s) "
+                f"{', '.join(map(repr, missing))} (their columns: "
+                f"{', '.join(map(repr, columns))})"
+            )
+        present = {f.name: f.dataType for f in events.schema.fields}
+        wire = _struct_of([(f.name, present[f.name]) for f in row.fields])
+        top = self._top_type(wire)
+        flat_fields = self._flat_fields(wire)
+
+        def column(name: str, kind: DataType) -> Column:
+            found = F.col(sql_name(name)) if name in present else F.lit(None).cast(kind)
+            return found.alias(name)
+
+        events = events.select(
+            "*",
+            F.struct(*[column(f.name, f.dataType) for f in top.fields]).alias("__body"),
+            F.struct(*[column(f.name, f.dataType) for f in flat_fields]).alias("__flat"),
+        )
+        env = self._envelope_of(F.col("__body"), top, wire, F.col("__flat"), flat_fields)
+        actual = {f.name: present[f.name] for f in row.fields}
+        return _Read(events, env, F.lit(False), actual)
 
     def _extra_positions(self, events: DataFrame) -> dict[str, Column]:
         """The position columns that are columns of the events (Kafka's ``offset``)."""
@@ -648,69 +629,26 @@ class Debezium:
         )
 
     def _rows(
-        self,
-        events: DataFrame,
-        env: Column,
-        row: StructType,
-        actual: Mapping[str, DataType],
-        extra: dict[str, Column],
-        *,
-        meta: Column | None,
-        key_json: Column | None,
+        self, events: DataFrame, read: _Read, row: StructType, extra: dict[str, Column]
     ) -> DataFrame:
         """The change rows of ``events`` (tombstones already dropped): each image's values
-        decoded into ``row``'s types from the types they arrive as (``actual``), by the
-        encodings the events' schemas name (``meta``) or the connector's settings."""
+        decoded into ``row``'s types from the types they arrive as, by the encodings the
+        events' schemas name or the connector's settings; an event delivered twice once."""
         from pyspark.sql import functions as F
 
+        meta = read.meta
         kept = events.select(
-            env.alias("e"),
+            read.env.alias("e"),
             *([meta.alias("__schema")] if meta is not None else []),
-            *([key_json.alias("__key")] if key_json is not None else []),
+            *([read.key_json.alias("__key")] if read.key_json is not None else []),
             *[c.alias(f"p{i}") for i, c in enumerate(extra.values())],
         )
         op = F.coalesce(F.col("e.op"), F.lit(MISSING_OP))
-        # The event's table: ``source.table`` (MongoDB's ``source.collection``), where the
-        # events' source has it.
-        envelope: Any = kept.schema["e"].dataType
-        source_type = envelope["source"].dataType
-        named = [
-            F.col(f"e.source.{n}")
-            for n in ("table", "collection")
-            if n in getattr(source_type, "names", ())
-        ]
-        table = (F.coalesce(*named) if len(named) > 1 else named[0] if named else F.lit(None)).cast(
-            "string"
-        )
-        before, after = F.col("e.before"), F.col("e.after")
-        if self._mongo:
-            # A MongoDB document is extended JSON text: every column read as its raw text.
-            wire = self._wire_row(row)
-            before = F.from_json(before, wire, {"mode": "FAILFAST"})
-            after = F.from_json(after, wire, {"mode": "FAILFAST"})
-            if key_json is not None and len(self.key) == 1:
-                # Without pre-images a delete's key is only in the message's key.
-                key = F.get_json_object(
-                    F.coalesce(F.get_json_object(F.col("__key"), "$.payload"), F.col("__key")),
-                    "$.id",
-                )
-                before = F.when(
-                    before.isNull() & (op == "d"),
-                    F.struct(
-                        *[
-                            (key if f.name == self.key[0] else F.lit(None).cast("string")).alias(
-                                f.name
-                            )
-                            for f in wire.fields
-                        ]
-                    ),
-                ).otherwise(before)
+        table = _table_of(kept)
+        before, after = self._images(row, op, read.key_json is not None)
         # An update that moves its row to another key also yields its pre-image: a delete of
         # the old key at the same position, which the new key's own changes outrank.
-        same_key = [before[k].eqNullSafe(after[k]) for k in self.key]
-        key_kept = same_key[0]
-        for same in same_key[1:]:
-            key_kept = key_kept & same
+        key_kept = _all([before[k].eqNullSafe(after[k]) for k in self.key])
         moved = (op == F.lit("u")) & before.isNotNull() & after.isNotNull() & ~key_kept
         images = F.when(moved, F.array(F.lit(False), F.lit(True))).otherwise(F.array(F.lit(False)))
         if self.table is not None:
@@ -721,63 +659,77 @@ class Debezium:
             images = F.when(wanted, images).otherwise(F.array().cast("array<boolean>"))
         kept = kept.select("*", F.explode(images).alias("__pre"))
         pre = F.col("__pre")
-        is_delete = op == F.lit("d")
-        raw = [
-            F.when(pre | is_delete, before[f.name]).otherwise(after[f.name]).alias(f"__raw{i}")
-            for i, f in enumerate(row.fields)
-        ]
-        op = F.when(pre, F.lit(PREIMAGE_OP)).otherwise(op)
-        order: list[Column] = []
-        extra_names = list(extra)
-        for p, name in zip(self.position, self.order_columns[:-1], strict=True):
-            if p.startswith("source."):
-                order.append(F.col("e.source")[p.removeprefix("source.")].alias(name))
-            else:
-                order.append(F.col(f"p{extra_names.index(p)}").alias(name))
-        carried = (
-            [F.expr(_IMAGE).alias("__mimg"), F.expr("`__schema`.fields").alias("__mtop")]
-            if meta is not None
-            else []
-        )
+        image = pre | (op == F.lit("d"))  # a delete's row is its before image
         raws = kept.select(
-            *raw,
-            op.alias(OP_COLUMN),
-            *order,
+            *[
+                F.when(image, before[f.name]).otherwise(after[f.name]).alias(f"__raw{i}")
+                for i, f in enumerate(row.fields)
+            ],
+            F.when(pre, F.lit(PREIMAGE_OP)).otherwise(op).alias(OP_COLUMN),
+            *self._order(extra),
             F.col("e.ts_ms").alias(TS_COLUMN),
             table.alias("__table"),
-            *carried,
+            *(
+                [F.expr(_IMAGE).alias("__mimg"), F.expr("`__schema`.fields").alias("__mtop")]
+                if meta is not None
+                else []
+            ),
         )
         plans = [
-            self._steps(i, f, actual.get(f.name), meta is not None)
+            self._steps(i, f, read.actual.get(f.name), meta is not None)
             for i, f in enumerate(row.fields)
         ]
-        # Each column's decoding, step by step: a step reads the columns made before it, so
-        # no expression is written out again inside another (Spark would analyse, and
-        # evaluate, each copy). Steps that read none of each other are made together: each
-        # level is one more pass over every column.
-        staged = raws
-        levels = [_levels(plan[:-1]) if plan else [] for plan in plans]
-        for level in range(max((max(lv, default=-1) for lv in levels), default=-1) + 1):
-            made = [
-                F.expr(sql).alias(name)
-                for plan, lv in zip(plans, levels, strict=True)
-                for (name, sql), at in zip(plan or [], lv, strict=False)
-                if at == level
-            ]
-            if made:
-                staged = staged.select("*", *made)
-        out = staged.select(
-            *[
-                F.expr(plan[-1][1]).alias(f.name) if plan else F.col(f"__raw{i}").alias(f.name)
-                for i, (f, plan) in enumerate(zip(row.fields, plans, strict=True))
-            ],
-            OP_COLUMN,
-            *self.order_columns,
-        )
-        # The same event delivered twice (a connector restart) counts once: same position,
-        # same op, same row. Two events at one position with other rows stay (a tie, refused).
-        # Columns compared as they are (no text made of each row); a column holding a map or
-        # a variant, which Spark cannot group by, as its JSON text.
+        return self._deduplicated(_decoded(raws, plans, row), row)
+
+    def _images(self, row: StructType, op: Column, keyed: bool) -> tuple[Column, Column]:
+        """The event's before and after images, as struct columns of ``e`` (a MongoDB
+        document parsed from its extended JSON, a delete's key taken from the message's key
+        where it has no pre-image)."""
+        from pyspark.sql import functions as F
+
+        before, after = F.col("e.before"), F.col("e.after")
+        if not self._mongo:
+            return before, after
+        # A MongoDB document is extended JSON text: every column read as its raw text.
+        wire = self._wire_row(row)
+        before = F.from_json(before, wire, {"mode": "FAILFAST"})
+        after = F.from_json(after, wire, {"mode": "FAILFAST"})
+        if keyed and len(self.key) == 1:
+            # Without pre-images a delete's key is only in the message's key.
+            key = F.get_json_object(
+                F.coalesce(F.get_json_object(F.col("__key"), "$.payload"), F.col("__key")), "$.id"
+            )
+            only_key = F.struct(
+                *[
+                    (key if f.name == self.key[0] else F.lit(None).cast("string")).alias(f.name)
+                    for f in wire.fields
+                ]
+            )
+            before = F.when(before.isNull() & (op == "d"), only_key).otherwise(before)
+        return before, after
+
+    def _order(self, extra: dict[str, Column]) -> list[Column]:
+        """The position's columns: ``source`` fields of the envelope ``e``, or columns of
+        the events (carried as ``p<i>``, in ``extra``'s order)."""
+        from pyspark.sql import functions as F
+
+        names = list(extra)
+        return [
+            (
+                F.col("e.source")[p.removeprefix("source.")]
+                if p.startswith("source.")
+                else F.col(f"p{names.index(p)}")
+            ).alias(name)
+            for p, name in zip(self.position, self.order_columns[:-1], strict=True)
+        ]
+
+    def _deduplicated(self, out: DataFrame, row: StructType) -> DataFrame:
+        """The same event delivered twice (a connector restart) counted once: same position,
+        same op, same row. Two events at one position with other rows stay (a tie, refused).
+        Columns compared as they are (no text made of each row); a column holding a map or a
+        variant, which Spark cannot group by, as its JSON text."""
+        from pyspark.sql import functions as F
+
         as_is = [f.name for f in row.fields if not _holds_map(f.dataType)]
         as_text = [f.name for f in row.fields if _holds_map(f.dataType)]
         compared = list(dict.fromkeys([*self.key, OP_COLUMN, *self.order_columns, *as_is]))
@@ -857,6 +809,75 @@ class Debezium:
         )
 
 
+def _check_arguments(row_schema: object, truncate: object, table: object, units: object) -> None:
+    """Refuse a ``Debezium`` argument of the wrong type or value, naming it."""
+    if not isinstance(row_schema, str) and not hasattr(row_schema, "fields"):
+        raise ArgumentTypeError(
+            f"Debezium row_schema= takes a StructType or a DDL string such as "
+            f"'id BIGINT, name STRING', got {type(row_schema).__name__}"
+        )
+    if truncate not in ("error", "ignore"):
+        raise InvalidArgumentError(f"Debezium truncate= is 'error' or 'ignore', got {truncate!r}")
+    if table is not None and (not isinstance(table, str) or not table):
+        raise ArgumentTypeError(f"Debezium table= takes a table name, got {table!r}")
+    if units is not None and not isinstance(units, Mapping):
+        raise ArgumentTypeError(
+            f"Debezium units= takes a mapping of column → unit, got {type(units).__name__}"
+        )
+
+
+def _positions(
+    connector: str | None, position: Sequence[str] | str | None
+) -> tuple[tuple[str, ...], dict[str, OrderAs]]:
+    """The position that orders one key's changes (``connector``'s, or ``position`` as
+    given), and how each of its ``source`` fields orders (by its column's name)."""
+    if connector is not None and position is not None:
+        raise InvalidArgumentError(
+            "Debezium takes connector= (its position is the connector's) or position=, not both"
+        )
+    if connector is not None and connector not in CONNECTOR_POSITIONS:
+        raise InvalidArgumentError(
+            f"Debezium connector= is one of {', '.join(map(repr, CONNECTOR_POSITIONS))}, "
+            f"got {connector!r}; for another, pass position= naming its position fields"
+        )
+    if position is None:
+        position = CONNECTOR_POSITIONS[connector or "postgresql"]
+    positions = (position,) if isinstance(position, str) else tuple(position)
+    if not positions or not all(isinstance(p, str) and p for p in positions):
+        raise ArgumentTypeError(
+            f"Debezium position= takes one or more column paths, got {position!r}"
+        )
+    order_as: dict[str, OrderAs] = {}
+    for p in positions:
+        name = p.removeprefix("source.")
+        if name == p:
+            continue  # a column of the events: a whole number, checked when they are read
+        if name not in POSITION_ORDER:
+            raise InvalidArgumentError(
+                f"Debezium position {p!r} cannot be ordered: the SDK orders the source "
+                f"fields {', '.join(POSITION_ORDER)} as their connectors mean them (or "
+                "pass connector=)"
+            )
+        how = POSITION_ORDER[name]
+        if how is not None:
+            order_as[_position_column(p)] = how
+    return positions, order_as
+
+
+def _position_column(position: str) -> str:
+    """The change rows' column of a position field (``source.lsn`` → ``__source_lsn``)."""
+    return "__" + position.replace(".", "_")
+
+
+def _op_map(truncate: str) -> dict[str, str]:
+    """What each Debezium op is to the change set (a truncate: refused unless ignored)."""
+    ops = dict.fromkeys(_UPSERT_OPS, "upsert") | {"d": "delete", PREIMAGE_OP: "preimage"}
+    ops |= dict.fromkeys(_IGNORED_OPS, "ignore")
+    if truncate == "ignore":
+        ops["t"] = "ignore"
+    return ops
+
+
 #: The ``after`` image's field schemas in the schema wrapper's ``schema`` (``__schema``), the
 #: ``before`` image's where there is no ``after``; NULL for a row ExtractNewRecordState
 #: flattened (the schema's own fields are its columns). Safe under ANSI mode: a missing
@@ -866,6 +887,64 @@ _IMAGE = (
     ".fields, get(`__schema`.fields, array_position(`__schema`.fields.field, 'before') - 1)"
     ".fields)"
 )
+
+
+def _table_of(kept: DataFrame) -> Column:
+    """The event's table: ``source.table`` (MongoDB's ``source.collection``), where the
+    events' source has it (NULL where it has neither)."""
+    from pyspark.sql import functions as F
+
+    envelope: Any = kept.schema["e"].dataType
+    names = getattr(envelope["source"].dataType, "names", ())
+    named = [F.col(f"e.source.{n}") for n in ("table", "collection") if n in names]
+    found = F.coalesce(*named) if len(named) > 1 else named[0] if named else F.lit(None)
+    return found.cast("string")
+
+
+def _all(conditions: Sequence[Column]) -> Column:
+    """Every one of ``conditions`` (one at least)."""
+    found = conditions[0]
+    for condition in conditions[1:]:
+        found = found & condition
+    return found
+
+
+def _decoded(raws: DataFrame, plans: Sequence[list[Step] | None], row: StructType) -> DataFrame:
+    """``row``'s columns made from ``raws``' ``__raw<i>`` by each column's steps (``None``:
+    as it is), with the op and the position's columns.
+
+    Step by step: a step reads the columns made before it, so no expression is written out
+    again inside another (Spark would analyse, and evaluate, each copy). Steps that read none
+    of each other are made together: each level is one more pass over every column."""
+    from pyspark.sql import functions as F
+
+    staged = raws
+    levels = [_levels(plan[:-1]) if plan else [] for plan in plans]
+    for level in range(max((max(lv, default=-1) for lv in levels), default=-1) + 1):
+        made = [
+            F.expr(sql).alias(name)
+            for plan, lv in zip(plans, levels, strict=True)
+            for (name, sql), at in zip(plan or [], lv, strict=False)
+            if at == level
+        ]
+        if made:
+            staged = staged.select("*", *made)
+    kept = [c for c in raws.columns if not c.startswith(("__raw", "__m")) and c != "__table"]
+    return staged.select(
+        *[
+            F.expr(plan[-1][1]).alias(f.name) if plan else F.col(f"__raw{i}").alias(f.name)
+            for i, (f, plan) in enumerate(zip(row.fields, plans, strict=True))
+        ],
+        *[sql_name(c) for c in kept],
+    )
+
+
+def _payload_or_top(parsed: Column, fields: Sequence[StructField]) -> Column:
+    """The body of a parsed event: the schema wrapper's ``payload``, else its top level."""
+    from pyspark.sql import functions as F
+
+    top = F.struct(*[parsed[f.name].alias(f.name) for f in fields])
+    return F.when(parsed["payload"].isNotNull(), parsed["payload"]).otherwise(top)
 
 
 def _field_index(fields: str, name: str) -> str:
