@@ -371,13 +371,31 @@ def run_query(file: Path, body: dict[str, Any]) -> list[Any]:
     query_spec = body.get("query")
     if not isinstance(query_spec, dict) or not query_spec.get("fields"):
         raise refused("the query needs 'fields'")
-    options = body.get("options") or {}
+    shape, limit, disaggregate = _options(body.get("options") or {})
+    text, names = _query_sql(file, query_spec, disaggregate, limit)
+    with connect(file) as conn:
+        rows = conn.execute_list_query(text)
+    if shape == "ARRAYS":
+        return [[_json_value(v) for v in row] for row in rows]
+    return [{n: _json_value(v) for n, v in zip(names, row, strict=True)} for row in rows]
+
+
+def _options(options: dict[str, Any]) -> tuple[str, int | None, bool]:
+    """A query's ``returnFormat``, ``rowLimit`` and ``disaggregate``, checked."""
     shape = options.get("returnFormat", "OBJECTS")
     if shape not in ("OBJECTS", "ARRAYS"):
         raise refused(f"returnFormat must be OBJECTS or ARRAYS, got {shape!r}")
     limit = options.get("rowLimit")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise refused(f"rowLimit must be a positive integer, got {limit!r}")
+    return shape, limit, bool(options.get("disaggregate"))
+
+
+def _query_sql(
+    file: Path, query_spec: dict[str, Any], disaggregate: bool, limit: int | None
+) -> tuple[str, list[str]]:
+    """Hyper SQL of a query's fields and filters over the one table they read, and the
+    names of its columns."""
     query = _Query(_fields(file))
     selected: list[tuple[str, str, bool]] = []
     for spec in query_spec["fields"]:
@@ -389,22 +407,15 @@ def run_query(file: Path, body: dict[str, Any]) -> list[Any]:
         raise refused("a query here reads exactly one table")
     ((schema, table),) = query.tables
     dims = [sql for _, sql, aggregate in selected if not aggregate]
-    disaggregate = bool(options.get("disaggregate"))
     if disaggregate and len(dims) != len(selected):
         raise refused("disaggregate with aggregated fields is not supported here")
-    text = f"SELECT {', '.join(f'{sql} AS {quote_name(n)}' for n, sql, _ in selected)} "
-    text += f"FROM {table_ref(schema, table)}"
-    if where:
-        text += " WHERE " + " AND ".join(where)
-    if dims and not disaggregate:
-        text += " GROUP BY " + ", ".join(dims)
-    if dims:
-        text += " ORDER BY " + ", ".join(str(i + 1) for i, s in enumerate(selected) if not s[2])
-    if limit is not None:
-        text += f" LIMIT {int(limit)}"
-    names = [n for n, _, _ in selected]
-    with connect(file) as conn:
-        rows = conn.execute_list_query(text)
-    if shape == "ARRAYS":
-        return [[_json_value(v) for v in row] for row in rows]
-    return [{n: _json_value(v) for n, v in zip(names, row, strict=True)} for row in rows]
+    grouped = [str(i + 1) for i, (_, _, aggregate) in enumerate(selected) if not aggregate]
+    clauses = [
+        f"SELECT {', '.join(f'{sql} AS {quote_name(n)}' for n, sql, _ in selected)}",
+        f"FROM {table_ref(schema, table)}",
+        *(["WHERE " + " AND ".join(where)] if where else []),
+        *(["GROUP BY " + ", ".join(dims)] if dims and not disaggregate else []),
+        *([f"ORDER BY {', '.join(grouped)}"] if dims else []),
+        *([f"LIMIT {int(limit)}"] if limit is not None else []),
+    ]
+    return " ".join(clauses), [n for n, _, _ in selected]

@@ -15,6 +15,7 @@ integer exactly up to 2^53).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -75,55 +76,59 @@ class Loss:
 def losses(source: ColumnType, target: ColumnType) -> tuple[Loss, ...] | None:
     """What a ``source`` value can lose in a ``target`` column: nothing (``()``), the ways
     it can (narrowing), or ``None`` when the target holds another kind of value."""
-    s, t = source, target
-    if s.kind == t.kind == "text":
-        if t.length is not None and (s.length is None or s.length > t.length):
-            return (Loss("length", t.length, "truncates", f"cuts text longer than {t.length}"),)
-        return ()
-    if s.kind == t.kind == "integer":
-        low, high = INTEGER_RANGE.get(t.name, INTEGER_RANGE["BIGINT"])
-        if INTEGER_RANGE.get(s.name, INTEGER_RANGE["BIGINT"]) == (low, high) or (
-            (s.whole_digits or 19) < (t.whole_digits or 19)
-        ):
-            return ()
-        return (
-            Loss(
-                "range",
-                high,
-                "refuses",
-                f"holds {t.whole_digits} whole digits, not {s.whole_digits}",
-                low=low,
-            ),
-        )
-    if s.kind in ("integer", "numeric") and t.kind == "numeric":
-        found: list[Loss] = []
-        if (s.scale or 0) > (t.scale or 0):
-            found.append(
-                Loss("scale", t.scale or 0, "rounds", f"rounds to {t.scale or 0} decimal places")
-            )
-        held, kept = s.whole_digits, t.whole_digits
-        if held is not None and kept is not None and held > kept:
-            found.append(
-                Loss("whole_digits", kept, "refuses", f"holds {kept} whole digits, not {held}")
-            )
-        return tuple(found)
-    if t.kind == "float" and s.kind in ("integer", "numeric"):
-        if s.kind == "integer" and s.name == "BIGINT":
-            return (Loss("inexact", EXACT_IN_DOUBLE, "rounds", "is exact only up to 2^53"),)
-        if s.kind == "numeric" and (s.precision or 18) > DOUBLE_DIGITS:
-            return (
-                Loss(
-                    "inexact",
-                    DOUBLE_DIGITS,
-                    "rounds",
-                    f"keeps about {DOUBLE_DIGITS} significant digits",
-                ),
-            )
-        return ()
-    if s.kind == t.kind or (s.kind, t.kind) == ("float", "float"):
-        return ()
-    if (s.kind, t.kind) == ("timestamp", "timestamptz"):
-        # The SDK writes an instant as its UTC wall-clock time, which Hyper takes into a
-        # TIMESTAMPTZ column as that instant (a timestamp_ntz's wall clock as if UTC).
+    rule = _LOSS_RULES.get((source.kind, target.kind))
+    if rule is not None:
+        return rule(source, target)
+    # The SDK writes an instant as its UTC wall-clock time, which Hyper takes into a
+    # TIMESTAMPTZ column as that instant (a timestamp_ntz's wall clock as if UTC).
+    if source.kind == target.kind or (source.kind, target.kind) == ("timestamp", "timestamptz"):
         return ()
     return None
+
+
+def _text_losses(s: ColumnType, t: ColumnType) -> tuple[Loss, ...]:
+    if t.length is not None and (s.length is None or s.length > t.length):
+        return (Loss("length", t.length, "truncates", f"cuts text longer than {t.length}"),)
+    return ()
+
+
+def _integer_losses(s: ColumnType, t: ColumnType) -> tuple[Loss, ...]:
+    low, high = INTEGER_RANGE.get(t.name, INTEGER_RANGE["BIGINT"])
+    if INTEGER_RANGE.get(s.name, INTEGER_RANGE["BIGINT"]) == (low, high) or (
+        (s.whole_digits or 19) < (t.whole_digits or 19)
+    ):
+        return ()
+    said = f"holds {t.whole_digits} whole digits, not {s.whole_digits}"
+    return (Loss("range", high, "refuses", said, low=low),)
+
+
+def _numeric_losses(s: ColumnType, t: ColumnType) -> tuple[Loss, ...]:
+    found: list[Loss] = []
+    places = t.scale or 0
+    if (s.scale or 0) > places:
+        found.append(Loss("scale", places, "rounds", f"rounds to {places} decimal places"))
+    held, kept = s.whole_digits, t.whole_digits
+    if held is not None and kept is not None and held > kept:
+        said = f"holds {kept} whole digits, not {held}"
+        found.append(Loss("whole_digits", kept, "refuses", said))
+    return tuple(found)
+
+
+def _float_losses(s: ColumnType, t: ColumnType) -> tuple[Loss, ...]:
+    if s.kind == "integer" and s.name == "BIGINT":
+        return (Loss("inexact", EXACT_IN_DOUBLE, "rounds", "is exact only up to 2^53"),)
+    if s.kind == "numeric" and (s.precision or 18) > DOUBLE_DIGITS:
+        said = f"keeps about {DOUBLE_DIGITS} significant digits"
+        return (Loss("inexact", DOUBLE_DIGITS, "rounds", said),)
+    return ()
+
+
+#: How a value of one kind (source, target) can be narrowed, per pair of kinds.
+_LOSS_RULES: dict[tuple[str, str], Callable[[ColumnType, ColumnType], tuple[Loss, ...]]] = {
+    ("text", "text"): _text_losses,
+    ("integer", "integer"): _integer_losses,
+    ("integer", "numeric"): _numeric_losses,
+    ("numeric", "numeric"): _numeric_losses,
+    ("integer", "float"): _float_losses,
+    ("numeric", "float"): _float_losses,
+}
