@@ -202,33 +202,43 @@ def resolve_change_sets(
             )
         resolved = {tables[0]: changes}
     else:
-        if not changes:
-            raise PayloadArgumentError("the mapping of change sets is empty")
-        for name, cs in changes.items():
-            if not isinstance(cs, ChangeSet):
-                raise ArgumentTypeError(
-                    f"change set {name!r}: expected a ChangeSet, got {type(cs).__name__} "
-                    "(build_payload's second argument is a ChangeSet(key=..., op_column=..., "
-                    "order_by=...) or a mapping of table name → ChangeSet)"
-                )
-        missing = [t for t in tables if t not in changes]
-        extra = [str(t) for t in changes if t not in tables]
-        if missing or extra:
-            said = []
-            if missing:
-                said.append(f"no ChangeSet for table(s) {', '.join(map(repr, missing))}")
-            if extra:
-                said.append(f"no DataFrame for change set(s) {', '.join(map(repr, extra))}")
-            raise PayloadArgumentError(
-                f"{'; '.join(said)}: a multi-table change set maps the same table names to "
-                "DataFrames and to ChangeSets"
+        resolved = _per_table(tables, changes)
+    _check_payload_tables(resolved)
+    return resolved
+
+
+def _per_table(tables: Sequence[str], changes: Mapping[str, ChangeSet]) -> dict[str, ChangeSet]:
+    """A multi-table change set: one ChangeSet per DataFrame, by the same names, each with
+    its own payload tables (``<table>_upserts``, ``<table>_deletes`` unless named)."""
+    if not changes:
+        raise PayloadArgumentError("the mapping of change sets is empty")
+    for name, cs in changes.items():
+        if not isinstance(cs, ChangeSet):
+            raise ArgumentTypeError(
+                f"change set {name!r}: expected a ChangeSet, got {type(cs).__name__} "
+                "(build_payload's second argument is a ChangeSet(key=..., op_column=..., "
+                "order_by=...) or a mapping of table name → ChangeSet)"
             )
-        resolved = {}
-        for name in tables:
-            cs = changes[name]
-            upserts = cs.upsert_table if cs.upsert_table != "upserts" else f"{name}_upserts"
-            deletes = cs.delete_table if cs.delete_table != "deletes" else f"{name}_deletes"
-            resolved[name] = replace(cs, upsert_table=upserts, delete_table=deletes)
+    missing = [t for t in tables if t not in changes]
+    extra = [str(t) for t in changes if t not in tables]
+    said = [f"no ChangeSet for table(s) {', '.join(map(repr, missing))}"] if missing else []
+    said += [f"no DataFrame for change set(s) {', '.join(map(repr, extra))}"] if extra else []
+    if said:
+        raise PayloadArgumentError(
+            f"{'; '.join(said)}: a multi-table change set maps the same table names to "
+            "DataFrames and to ChangeSets"
+        )
+    resolved = {}
+    for name in tables:
+        cs = changes[name]
+        upserts = cs.upsert_table if cs.upsert_table != "upserts" else f"{name}_upserts"
+        deletes = cs.delete_table if cs.delete_table != "deletes" else f"{name}_deletes"
+        resolved[name] = replace(cs, upsert_table=upserts, delete_table=deletes)
+    return resolved
+
+
+def _check_payload_tables(resolved: Mapping[str, ChangeSet]) -> None:
+    """Refuse a payload table name that is empty or written by two change sets."""
     owner: dict[str, str] = {}
     for name, cs in resolved.items():
         for value, what in ((cs.upsert_table, "upsert_table"), (cs.delete_table, "delete_table")):
@@ -240,7 +250,6 @@ def resolve_change_sets(
                     f"{value!r}: give them different upsert_table / delete_table names"
                 )
             owner[value] = name
-    return resolved
 
 
 _GUARD_TYPES = ("tinyint", "smallint", "int", "bigint", "decimal", "date", "timestamp")
@@ -524,55 +533,65 @@ class CdcSpec:
                 f"({key_text}), op {op!r}{more}; a NULL key cannot identify a target row"
             )
         if kind == KIND_UNKNOWN_OP:
-            known = ", ".join(repr(v) for v in self.op_map)
-            if op == MISSING_OP:
-                return (
-                    f"the change set holds an event without an 'op'{more}, e.g. with key "
-                    f"({key_text}): not a Debezium change event envelope (a row flattened by "
-                    "ExtractNewRecordState is a plain change set: read it with a ChangeSet "
-                    "naming its op column)"
-                )
-            if op == PARTIAL_UPDATE_OP:
-                return (
-                    f"the change set holds a MongoDB update that carries only what changed "
-                    f"(updateDescription), not the document{more}, e.g. with key ({key_text}): "
-                    "a row cannot be replaced from it. Set the connector's capture.mode to "
-                    "change_streams_update_full (or change_streams_update_full_with_pre_image)"
-                )
-            if op == "t" and self.op_map.get("d") == "delete" and "c" in self.op_map:
-                return (
-                    f"the change set holds a Debezium truncate (op 't'){more}: a truncate has "
-                    "no key and no order against other partitions' events, so no update can "
-                    "place it. Clear or republish the target yourself, or drop truncates with "
-                    "Debezium(..., truncate='ignore') (op_map={'t': 'ignore'})"
-                )
-            return (
-                f"op column {self.op_column!r} holds the unknown value {op!r}, e.g. for key "
-                f"({key_text}){more}; known values: {known} (pass op_map= to map others)"
-            )
+            return self._unknown_op(op, key_text, more)
         if kind == KIND_NULL_ORDER:
-            read = [o for o in self.order_by if self._sql_of(o) != sql_name(o)]
-            unread = (
-                f" (first column), or a value that does not read as the position it should "
-                f"be in {', '.join(map(repr, read))}"
-                if read
-                else " (first column)"
-            )
-            debezium = (
-                " (Debezium: the events lack that position field; pass connector= naming "
-                "their connector, e.g. Debezium(..., connector='mysql'), or position=; a row "
-                "ExtractNewRecordState flattened carries it where its add.fields names it, "
-                "e.g. add.fields=op,lsn)"
-                if any(o.startswith("__source_") for o in self.order_by)
-                else ""
-            )
-            return (
-                f"the change for key ({key_text}), op {op!r}, has no position: order_by "
-                f"values {order} hold NULL{unread}{more}{debezium}; a change without a "
-                "position cannot be ordered against the others"
-            )
+            return self._no_position(op, order, key_text, more)
         return (
             f"several changes for key ({key_text}) share the greatest order_by value "
             f"{order} in column(s) {', '.join(repr(o) for o in self.order_by)}{more}: "
             "the last change cannot be told; order by a column that is unique per key"
+        )
+
+    def _unknown_op(self, op: object, key_text: str, more: str) -> str:
+        """An op the op map does not know: an event that is no change envelope, a MongoDB
+        update without its document, a truncate, or another value."""
+        if op == MISSING_OP:
+            return (
+                f"the change set holds an event without an 'op'{more}, e.g. with key "
+                f"({key_text}): not a Debezium change event envelope (a row flattened by "
+                "ExtractNewRecordState is a plain change set: read it with a ChangeSet "
+                "naming its op column)"
+            )
+        if op == PARTIAL_UPDATE_OP:
+            return (
+                f"the change set holds a MongoDB update that carries only what changed "
+                f"(updateDescription), not the document{more}, e.g. with key ({key_text}): "
+                "a row cannot be replaced from it. Set the connector's capture.mode to "
+                "change_streams_update_full (or change_streams_update_full_with_pre_image)"
+            )
+        if op == "t" and self.op_map.get("d") == "delete" and "c" in self.op_map:
+            return (
+                f"the change set holds a Debezium truncate (op 't'){more}: a truncate has "
+                "no key and no order against other partitions' events, so no update can "
+                "place it. Clear or republish the target yourself, or drop truncates with "
+                "Debezium(..., truncate='ignore') (op_map={'t': 'ignore'})"
+            )
+        known = ", ".join(repr(v) for v in self.op_map)
+        return (
+            f"op column {self.op_column!r} holds the unknown value {op!r}, e.g. for key "
+            f"({key_text}){more}; known values: {known} (pass op_map= to map others)"
+        )
+
+    def _no_position(self, op: object, order: object, key_text: str, more: str) -> str:
+        """A change whose position is NULL (or does not read as the position it should be),
+        with what a Debezium user sets for it."""
+        read = [o for o in self.order_by if self._sql_of(o) != sql_name(o)]
+        unread = (
+            f" (first column), or a value that does not read as the position it should "
+            f"be in {', '.join(map(repr, read))}"
+            if read
+            else " (first column)"
+        )
+        debezium = (
+            " (Debezium: the events lack that position field; pass connector= naming "
+            "their connector, e.g. Debezium(..., connector='mysql'), or position=; a row "
+            "ExtractNewRecordState flattened carries it where its add.fields names it, "
+            "e.g. add.fields=op,lsn)"
+            if any(o.startswith("__source_") for o in self.order_by)
+            else ""
+        )
+        return (
+            f"the change for key ({key_text}), op {op!r}, has no position: order_by "
+            f"values {order} hold NULL{unread}{more}{debezium}; a change without a "
+            "position cannot be ordered against the others"
         )

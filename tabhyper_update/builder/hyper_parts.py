@@ -469,30 +469,44 @@ def write_parts(
                 done.append(((lo, hi), path, tables))
                 continue
             path.unlink()
-            if lo == hi:
-                raise PayloadError(
-                    f"the payload cannot be split under max_payload_mb={cap_bytes / _MB:g}: one "
-                    f"split unit alone takes {size / _MB:.1f} MB (a single key, or one of "
-                    f"{BUCKETS} buckets of rows); raise max_payload_mb together with the "
-                    "server's api.server.update_uploaded_file.max_size_in_mb"
-                )
-            mid = (lo + hi) // 2
-            log.warning(
-                "payload part for buckets %d-%d is %.1f MB, over the %.1f MB cap although "
-                "its estimate was under it: halving it (this split depends on Hyper's file "
-                "size, not on the data alone)",
-                lo,
-                hi,
-                size / _MB,
-                cap_bytes / _MB,
-            )
-            pending[:0] = [r for r in ((lo, mid), (mid + 1, hi)) if rows_in(*r)]
+            pending[:0] = [r for r in _halves(lo, hi, size, cap_bytes) if rows_in(*r)]
     except BaseException:
         for _, path, _ in done:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         raise
 
+    return _named_parts(done, directory)
+
+
+def _halves(lo: int, hi: int, size: int, cap_bytes: int) -> tuple[tuple[int, int], ...]:
+    """The two halves of a part of buckets ``lo``-``hi`` written over the cap (``size``
+    bytes) although its estimate was under it; refused when it is one bucket already."""
+    if lo == hi:
+        raise PayloadError(
+            f"the payload cannot be split under max_payload_mb={cap_bytes / _MB:g}: one "
+            f"split unit alone takes {size / _MB:.1f} MB (a single key, or one of "
+            f"{BUCKETS} buckets of rows); raise max_payload_mb together with the "
+            "server's api.server.update_uploaded_file.max_size_in_mb"
+        )
+    mid = (lo + hi) // 2
+    log.warning(
+        "payload part for buckets %d-%d is %.1f MB, over the %.1f MB cap although "
+        "its estimate was under it: halving it (this split depends on Hyper's file "
+        "size, not on the data alone)",
+        lo,
+        hi,
+        size / _MB,
+        cap_bytes / _MB,
+    )
+    return (lo, mid), (mid + 1, hi)
+
+
+def _named_parts(
+    done: list[tuple[tuple[int, int], Path, dict[str, TableInfo]]], directory: Path
+) -> list[PayloadPart]:
+    """The written parts in bucket order, each moved to its final name (``payload.hyper``,
+    or ``payload-part-NNN-of-MMM.hyper``)."""
     done.sort(key=lambda d: d[0])
     total = len(done)
     parts: list[PayloadPart] = []

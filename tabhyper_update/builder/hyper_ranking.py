@@ -51,6 +51,7 @@ from .staging import probe_to_driver, staged_files, write_on_driver
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from tableauhyperapi import Connection
 
 __all__ = ["Ranked", "rank_in_hyper", "ranks_in_hyper", "stage_and_rank"]
 
@@ -197,32 +198,8 @@ def rank_in_hyper(
         order_text=quote_name(ORDER_TEXT_COLUMN) if texts else "CAST(NULL AS TEXT)",
         carry_overs=row if spec.commit else (),
     )
-    committed = (
-        f"MAX(CASE WHEN {kind_col} IS NOT NULL THEN {quote_name(COMMITTED_COLUMN)} END)"
-        if spec.committed
-        else "NULL"
-    )
     with connect() as conn:
-        ordered = [quote_name(position_column(i)) for i in range(len(spec.order_by))]
-        if len(ordered) == 1:
-            # One position: its greatest read in the same scan as the counts.
-            counted = conn.execute_list_query(
-                f"SELECT COUNT(*), COUNT({kind_col}), {committed}, "
-                f"MAX(CASE WHEN {kind_col} IS NOT NULL THEN {ordered[0]} END) FROM {source}"
-            )
-            read, kept = (int(n or 0) for n in counted[0][:2])
-            greatest = [] if counted[0][3] is None else [(counted[0][3],)]
-        else:
-            counted = conn.execute_list_query(
-                f"SELECT COUNT(*), COUNT({kind_col}), {committed} FROM {source}"
-            )
-            read, kept = (int(n or 0) for n in counted[0][:2])
-            greatest = conn.execute_list_query(
-                f"SELECT {', '.join(ordered)} FROM {source} WHERE {kind_col} IS NOT NULL "
-                f"AND {ordered[0]} IS NOT NULL ORDER BY "
-                + ", ".join(f"{o} DESC NULLS LAST" for o in ordered)
-                + " LIMIT 1"
-            )
+        read, kept, greatest, micros = _counts(conn, spec, source)
         conn.execute_command(
             f"COPY ({ranked}) TO {quote_literal(str(target))} WITH (FORMAT parquet)"
         )
@@ -231,28 +208,66 @@ def rank_in_hyper(
         )
     if kept and not stats and spec.commit:
         # A commit's changelog of carry-overs only ranks none: count what is left without them.
-        with connect() as conn:
-            left = conn.execute_scalar_query(
-                "SELECT COUNT(*) FROM ("
-                + without_carry_overs(
-                    f"SELECT * FROM {source} WHERE {kind_col} IS NOT NULL",
-                    quote=quote_name,
-                    keys=[quote_name(k) for k in keys],
-                    positions=len(spec.order_by),
-                    columns=row,
-                )
-                + ") AS changes"
-            )
-        kept = int(left or 0)
+        kept = _without_carry_overs(spec, source, keys, row)
     if kept and not stats:
         # Every key read has a last change: none ranked would report an empty change set.
         ignored = f" ({read - kept} ignored change(s) left out)" if read > kept else ""
         raise PayloadError(
             f"Hyper read {kept} tagged change(s) but ranked none into {out}{ignored}"
         )
-    micros = counted[0][2]
     return read, Ranked(
         {str(kind): found for kind, found in stats.items()},
-        tuple(greatest[0]) if greatest else None,
+        greatest,
         None if micros is None else int(micros) / 1e6,
     )
+
+
+def _counts(
+    conn: Connection, spec: CdcSpec, source: str
+) -> tuple[int, int, tuple[Any, ...] | None, Any]:
+    """Of the tagged changes in ``source``: how many were read, how many have a kind (the
+    rest are ignored), the greatest position among those (``None`` without one) and their
+    latest commit time in microseconds (``None`` without one)."""
+    kind_col = quote_name(KIND_COLUMN)
+    committed = (
+        f"MAX(CASE WHEN {kind_col} IS NOT NULL THEN {quote_name(COMMITTED_COLUMN)} END)"
+        if spec.committed
+        else "NULL"
+    )
+    ordered = [quote_name(position_column(i)) for i in range(len(spec.order_by))]
+    if len(ordered) == 1:
+        # One position: its greatest read in the same scan as the counts.
+        ((read, kept, micros, top),) = conn.execute_list_query(
+            f"SELECT COUNT(*), COUNT({kind_col}), {committed}, "
+            f"MAX(CASE WHEN {kind_col} IS NOT NULL THEN {ordered[0]} END) FROM {source}"
+        )
+        return int(read or 0), int(kept or 0), None if top is None else (top,), micros
+    ((read, kept, micros),) = conn.execute_list_query(
+        f"SELECT COUNT(*), COUNT({kind_col}), {committed} FROM {source}"
+    )
+    greatest = conn.execute_list_query(
+        f"SELECT {', '.join(ordered)} FROM {source} WHERE {kind_col} IS NOT NULL "
+        f"AND {ordered[0]} IS NOT NULL ORDER BY "
+        + ", ".join(f"{o} DESC NULLS LAST" for o in ordered)
+        + " LIMIT 1"
+    )
+    return int(read or 0), int(kept or 0), tuple(greatest[0]) if greatest else None, micros
+
+
+def _without_carry_overs(spec: CdcSpec, source: str, keys: Sequence[str], row: list[str]) -> int:
+    """How many of the tagged changes in ``source`` are left once a commit's carry-overs
+    (a delete and an insert of equal rows) are taken out."""
+    kind_col = quote_name(KIND_COLUMN)
+    with connect() as conn:
+        left = conn.execute_scalar_query(
+            "SELECT COUNT(*) FROM ("
+            + without_carry_overs(
+                f"SELECT * FROM {source} WHERE {kind_col} IS NOT NULL",
+                quote=quote_name,
+                keys=[quote_name(k) for k in keys],
+                positions=len(spec.order_by),
+                columns=row,
+            )
+            + ") AS changes"
+        )
+    return int(left or 0)

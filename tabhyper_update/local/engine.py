@@ -48,6 +48,7 @@ from tableauhyperapi import HyperException, Name, SqlType, TableName, TypeTag
 
 from ..values.actions import (
     ActionBatch,
+    ActionCondition,
     BatchLike,
     Delete,
     Insert,
@@ -186,6 +187,16 @@ class _Sql:
         if isinstance(node, Or):
             return "(" + " OR ".join(self.condition(a) for a in node.args) + ")"
         assert isinstance(node, Comparison)
+        left, right = self._operands(node)
+        if node.op == "is":
+            return f"({left} IS NOT DISTINCT FROM {right})"
+        if node.op == "has":
+            return f"(STRPOS(CAST({left} AS TEXT), CAST({right} AS TEXT)) > 0)"
+        return f"({left} {_OPS[node.op]} {right})"
+
+    def _operands(self, node: Comparison) -> tuple[str, str]:
+        """A comparison's two sides as SQL (a DATE column met with a timestamp constant
+        read as a timestamp); refused when their types cannot be compared."""
         if node.target_col is not None:
             left, left_type = self.column("t", node.target_col)
         else:
@@ -213,11 +224,7 @@ class _Sql:
                 f"cannot compare {left_type} with {right_type} in "
                 f"{node.model_dump_json(by_alias=True, exclude_none=True)}"
             )
-        if node.op == "is":
-            return f"({left} IS NOT DISTINCT FROM {right})"
-        if node.op == "has":
-            return f"(STRPOS(CAST({left} AS TEXT), CAST({right} AS TEXT)) > 0)"
-        return f"({left} {_OPS[node.op]} {right})"
+        return left, right
 
 
 def _check_insertable(source: _Table, target: _Table, columns: SourceColumns) -> list[str]:
@@ -446,48 +453,60 @@ class _Engine:
     def apply(self, index: int, action: _Action) -> int:
         target, source = self.tables(action)
         sql = _Sql(target, source)
-        if isinstance(action, Insert):
+        if isinstance(action, (Insert, Replace)):
             assert source is not None
-            cols = ", ".join(quote_name(c) for c in _check_insertable(source, target, self.columns))
-            if self.strict:
-                self.refuse_losses(source, target)
-            rows = self.run(f"INSERT INTO {target.ref} ({cols}) SELECT {cols} FROM {source.ref}")
-            return self.inserted(rows, source, target)
-        if isinstance(action, Replace):
-            assert source is not None
-            self.check_replace(source, target)
-            cols = ", ".join(quote_name(c) for c in source.columns)
-            self.run(f"DELETE FROM {target.ref}")
-            return self.run(f"INSERT INTO {target.ref} ({cols}) SELECT {cols} FROM {source.ref}")
+            if isinstance(action, Replace):
+                return self.replace(source, target)
+            return self.insert(source, target)
         assert action.condition is not None
         if isinstance(action, Delete):
-            where = sql.condition(action.condition)
-            if source is None:
-                return self.run(f"DELETE FROM {target.ref} AS t WHERE {where}")
-            _, named = (
-                condition_columns(action.condition)
-                if action.condition is not True
-                else (set(), set())
-            )
-            extra = [c for c in source.columns if c not in named]
-            if extra:
-                raise _Refusal(
-                    f"a delete's source table may hold only the columns its condition names; "
-                    f"{source.label} also has {', '.join(map(repr, extra))}"
-                )
-            return self.run(
-                f"DELETE FROM {target.ref} AS t WHERE EXISTS "
-                f"(SELECT 1 FROM {source.ref} AS s WHERE {where})"
-            )
+            return self.delete(sql, target, source, action.condition)
         assert source is not None
         if isinstance(action, Update):
             return self.update(sql, target, source, action.condition)
         assert isinstance(action, Upsert)
-        updated = self.update(sql, target, source, action.condition)
+        return self.upsert(sql, target, source, action.condition)
+
+    def insert(self, source: _Table, target: _Table) -> int:
+        cols = ", ".join(quote_name(c) for c in _check_insertable(source, target, self.columns))
+        if self.strict:
+            self.refuse_losses(source, target)
+        rows = self.run(f"INSERT INTO {target.ref} ({cols}) SELECT {cols} FROM {source.ref}")
+        return self.inserted(rows, source, target)
+
+    def replace(self, source: _Table, target: _Table) -> int:
+        self.check_replace(source, target)
+        cols = ", ".join(quote_name(c) for c in source.columns)
+        self.run(f"DELETE FROM {target.ref}")
+        return self.run(f"INSERT INTO {target.ref} ({cols}) SELECT {cols} FROM {source.ref}")
+
+    def delete(
+        self, sql: _Sql, target: _Table, source: _Table | None, condition: ActionCondition
+    ) -> int:
+        """A delete by a condition over the target alone, or matched against a source table
+        holding only the columns the condition names."""
+        where = sql.condition(condition)
+        if source is None:
+            return self.run(f"DELETE FROM {target.ref} AS t WHERE {where}")
+        _, named = condition_columns(condition) if condition is not True else (set(), set())
+        extra = [c for c in source.columns if c not in named]
+        if extra:
+            raise _Refusal(
+                f"a delete's source table may hold only the columns its condition names; "
+                f"{source.label} also has {', '.join(map(repr, extra))}"
+            )
+        return self.run(
+            f"DELETE FROM {target.ref} AS t WHERE EXISTS "
+            f"(SELECT 1 FROM {source.ref} AS s WHERE {where})"
+        )
+
+    def upsert(self, sql: _Sql, target: _Table, source: _Table, condition: Condition | bool) -> int:
+        """An update of the matched rows, then an insert of the source rows none matched."""
+        updated = self.update(sql, target, source, condition)
         written = _check_insertable(source, target, self.columns)
         cols = ", ".join(quote_name(c) for c in written)
         picked = ", ".join(f"s.{quote_name(c)}" for c in written)
-        where = sql.condition(action.condition)
+        where = sql.condition(condition)
         inserted = self.run(
             f"INSERT INTO {target.ref} ({cols}) SELECT {picked} FROM {source.ref} AS s "
             f"WHERE NOT EXISTS (SELECT 1 FROM {target.ref} AS t WHERE {where})"

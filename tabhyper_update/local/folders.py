@@ -113,10 +113,29 @@ def check_folder(
         raise ArgumentTypeError(f"{what} must be a path (str or os.PathLike), got {path!r}")
     folder = Path(os.path.abspath(os.fspath(path)))
     shown = str(folder)
+    info = _existing(folder, what, shown)
+    existing = folder if info is not None else _parent(folder, what, shown)
+    _check_access(existing, what, shown)
+    _check_room(existing, what, shown)
+    if info is None and create:
+        try:
+            make_private(folder)
+        except FileExistsError:
+            pass  # made meanwhile by another build: checked again below
+        except OSError as err:
+            raise _unusable(what, shown, err) from None
+        if not folder.is_dir() or folder.is_symlink():
+            raise ConfigurationError(f"{what} {shown!r} could not be made a folder")
+    return folder
+
+
+def _existing(folder: Path, what: str, shown: str) -> os.stat_result | None:
+    """``folder``'s status (``None``: it does not exist), a link followed where it may be;
+    refused when it is a file or cannot be read."""
     try:
         info: os.stat_result | None = os.lstat(folder)
     except FileNotFoundError:
-        info = None
+        return None
     except NotADirectoryError:
         raise _under_a_file(what, shown, _file_above(folder)) from None
     except OSError as err:
@@ -128,22 +147,30 @@ def check_folder(
         raise ConfigurationError(
             f"{what} {shown!r} is a file, not a folder: pass a folder (it is created when missing)"
         )
-    existing = folder if info is not None else folder.parent
-    if info is None:
-        try:
-            parent = os.stat(existing)
-        except FileNotFoundError:
-            raise ConfigurationError(
-                f"{what} {shown!r}: its parent folder {str(existing)!r} does not exist; "
-                "create it first, or pass a folder whose parent exists"
-            ) from None
-        except NotADirectoryError:
-            raise _under_a_file(what, shown, _file_above(folder)) from None
-        except OSError as err:
-            raise _unusable(what, shown, err) from None
-        if not stat.S_ISDIR(parent.st_mode):
-            raise _under_a_file(what, shown, str(existing))
-    _check_access(existing, what, shown)
+    return info
+
+
+def _parent(folder: Path, what: str, shown: str) -> Path:
+    """The folder a missing ``folder`` is to be made in: it must exist, as a folder."""
+    parent = folder.parent
+    try:
+        info = os.stat(parent)
+    except FileNotFoundError:
+        raise ConfigurationError(
+            f"{what} {shown!r}: its parent folder {str(parent)!r} does not exist; "
+            "create it first, or pass a folder whose parent exists"
+        ) from None
+    except NotADirectoryError:
+        raise _under_a_file(what, shown, _file_above(folder)) from None
+    except OSError as err:
+        raise _unusable(what, shown, err) from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise _under_a_file(what, shown, str(parent))
+    return parent
+
+
+def _check_room(existing: Path, what: str, shown: str) -> None:
+    """Refuse a folder on a full disk (under :data:`MIN_FREE_BYTES` free)."""
     try:
         free = shutil.disk_usage(existing).free
     except OSError as err:
@@ -153,16 +180,6 @@ def check_folder(
             f"{what} {shown!r}: its disk is full ({free:,} bytes free): free space there, or "
             "pass a folder on a disk with room"
         )
-    if info is None and create:
-        try:
-            make_private(folder)
-        except FileExistsError:
-            pass  # made meanwhile by another build: checked again below
-        except OSError as err:
-            raise _unusable(what, shown, err) from None
-        if not folder.is_dir() or folder.is_symlink():
-            raise ConfigurationError(f"{what} {shown!r} could not be made a folder")
-    return folder
 
 
 def refuse_symlink(path: Path, what: str) -> None:

@@ -228,42 +228,51 @@ class Payload:
             targets = [(target_table, self.change_set)]
         actions: list[_Action] = []
         for table, cs in targets:
-            guarded = cs.guard and cs.guard_table in part.tables
-            if guarded:
-                actions.append(
-                    position_guard(
-                        cs.key,
-                        next(
-                            c
-                            for c in part.tables[cs.guard_table].column_names
-                            if c not in cs.key and c != GUARD_COLUMN
-                        ),
-                        target_schema=target_schema,
-                        target_table=f"{table}_positions",
-                        source_schema=self.schema,
-                        guard_table=cs.guard_table,
-                    )
-                )
-            actions += _change_set_actions(
-                cs.key,
-                target_schema=target_schema,
-                target_table=table,
-                source_schema=self.schema,
-                delete_table=cs.delete_table if cs.delete_table in part.tables else None,
-                upsert_table=cs.upsert_table if cs.upsert_table in part.tables else None,
-            )
-            if cs.guard and cs.positions_table in part.tables:
-                # Every touched key's position, deleted keys included: what the guard reads.
-                actions.append(
-                    positions_record(
-                        cs.key,
-                        target_schema=target_schema,
-                        target_table=f"{table}_positions",
-                        source_schema=self.schema,
-                        positions_table=cs.positions_table,
-                    )
-                )
+            actions += self._table_actions(part, table, cs, target_schema)
         return ActionBatch(actions=actions)
+
+    def _table_actions(
+        self, part: PayloadPart, table: str, cs: ChangeSet, target_schema: str
+    ) -> list[_Action]:
+        """One table's actions from the tables ``part`` holds: the guard's check, the delete
+        and the upsert by key, and the positions' record (the guard's, where it is on)."""
+        found: list[_Action] = []
+        if cs.guard and cs.guard_table in part.tables:
+            position = next(
+                c
+                for c in part.tables[cs.guard_table].column_names
+                if c not in cs.key and c != GUARD_COLUMN
+            )
+            found.append(
+                position_guard(
+                    cs.key,
+                    position,
+                    target_schema=target_schema,
+                    target_table=f"{table}_positions",
+                    source_schema=self.schema,
+                    guard_table=cs.guard_table,
+                )
+            )
+        found += _change_set_actions(
+            cs.key,
+            target_schema=target_schema,
+            target_table=table,
+            source_schema=self.schema,
+            delete_table=cs.delete_table if cs.delete_table in part.tables else None,
+            upsert_table=cs.upsert_table if cs.upsert_table in part.tables else None,
+        )
+        if cs.guard and cs.positions_table in part.tables:
+            # Every touched key's position, deleted keys included: what the guard reads.
+            found.append(
+                positions_record(
+                    cs.key,
+                    target_schema=target_schema,
+                    target_table=f"{table}_positions",
+                    source_schema=self.schema,
+                    positions_table=cs.positions_table,
+                )
+            )
+        return found
 
     # -- checks ----------------------------------------------------------------------------
     def validate(self, batch: BatchLike) -> ActionBatch:
@@ -304,48 +313,55 @@ class Payload:
                     )
                 )
                 continue
-            if action.condition is not None and action.condition is not True:
-                _, sources = condition_columns(action.condition)
-                missing = sorted(sources - set(info.column_names))
-                if missing:
-                    problems.append(
-                        Problem(
-                            f"{where}.condition",
-                            f"source column(s) {', '.join(map(repr, missing))} are not in payload "
-                            f"table {info.name!r} (its columns: "
-                            f"{', '.join(map(repr, info.column_names))})",
-                        )
-                    )
-                if isinstance(action, Delete):
-                    extra = [c for c in info.column_names if c not in sources]
-                    if extra:
-                        problems.append(
-                            Problem(
-                                f"{where}.source-table",
-                                f"a delete's source table may hold only the columns its condition "
-                                f"names; {info.name!r} also has {', '.join(map(repr, extra))}",
-                            )
-                        )
-            if isinstance(action, (Insert, Upsert, Replace)) and info.row_count == 0:
-                problems.append(
-                    Problem(
-                        f"{where}.source-table",
-                        f"payload table {info.name!r} holds no rows: nothing to {action.action}",
-                    )
-                )
-            if isinstance(action, Replace) and len(self.parts) > 1:
-                problems.append(
-                    Problem(
-                        where,
-                        f"the payload was split into {len(self.parts)} parts to stay under "
-                        "max_payload_mb, and a replace needs the whole table in one update: "
-                        "raise max_payload_mb together with the server's "
-                        "api.server.update_uploaded_file.max_size_in_mb",
-                    )
-                )
+            problems += self._action_problems(where, action, info)
         problems += self._duplicate_keys(batch)
         if problems:
             raise InvalidActionBatchError(problems)
+
+    def _action_problems(self, where: str, action: _Action, info: TableInfo) -> list[Problem]:
+        """What an action reading payload table ``info`` (at ``where`` in its batch) asks of
+        it that it does not hold: condition columns it lacks, columns a delete's source may
+        not hold, rows to write, the whole table in one part for a replace."""
+        problems: list[Problem] = []
+        if action.condition is not None and action.condition is not True:
+            _, sources = condition_columns(action.condition)
+            missing = sorted(sources - set(info.column_names))
+            if missing:
+                problems.append(
+                    Problem(
+                        f"{where}.condition",
+                        f"source column(s) {', '.join(map(repr, missing))} are not in payload "
+                        f"table {info.name!r} (its columns: "
+                        f"{', '.join(map(repr, info.column_names))})",
+                    )
+                )
+            extra = [c for c in info.column_names if c not in sources]
+            if isinstance(action, Delete) and extra:
+                problems.append(
+                    Problem(
+                        f"{where}.source-table",
+                        f"a delete's source table may hold only the columns its condition "
+                        f"names; {info.name!r} also has {', '.join(map(repr, extra))}",
+                    )
+                )
+        if isinstance(action, (Insert, Upsert, Replace)) and info.row_count == 0:
+            problems.append(
+                Problem(
+                    f"{where}.source-table",
+                    f"payload table {info.name!r} holds no rows: nothing to {action.action}",
+                )
+            )
+        if isinstance(action, Replace) and len(self.parts) > 1:
+            problems.append(
+                Problem(
+                    where,
+                    f"the payload was split into {len(self.parts)} parts to stay under "
+                    "max_payload_mb, and a replace needs the whole table in one update: "
+                    "raise max_payload_mb together with the server's "
+                    "api.server.update_uploaded_file.max_size_in_mb",
+                )
+            )
+        return problems
 
     def _duplicate_keys(self, batch: ActionBatch) -> list[Problem]:
         """An update or upsert by key equality whose payload table holds a key twice in one

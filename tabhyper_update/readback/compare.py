@@ -16,6 +16,7 @@ True
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from decimal import Decimal
@@ -71,36 +72,56 @@ def canonical(value: Any, data_type: str) -> Any:
         value = value.to_datetime()
     elif hasattr(value, "to_date"):  # a Hyper API Date
         value = value.to_date()
-    kind = data_type.upper()
-    if kind == "DATETIME":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return int(value)  # already microseconds (a Spark-side aggregate)
-        if isinstance(value, datetime):
-            return _micros(value)
-        if isinstance(value, date):
-            return _micros(datetime(value.year, value.month, value.day))
-        return _micros(_parse_moment(str(value)))
-    if kind == "DATE":
-        if isinstance(value, datetime):
-            return value.date()
-        if isinstance(value, date):
-            return value
-        return _parse_moment(str(value)[:10]).date()
-    if kind == "REAL":
-        if isinstance(value, Decimal):
-            return value  # an exact type: compared exactly (see :func:`same`)
-        return float(value) if not isinstance(value, str) else float(value.strip())
-    if kind == "INTEGER":
-        if isinstance(value, (float, Decimal)) and value == int(value):
-            return int(value)
-        return int(value) if not isinstance(value, float) else value
-    if kind == "BOOLEAN":
-        if isinstance(value, str):
-            return value.strip().lower() in ("true", "1")
-        return bool(value)
-    if kind == "STRING":
-        return str(value)
-    return value
+    made = _CANONICAL.get(data_type.upper())
+    return value if made is None else made(value)
+
+
+def _canonical_moment(value: Any) -> int:
+    """Microseconds since the epoch."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value)  # already microseconds (a Spark-side aggregate)
+    if isinstance(value, datetime):
+        return _micros(value)
+    if isinstance(value, date):
+        return _micros(datetime(value.year, value.month, value.day))
+    return _micros(_parse_moment(str(value)))
+
+
+def _canonical_date(value: Any) -> date:
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    return _parse_moment(str(value)[:10]).date()
+
+
+def _canonical_real(value: Any) -> float | Decimal:
+    if isinstance(value, Decimal):
+        return value  # an exact type: compared exactly (see :func:`same`)
+    return float(value) if not isinstance(value, str) else float(value.strip())
+
+
+def _canonical_integer(value: Any) -> int | float:
+    if isinstance(value, (float, Decimal)) and value == int(value):
+        return int(value)
+    return int(value) if not isinstance(value, float) else value
+
+
+def _canonical_boolean(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1")
+    return bool(value)
+
+
+#: How a value of each field type is made comparable (any other type: as it is).
+_CANONICAL: dict[str, Callable[[Any], Any]] = {
+    "DATETIME": _canonical_moment,
+    "DATE": _canonical_date,
+    "REAL": _canonical_real,
+    "INTEGER": _canonical_integer,
+    "BOOLEAN": _canonical_boolean,
+    "STRING": str,
+}
 
 
 def same(a: Any, b: Any, data_type: str, tolerance: Tolerance | None = None) -> bool:

@@ -304,38 +304,10 @@ class _Reconciler:
             self.buckets.plan(level, rows, ranges, above, self._region())
             mine, theirs = self._source(level), self._server(level)
             _whole(theirs, server_rows, f"the key ranges of level {level}")
-            differing = sorted(
-                (b for b in set(mine) | set(theirs) if self._differs(mine.get(b), theirs.get(b))),
-                key=repr,
-            )
-            if None in differing:  # rows whose key is NULL: no key can name them
-                differing.remove(None)
-                report.unresolved.append(
-                    f"rows whose key {self.key[0]!r} is NULL differ between the sides"
-                )
-                if not differing:
-                    return
-            elif not differing:
-                report.unresolved.append(f"the totals differ but no bucket at level {level} does")
+            differing = self._differing(report, level, mine, theirs)
+            if not differing:
                 return
-            leaves: list[tuple[Any, int]] = []
-            deeper: list[tuple[Any, int]] = []
-            for b in differing:
-                size = max(
-                    int((mine.get(b) or {}).get("rows") or 0),
-                    int((theirs.get(b) or {}).get("rows") or 0),
-                )
-                small = size <= self.leaf_rows or self.buckets.last(level)
-                (leaves if small else deeper).append((b, size))
-            if (
-                leaves
-                and not self.buckets.last(level)
-                and sum(size for _, size in leaves) > ROWS_PER_REQUEST
-                and len(leaves) <= SPARSE_BUCKETS
-            ):
-                # Few small ranges holding many rows in all: the drift is sparse, and one more
-                # level (a query) leaves far fewer rows to compare than comparing them now.
-                deeper, leaves = deeper + leaves, []
+            leaves, deeper = self._leaves_and_deeper(level, differing, mine, theirs)
             #: The server's rows per bucket (its aggregates counted them): what its answer
             #: of those buckets' rows must hold.
             self._server_rows = {b: int((theirs.get(b) or {}).get("rows") or 0) for b in differing}
@@ -346,6 +318,47 @@ class _Reconciler:
             if not deeper:
                 return
             self._descend(level, [b for b, _ in deeper])
+
+    def _differing(
+        self, report: DriftReport, level: int, mine: Mapping[Any, Any], theirs: Mapping[Any, Any]
+    ) -> list[Any]:
+        """The buckets of ``level`` whose aggregates differ between the sides (none: the
+        cutting stops, said in the report). Rows whose key is NULL are said, not cut: no key
+        range can name them."""
+        differing = sorted(
+            (b for b in set(mine) | set(theirs) if self._differs(mine.get(b), theirs.get(b))),
+            key=repr,
+        )
+        if None in differing:
+            differing.remove(None)
+            report.unresolved.append(
+                f"rows whose key {self.key[0]!r} is NULL differ between the sides"
+            )
+        elif not differing:
+            report.unresolved.append(f"the totals differ but no bucket at level {level} does")
+        return differing
+
+    def _leaves_and_deeper(
+        self, level: int, differing: list[Any], mine: Mapping[Any, Any], theirs: Mapping[Any, Any]
+    ) -> tuple[list[tuple[Any, int]], list[tuple[Any, int]]]:
+        """The differing buckets compared row by row now (small, or at the last level), and
+        those cut one level deeper, each with its rows (the larger side's count)."""
+        assert self.buckets is not None
+        last = self.buckets.last(level)
+        leaves: list[tuple[Any, int]] = []
+        deeper: list[tuple[Any, int]] = []
+        for b in differing:
+            size = max(
+                int((mine.get(b) or {}).get("rows") or 0),
+                int((theirs.get(b) or {}).get("rows") or 0),
+            )
+            (leaves if size <= self.leaf_rows or last else deeper).append((b, size))
+        sparse = len(leaves) <= SPARSE_BUCKETS and sum(n for _, n in leaves) > ROWS_PER_REQUEST
+        if leaves and not last and sparse:
+            # Few small ranges holding many rows in all: the drift is sparse, and one more
+            # level (a query) leaves far fewer rows to compare than comparing them now.
+            return [], deeper + leaves
+        return leaves, deeper
 
     # -- row by row -------------------------------------------------------------------------
     def _compare_rows(self, report: DriftReport, level: int, leaves: list[tuple[Any, int]]) -> None:

@@ -45,28 +45,39 @@ def find_datasource(
     home = project if isinstance(project, Project) or project is None else None
     if home is None and project is not None:
         home = find_project(client, project)
-    if LUID.match(name_or_luid) and home is None:
-        try:
-            _, body = client.request("GET", f"datasources/{name_or_luid}", retry=True)
-            item = (body or {}).get("datasource") or {}
-            ref = ref_from_item(item)
-        except NotFoundError:
-            ref = None
-        if ref is not None:
-            if ref.id.lower() != name_or_luid.lower():
-                raise TargetMismatchError(
-                    f"asked for data source {name_or_luid}, the server answered with "
-                    f"data source {ref.id} ({ref.name!r}): refused"
-                )
-            return replace(_with_connection(client, ref, connection), client=client)
-    found = _find_by_name(client, name_or_luid, home)
+    ref = _by_luid(client, name_or_luid) if LUID.match(name_or_luid) and home is None else None
+    if ref is None:
+        ref = _one_by_name(client, name_or_luid, home)
+    return replace(_with_connection(client, ref, connection), client=client)
+
+
+def _by_luid(client: RestCaller, luid: str) -> DataSourceRef | None:
+    """The data source whose LUID is ``luid`` (``None``: there is none, the text may be a
+    name); refused when the server answers with another."""
+    try:
+        _, body = client.request("GET", f"datasources/{luid}", retry=True)
+        ref = ref_from_item((body or {}).get("datasource") or {})
+    except NotFoundError:
+        return None
+    if ref is not None and ref.id.lower() != luid.lower():
+        raise TargetMismatchError(
+            f"asked for data source {luid}, the server answered with "
+            f"data source {ref.id} ({ref.name!r}): refused"
+        )
+    return ref
+
+
+def _one_by_name(client: RestCaller, name: str, home: Project | None) -> DataSourceRef:
+    """The one data source named ``name`` (in ``home``, when given): none is an error with
+    the names near it, several an error naming their projects."""
+    found = _find_by_name(client, name, home)
     if not found:
         where = f" in project {home.path!r}" if home is not None else ""
-        near = _near_names(client, name_or_luid)
+        near = _near_names(client, name)
         raise NotFoundError(
             status=None,
             summary="Data source not found",
-            detail=f"no data source named {name_or_luid!r}{where} on site {client.site!r}",
+            detail=f"no data source named {name!r}{where} on site {client.site!r}",
             hint=f"did you mean {' or '.join(map(repr, near))}?" if near else None,
         )
     if len(found) > 1:
@@ -74,11 +85,11 @@ def find_datasource(
         raise ApiError(
             status=None,
             summary="Ambiguous data source name",
-            detail=f"{len(found)} data sources are named {name_or_luid!r} on site "
+            detail=f"{len(found)} data sources are named {name!r} on site "
             f"{client.site!r}, in projects {projects}",
             hint="pass project= to pick one",
         )
-    return replace(_with_connection(client, found[0], connection), client=client)
+    return found[0]
 
 
 #: How many data source names a "did you mean" reads (one listing page, one request).

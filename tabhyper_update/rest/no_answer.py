@@ -49,22 +49,7 @@ def no_answer(
     if isinstance(err, (requests.exceptions.SSLError, ssl.SSLError)) or any(
         isinstance(c, ssl.SSLError) for c in causes
     ):
-        reason = tls_reason(err)
-        if "WRONG_VERSION_NUMBER" in str(err) or "wrong version number" in str(err):
-            return TlsVerificationError(
-                f"{where}: the server at {host}:{port} does not speak TLS (https) there: "
-                "use an http:// URL for it, or the port it serves https on; " + check,
-                method=method,
-                url=shown,
-            )
-        return TlsVerificationError(
-            f"{where}: TLS verification failed ({reason}); if the server uses a private "
-            "certificate authority, set TABLEAU_VERIFY_TLS to its CA bundle's path (or "
-            "pass verify='/path/to/ca-bundle.pem'); only for a test server, "
-            "TABLEAU_VERIFY_TLS=false",
-            method=method,
-            url=shown,
-        )
+        return _tls_failure(method, shown, f"{host}:{port}", err, check)
     if any(isinstance(c, socket.gaierror) for c in causes):
         return UnknownHostError(
             f"{where}: the host {host!r} does not resolve (unknown host); {check}",
@@ -95,6 +80,29 @@ def no_answer(
         detail += f": {err}"
     return ConnectionFailedError(
         f"{where}: connection failed ({detail}); {check}", method=method, url=shown
+    )
+
+
+def _tls_failure(
+    method: str, shown: str, address: str, err: BaseException, check: str
+) -> TlsVerificationError:
+    """A TLS failure: a server that does not speak TLS at ``address``, or a certificate
+    refused (with what to set for a private certificate authority)."""
+    where = f"{method} {shown}"
+    if "WRONG_VERSION_NUMBER" in str(err) or "wrong version number" in str(err):
+        return TlsVerificationError(
+            f"{where}: the server at {address} does not speak TLS (https) there: "
+            "use an http:// URL for it, or the port it serves https on; " + check,
+            method=method,
+            url=shown,
+        )
+    return TlsVerificationError(
+        f"{where}: TLS verification failed ({tls_reason(err)}); if the server uses a private "
+        "certificate authority, set TABLEAU_VERIFY_TLS to its CA bundle's path (or "
+        "pass verify='/path/to/ca-bundle.pem'); only for a test server, "
+        "TABLEAU_VERIFY_TLS=false",
+        method=method,
+        url=shown,
     )
 
 

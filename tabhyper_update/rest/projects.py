@@ -5,7 +5,7 @@ within its project by the project's LUID, never by the project's name alone."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,18 +59,8 @@ def find_project(client: RestCaller, project: str | Project | None) -> Project:
     if project is not None and (not isinstance(project, str) or not project.strip("/")):
         raise InvalidArgumentError(f"project= takes a name, a path or a LUID, got {project!r}")
     projects = list_projects(client)
-    if project is None:
-        found = [p for p in projects if p.parent_id is None and p.name.lower() == "default"]
-        wanted = "the default project"
-    elif LUID.match(project):
-        found = [p for p in projects if p.id.lower() == project.lower()]
-        wanted = f"project {project!r}"
-    elif "/" in project:
-        found = [p for p in projects if p.path == project.strip("/")]
-        wanted = f"project path {project!r}"
-    else:
-        found = [p for p in projects if p.name == project]
-        wanted = f"project {project!r}"
+    matches, wanted = _matcher(project)
+    found = [p for p in projects if matches(p)]
     if not found:
         known = ", ".join(sorted(repr(p.path) for p in projects)[:20])
         raise NotFoundError(
@@ -87,3 +77,15 @@ def find_project(client: RestCaller, project: str | Project | None) -> Project:
             hint="pass the project's path from the top (e.g. 'Sales/EMEA') or its LUID",
         )
     return found[0]
+
+
+def _matcher(project: str | None) -> tuple[Callable[[Project], bool], str]:
+    """How a project is told by ``project`` (the default one, a LUID, a path from the top
+    or a name), and how an error names what was asked for."""
+    if project is None:
+        return lambda p: p.parent_id is None and p.name.lower() == "default", "the default project"
+    if LUID.match(project):
+        return lambda p: p.id.lower() == project.lower(), f"project {project!r}"
+    if "/" in project:
+        return lambda p: p.path == project.strip("/"), f"project path {project!r}"
+    return lambda p: p.name == project, f"project {project!r}"

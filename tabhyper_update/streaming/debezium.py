@@ -28,6 +28,8 @@ nothing is dropped unseen.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -575,47 +577,19 @@ class Debezium:
         ts, source = body["ts_ms"], body["source"]
         no_image = op.isNull() & before.isNull() & after.isNull()
         markers = [body[m].isNotNull() for m in ("__op", "__deleted") if m in names]
-        marked = markers[0] if markers else F.lit(False)
-        for marker in markers[1:]:
-            marked = marked | marker
-        is_flat = no_image & marked
+        is_flat = no_image & (_any(markers) if markers else F.lit(False))
         if markers and flat is not None:
-            flat_names = {f.name for f in flat_fields}
-            flat_row = F.struct(*[flat[f.name].alias(f.name) for f in wire.fields])
-            marker_op = body["__op"] if "__op" in names else F.lit(None).cast("string")
-            deleted = (
-                F.coalesce(F.lower(body["__deleted"]) == "true", F.lit(False))
-                if ("__deleted" in names)
-                else F.lit(False)
+            made = self._from_flat_row(body, names, wire, flat, flat_fields)
+            before, after, op, ts, source = (
+                F.when(is_flat, m).otherwise(o)
+                for m, o in zip(made, (before, after, op, ts, source), strict=True)
             )
-            deleted = deleted | F.coalesce(marker_op == "d", F.lit(False))
-
-            def from_flat(name: str) -> Column:
-                options = [flat[n] for n in (f"__{name}", f"__source_{name}") if n in flat_names]
-                return F.coalesce(*options) if options else F.lit(None)
-
-            flat_source = F.struct(
-                *[
-                    from_flat(f.name).cast(f.dataType).alias(f.name)
-                    for f in self._source_type().fields
-                ]
-            )
-            before = F.when(is_flat, F.when(deleted, flat_row)).otherwise(before)
-            after = F.when(is_flat, F.when(~deleted, flat_row)).otherwise(after)
-            op = F.when(
-                is_flat, F.coalesce(marker_op, F.when(deleted, F.lit("d")).otherwise(F.lit("u")))
-            ).otherwise(op)
-            ts = F.when(is_flat, from_flat("ts_ms").cast("long")).otherwise(ts)
-            source = F.when(is_flat, flat_source).otherwise(source)
         # Events that change no row: a transaction's BEGIN or END, a schema change, a
         # heartbeat (nothing but its time).
         signs = [body["ts_ms"].isNotNull() & body["source"].isNull()]
-        signs.append(F.coalesce(F.upper(body["status"]).isin("BEGIN", "END"), F.lit(False)))
+        signs.append(F.upper(body["status"]).isin("BEGIN", "END"))
         signs += [body[n].isNotNull() for n in _METADATA_FIELDS if n != "status"]
-        any_sign = F.coalesce(signs[0], F.lit(False))
-        for sign in signs[1:]:
-            any_sign = any_sign | F.coalesce(sign, F.lit(False))
-        metadata = no_image & ~is_flat & any_sign
+        metadata = no_image & ~is_flat & _any([F.coalesce(s, F.lit(False)) for s in signs])
         op = F.when(metadata, F.lit(METADATA_OP)).otherwise(op)
         if "updateDescription" in names:
             partial = (op == "u") & after.isNull() & body["updateDescription"].isNotNull()
@@ -626,6 +600,44 @@ class Debezium:
             op.alias("op"),
             ts.alias("ts_ms"),
             source.alias("source"),
+        )
+
+    def _from_flat_row(
+        self,
+        body: Column,
+        names: set[str],
+        wire: StructType,
+        flat: Column,
+        flat_fields: Sequence[StructField],
+    ) -> tuple[Column, Column, Column, Column, Column]:
+        """The envelope's before, after, op, ts_ms and source of a row
+        ``ExtractNewRecordState`` flattened (its markers in ``body``, its columns in
+        ``flat``): a deleted row is the before image, any other the after image."""
+        from pyspark.sql import functions as F
+
+        flat_names = {f.name for f in flat_fields}
+        row = F.struct(*[flat[f.name].alias(f.name) for f in wire.fields])
+        marker_op = body["__op"] if "__op" in names else F.lit(None).cast("string")
+        deleted = (
+            F.coalesce(F.lower(body["__deleted"]) == "true", F.lit(False))
+            if "__deleted" in names
+            else F.lit(False)
+        )
+        deleted = deleted | F.coalesce(marker_op == "d", F.lit(False))
+
+        def from_flat(name: str) -> Column:
+            options = [flat[n] for n in (f"__{name}", f"__source_{name}") if n in flat_names]
+            return F.coalesce(*options) if options else F.lit(None)
+
+        source = F.struct(
+            *[from_flat(f.name).cast(f.dataType).alias(f.name) for f in self._source_type().fields]
+        )
+        return (
+            F.when(deleted, row),
+            F.when(~deleted, row),
+            F.coalesce(marker_op, F.when(deleted, F.lit("d")).otherwise(F.lit("u"))),
+            from_flat("ts_ms").cast("long"),
+            source,
         )
 
     def _rows(
@@ -742,6 +754,29 @@ class Debezium:
             .drop("__event_row")
         )
 
+    def _as_text(self, raw: str, arrived: DataType | None, prefix: str) -> tuple[list[Step], str]:
+        """Steps making the column ``raw`` (of type ``arrived``) the value's JSON text (a
+        MongoDB value without its extended JSON wrappers), and the SQL of that text."""
+        kind = type(arrived).__name__ if arrived is not None else "StringType"
+        made = {
+            "BinaryType": f"base64({raw})",
+            "StructType": f"to_json({raw})",
+            "ArrayType": f"to_json({raw})",
+            "MapType": f"to_json({raw})",
+            "StringType": raw,
+        }.get(kind, f"CAST({raw} AS STRING)")
+        steps: list[Step] = []
+        text = raw
+        if made != raw:
+            steps.append((f"{prefix}text", made))
+            text = f"`{prefix}text`"
+        if self._mongo:
+            # Extended JSON wraps a value ({"$date": {"$numberLong": …}}): taken off twice.
+            steps.append((f"{prefix}once", mongo_unwrapped_sql(text)))
+            steps.append((f"{prefix}bare", mongo_unwrapped_sql(f"`{prefix}once`")))
+            text = f"`{prefix}bare`"
+        return steps, text
+
     def _steps(
         self, index: int, column: StructField, arrived: DataType | None, meta: bool
     ) -> list[Step] | None:
@@ -758,45 +793,15 @@ class Debezium:
             # As declared (a string decodes only a time of day its schema or units= names).
             return None
         prefix = f"__d{index}_"
-        steps: list[Step] = []
-        kind = type(arrived).__name__ if arrived is not None else "StringType"
-        text = f"`{raw}`"
-        if kind == "BinaryType":
-            text = f"base64({text})"
-        elif kind in ("StructType", "ArrayType", "MapType"):
-            text = f"to_json({text})"
-        elif kind != "StringType":
-            text = f"CAST({text} AS STRING)"
-        if text != f"`{raw}`":
-            steps.append((f"{prefix}text", text))
-            text = f"`{prefix}text`"
-        if self._mongo:
-            # Extended JSON wraps a value ({"$date": {"$numberLong": …}}): taken off twice.
-            steps.append((f"{prefix}once", mongo_unwrapped_sql(text)))
-            steps.append((f"{prefix}bare", mongo_unwrapped_sql(f"`{prefix}once`")))
-            text = f"`{prefix}bare`"
+        steps, text = self._as_text(f"`{raw}`", arrived, prefix)
         static = settings.static(name, declared)
         if self._mongo:
             # A BSON date is milliseconds since 1970; a decimal is its text ($numberDecimal).
             static = {"unknown": "millis", "decimal-bytes": "text"}.get(static, static)
+        encoding, scale = sql_text(static), "NULL"
         if meta:
-            # The column's field schema: in the image's fields (an envelope), else in the
-            # schema's own (a flattened row). Found by position: no lambda, no map per row.
-            at_image, at_top = f"{prefix}ai", f"{prefix}at"
-            steps.append((at_image, _field_index("`__mimg`", name)))
-            steps.append(
-                (at_top, f"CASE WHEN `__mimg` IS NULL THEN {_field_index('`__mtop`', name)} END")
-            )
-
-            def info(part: str) -> str:
-                return (
-                    f"coalesce(get(`__mimg`, `{at_image}`){part}, get(`__mtop`, `{at_top}`){part})"
-                )
-
-            encoding = schema_encoding_sql(info(".type"), info(".name"), static, declared, settings)
-            scale = f"CAST({info('.parameters.scale')} AS INT)"
-        else:
-            encoding, scale = sql_text(static), "NULL"
+            found, encoding, scale = _schema_encoding(prefix, column, static, settings)
+            steps += found
         return steps + decoding_steps(
             text,
             declared,
@@ -903,10 +908,12 @@ def _table_of(kept: DataFrame) -> Column:
 
 def _all(conditions: Sequence[Column]) -> Column:
     """Every one of ``conditions`` (one at least)."""
-    found = conditions[0]
-    for condition in conditions[1:]:
-        found = found & condition
-    return found
+    return functools.reduce(operator.and_, conditions)
+
+
+def _any(conditions: Sequence[Column]) -> Column:
+    """Any one of ``conditions`` (one at least)."""
+    return functools.reduce(operator.or_, conditions)
 
 
 def _decoded(raws: DataFrame, plans: Sequence[list[Step] | None], row: StructType) -> DataFrame:
@@ -945,6 +952,28 @@ def _payload_or_top(parsed: Column, fields: Sequence[StructField]) -> Column:
 
     top = F.struct(*[parsed[f.name].alias(f.name) for f in fields])
     return F.when(parsed["payload"].isNotNull(), parsed["payload"]).otherwise(top)
+
+
+def _schema_encoding(
+    prefix: str, column: StructField, static: str, settings: Encodings
+) -> tuple[list[Step], str, str]:
+    """Steps finding ``column``'s field schema in the event's schema wrapper, and the SQL of
+    the encoding and the decimal scale it names (``static`` where it names none).
+
+    The field schema is in the image's fields (an envelope), else in the schema's own (a
+    flattened row), found by position: no lambda, no map per row."""
+    name = column.name
+    at_image, at_top = f"{prefix}ai", f"{prefix}at"
+    steps = [
+        (at_image, _field_index("`__mimg`", name)),
+        (at_top, f"CASE WHEN `__mimg` IS NULL THEN {_field_index('`__mtop`', name)} END"),
+    ]
+
+    def info(part: str) -> str:
+        return f"coalesce(get(`__mimg`, `{at_image}`){part}, get(`__mtop`, `{at_top}`){part})"
+
+    encoding = schema_encoding_sql(info(".type"), info(".name"), static, column.dataType, settings)
+    return steps, encoding, f"CAST({info('.parameters.scale')} AS INT)"
 
 
 def _field_index(fields: str, name: str) -> str:

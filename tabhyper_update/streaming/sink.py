@@ -170,50 +170,16 @@ class TableauSink:
         on_schema_change: Any = "fail",
         on_full_refresh: Literal["refuse", "replace"] = "refuse",
     ) -> None:
-        if not isinstance(target, (DataSourceRef, str)) or not target:
-            raise ArgumentTypeError(
-                f"TableauSink's target is a data source name or a DataSourceRef, got {target!r}"
-            )
-        self._tables = _check_changes(changes)
-        if changes is None and actions is None:
-            raise InvalidArgumentError(
-                "TableauSink needs changes= (a ChangeSet, a Debezium, or a mapping of table "
-                "name → either) or actions= for a plain stream"
-            )
-        if changes is not None and actions is not None:
-            raise InvalidArgumentError(
-                "TableauSink takes changes= (whose actions are derived) or actions=, not both"
-            )
+        tables = _checked_arguments(
+            target, changes, actions, target_table, prepare, sink_id, on_full_refresh
+        )
         self.actions = ActionBatch.coerce(actions) if actions is not None else None
-        if self._tables is not None and len(self._tables) > 1 and target_table is not None:
-            raise InvalidArgumentError(
-                "target_table= does not apply to a multi-table change set: each table's "
-                "changes go to the table of its name"
-            )
         check_target(self.actions is not None, target_table, target_schema)
-        if prepare is not None and not callable(prepare):
-            raise ArgumentTypeError(f"prepare= takes a function, got {prepare!r}")
-        self._tables = _routed(self._tables, prepare)
-        if sink_id is not None and (
-            not isinstance(sink_id, str) or not _SINK_ID.fullmatch(sink_id)
-        ):
-            raise InvalidArgumentError(
-                f"sink_id must be 1-128 letters, digits, '.', '_', ':' or '-' (starting with a "
-                f"letter or digit), got {sink_id!r}"
-            )
+        self._tables = _routed(tables, prepare)
         self.client = client_for(target, client, "run the sink")
         self.changes = changes
         self.prepare = prepare
         self.reset = reset
-        if on_full_refresh not in ("refuse", "replace"):
-            raise InvalidArgumentError(
-                f"on_full_refresh is 'refuse' or 'replace', got {on_full_refresh!r}"
-            )
-        if on_full_refresh == "replace" and self._tables is None:
-            raise InvalidArgumentError(
-                "on_full_refresh='replace' replaces the data source's tables from a change "
-                "set's first batch: a plain stream (actions=) has none to replace them from"
-            )
         self.on_full_refresh = on_full_refresh
         #: Every batch's update options, checked once here (each batch sets its own
         #: ``request_id`` and ``position``).
@@ -556,6 +522,56 @@ class TableauSink:
             ((_, cs),) = sets.items()
             return df, cs
         return parsed, sets
+
+
+def _checked_arguments(
+    target: object,
+    changes: Changes | None,
+    actions: object,
+    target_table: str | None,
+    prepare: object,
+    sink_id: object,
+    on_full_refresh: object,
+) -> dict[str, ChangeSet | Debezium] | None:
+    """The change sets by table (``None`` for a plain stream), once every ``TableauSink``
+    argument is checked: one of the wrong type, or arguments that do not go together,
+    refused naming them."""
+    if not isinstance(target, (DataSourceRef, str)) or not target:
+        raise ArgumentTypeError(
+            f"TableauSink's target is a data source name or a DataSourceRef, got {target!r}"
+        )
+    tables = _check_changes(changes)
+    if tables is None and actions is None:
+        raise InvalidArgumentError(
+            "TableauSink needs changes= (a ChangeSet, a Debezium, or a mapping of table "
+            "name → either) or actions= for a plain stream"
+        )
+    if tables is not None and actions is not None:
+        raise InvalidArgumentError(
+            "TableauSink takes changes= (whose actions are derived) or actions=, not both"
+        )
+    if tables is not None and len(tables) > 1 and target_table is not None:
+        raise InvalidArgumentError(
+            "target_table= does not apply to a multi-table change set: each table's "
+            "changes go to the table of its name"
+        )
+    if prepare is not None and not callable(prepare):
+        raise ArgumentTypeError(f"prepare= takes a function, got {prepare!r}")
+    if sink_id is not None and (not isinstance(sink_id, str) or not _SINK_ID.fullmatch(sink_id)):
+        raise InvalidArgumentError(
+            f"sink_id must be 1-128 letters, digits, '.', '_', ':' or '-' (starting with a "
+            f"letter or digit), got {sink_id!r}"
+        )
+    if on_full_refresh not in ("refuse", "replace"):
+        raise InvalidArgumentError(
+            f"on_full_refresh is 'refuse' or 'replace', got {on_full_refresh!r}"
+        )
+    if on_full_refresh == "replace" and tables is None:
+        raise InvalidArgumentError(
+            "on_full_refresh='replace' replaces the data source's tables from a change "
+            "set's first batch: a plain stream (actions=) has none to replace them from"
+        )
+    return tables
 
 
 def _check_changes(changes: Changes | None) -> dict[str, ChangeSet | Debezium] | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -250,27 +251,38 @@ class _Formula:
             if name == "COUNTD":
                 return f"COUNT(DISTINCT {sql[0]})", "INTEGER"
             return f"{_AGGREGATES[name]}({sql[0]})", "number"
-        if name == "DATEDIFF" and len(sql) == 3 and sql[0] in ("'second'", "'day'"):
-            if sql[0] == "'day'":
-                return f"(CAST({sql[2]} AS DATE) - CAST({sql[1]} AS DATE))", "INTEGER"
-            return (
-                f"CAST(FLOOR(EXTRACT(EPOCH FROM {sql[2]})) - FLOOR(EXTRACT(EPOCH FROM {sql[1]}))"
-                " AS BIGINT)",
-                "INTEGER",
-            )
-        if name == "ROUND" and len(sql) == 2:
-            return f"ROUND({sql[0]}, CAST({sql[1]} AS INTEGER))", "number"
-        if name == "FLOOR" and len(sql) == 1:
-            return f"CAST(FLOOR({sql[0]}) AS BIGINT)", "INTEGER"
-        if name == "LEFT" and len(sql) == 2:
-            return f"LEFT({sql[0]}, CAST({sql[1]} AS INTEGER))", "STRING"
-        if name == "LEN" and len(sql) == 1:
-            return f"LENGTH({sql[0]})", "INTEGER"
-        if name == "INT" and len(sql) == 1:
-            if args[0][1] == "BOOLEAN":
-                return f"(CASE WHEN {sql[0]} THEN 1 WHEN NOT {sql[0]} THEN 0 END)", "INTEGER"
-            return f"CAST(TRUNC({sql[0]}) AS BIGINT)", "INTEGER"
+        rule = _FUNCTIONS.get((name, len(sql)))
+        made = rule(sql, [kind for _, kind in args]) if rule is not None else None
+        if made is not None:
+            return made
         raise refused(f"the function {name} with {len(sql)} argument(s) is not supported here")
+
+
+def _datediff(sql: list[str], kinds: list[str]) -> tuple[str, str] | None:
+    if sql[0] == "'day'":
+        return f"(CAST({sql[2]} AS DATE) - CAST({sql[1]} AS DATE))", "INTEGER"
+    if sql[0] == "'second'":
+        epoch = "FLOOR(EXTRACT(EPOCH FROM {}))"
+        return f"CAST({epoch.format(sql[2])} - {epoch.format(sql[1])} AS BIGINT)", "INTEGER"
+    return None
+
+
+def _int(sql: list[str], kinds: list[str]) -> tuple[str, str]:
+    if kinds[0] == "BOOLEAN":
+        return f"(CASE WHEN {sql[0]} THEN 1 WHEN NOT {sql[0]} THEN 0 END)", "INTEGER"
+    return f"CAST(TRUNC({sql[0]}) AS BIGINT)", "INTEGER"
+
+
+#: The calculation functions the fake knows, by (name, number of arguments): each makes
+#: (Hyper SQL, result kind) of its arguments' SQL and kinds, or ``None`` (not supported).
+_FUNCTIONS: dict[tuple[str, int], Callable[[list[str], list[str]], tuple[str, str] | None]] = {
+    ("DATEDIFF", 3): _datediff,
+    ("ROUND", 2): lambda sql, _: (f"ROUND({sql[0]}, CAST({sql[1]} AS INTEGER))", "number"),
+    ("FLOOR", 1): lambda sql, _: (f"CAST(FLOOR({sql[0]}) AS BIGINT)", "INTEGER"),
+    ("LEFT", 2): lambda sql, _: (f"LEFT({sql[0]}, CAST({sql[1]} AS INTEGER))", "STRING"),
+    ("LEN", 1): lambda sql, _: (f"LENGTH({sql[0]})", "INTEGER"),
+    ("INT", 1): _int,
+}
 
 
 class _Query:

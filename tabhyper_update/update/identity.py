@@ -261,12 +261,7 @@ def open_record(
         (part.buckets, part.content_digest) if part is not None else (None, "") for part, _ in units
     ]
     batches = [batch for _, batch in units]
-    if request_id is not None:
-        label = f"request id {request_id!r}"
-    elif kind == "position":
-        label = f"change set {digest[:12]}"
-    else:
-        label = f"run of payload {digest[:12]}" if digest else "run of an update"
+    label = _label(kind, request_id, digest)
     fresh = new_record(
         kind,
         target,
@@ -294,6 +289,25 @@ def open_record(
     if not record.started:
         state.save(fresh)
         return fresh
+    return _planned_otherwise(state, record, label, len(plan))
+
+
+def _label(kind: RecordKind, request_id: str | None, digest: str) -> str:
+    """How the logs and errors name an update: by its request id, its change set or its
+    payload."""
+    if request_id is not None:
+        return f"request id {request_id!r}"
+    if kind == "position":
+        return f"change set {digest[:12]}"
+    return f"run of payload {digest[:12]}" if digest else "run of an update"
+
+
+def _planned_otherwise(
+    state: StateStore, record: UpdateRecord, label: str, parts: int
+) -> UpdateRecord:
+    """A started update found planned in other parts than the payload now splits into
+    (``parts``): finished, it is not sent again (said); unfinished, it cannot be resumed
+    without applying rows twice (refused, with what to do)."""
     if record.finished:
         log.warning(
             "%s was applied before with other content (%d part(s)); nothing is sent: "
@@ -304,7 +318,7 @@ def open_record(
         return record
     raise UpdateStateError(
         f"{label} was interrupted after part(s) of it reached the server, and this payload "
-        f"splits differently ({len(plan)} part(s) now, {len(record.parts)} then): resuming "
+        f"splits differently ({parts} part(s) now, {len(record.parts)} then): resuming "
         "it could apply rows twice. Rebuild with the same max_payload_mb to resume, or, "
         "once you know what the server applied, remove the record with "
         f"`tabhyper-update state clear --state-dir {state.directory}`"

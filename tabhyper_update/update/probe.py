@@ -514,26 +514,14 @@ def probe(
         except _ScopeRefused:
             return "unknown"
 
+    results: dict[str, Any] = {}
     try:
         step(f"publishing the canary {name!r} into {project!r}")
         run.publish()
-        service = case("the VizQL Data Service", run.data_service)
-        not_null = case("NULL into a NOT NULL column", run.not_null)
-        multi = case("a key matched by two source rows", partial(run.row_case, "multi_match"))
-        narrowing = case(
-            "a NUMERIC(12,4) value into NUMERIC(12,2)", partial(run.row_case, "narrowing")
-        )
-        extra = case("a source column the target lacks", partial(run.row_case, "extra_columns"))
-        missing = case(
-            "rows inserted from a source lacking target columns",
-            partial(run.row_case, "missing_columns"),
-        )
-        replay = case("the same RequestID sent twice", run.replay)
-        guard = case("a stale update under the ordering guard", run.guard)
-        parallel = case("an upload's blocks sent at once (sequenceID)", run.parallel_upload)
+        for field, what, measure in _CASES:
+            results[field] = case(what, partial(measure, run))
         cap_mb = case("the update cap (a bounded upload)", run.cap) if cap else None
-        if cap_mb == "unknown":
-            cap_mb = None
+        results["cap_mb"] = None if cap_mb == "unknown" else cap_mb
     finally:
         if not keep:
             step("removing the canary")
@@ -550,26 +538,48 @@ def probe(
     found = ProbeResult(
         server=client.server,
         site=client.site,
-        multi_match=multi,
-        not_null=not_null,
-        narrowing=narrowing,
-        replay=replay,
-        guard=guard,
-        data_service=service,
         read_back=read_back,
         requests=run.requests,
         canary=name,
         api_version=client.api_version,
         kept=keep,
         scopes=run.scopes if _is_connected_app(client) else None,
-        cap_mb=cap_mb,
-        parallel_upload=parallel,
-        extra_columns=extra,
-        missing_columns=missing,
         notes=run.notes,
+        **results,
     )
     store.remember_probe(found)
     return found
+
+
+#: The probe's cases in the order they run: the result's field, what the case tells (as
+#: the progress says it), and how the run measures it.
+_CASES: tuple[tuple[str, str, Callable[[_Probe], Any]], ...] = (
+    ("data_service", "the VizQL Data Service", lambda run: run.data_service()),
+    ("not_null", "NULL into a NOT NULL column", lambda run: run.not_null()),
+    ("multi_match", "a key matched by two source rows", lambda run: run.row_case("multi_match")),
+    (
+        "narrowing",
+        "a NUMERIC(12,4) value into NUMERIC(12,2)",
+        lambda run: run.row_case("narrowing"),
+    ),
+    (
+        "extra_columns",
+        "a source column the target lacks",
+        lambda run: run.row_case("extra_columns"),
+    ),
+    (
+        "missing_columns",
+        "rows inserted from a source lacking target columns",
+        lambda run: run.row_case("missing_columns"),
+    ),
+    ("replay", "the same RequestID sent twice", lambda run: run.replay()),
+    ("guard", "a stale update under the ordering guard", lambda run: run.guard()),
+    (
+        "parallel_upload",
+        "an upload's blocks sent at once (sequenceID)",
+        lambda run: run.parallel_upload(),
+    ),
+)
 
 
 def _is_connected_app(client: RestSession) -> bool:

@@ -175,28 +175,7 @@ class UpdateResult:
         position bookkeeping aside), bytes, parts, seconds per step (summed over the parts),
         job ids and the server's seconds, the source's position and commit time, and the lag
         from that commit to the data being in Tableau."""
-        rows: dict[str, int] = {}
-        for p in self.parts:
-            if p.deduplicated or p.skipped:
-                continue  # applied nothing new: counted by the run that applied it
-            for action in p.actions.actions:
-                source = getattr(action, "source_table", None)
-                if source is None or bookkeeping_role(action) is not None:
-                    continue
-                name = type(action).__name__.lower()
-                rows[name] = rows.get(name, 0) + p.rows.get(source, 0)
-        steps: dict[str, float] = {}
-        for p in self.parts:
-            for step, seconds in p.seconds.items():
-                steps[step] = round(steps.get(step, 0.0) + seconds, 3)
-        if self.build_seconds is not None:
-            steps["build"] = round(self.build_seconds, 3)
         server = [s for j in self.jobs if j.is_done and (s := j.server_seconds()) is not None]
-        lag = (
-            round(self.finished_at - self.committed_at, 3)
-            if self.finished_at is not None and self.committed_at is not None
-            else None
-        )
         return {
             "datasource": self.datasource,
             "done": self.done,
@@ -204,22 +183,43 @@ class UpdateResult:
             "applied_parts": len(self.applied_parts),
             "deduplicated": self.deduplicated,
             "republished": self.republished,
-            "rows": rows,
+            "rows": self._rows_by_action(),
             # What the server received from this run: the parts it uploaded.
             "bytes": sum(p.size_bytes for p in self.parts if "upload" in p.seconds),
-            "seconds": steps,
-            "total_seconds": (
-                round(self.finished_at - self.started_at, 3)
-                if self.finished_at is not None and self.started_at is not None
-                else None
-            ),
+            "seconds": self._seconds_by_step(),
+            "total_seconds": _span(self.started_at, self.finished_at),
             "jobs": [p.job_id for p in self.parts if p.job_id],
             "server_seconds": sum(server) if server else None,
             "position": self.position,
             "committed_at": self.committed_at,
-            "lag_seconds": lag,
+            "lag_seconds": _span(self.committed_at, self.finished_at),
             "readback": None if self.readback is None else dict(self.readback.cost),
         }
+
+    def _rows_by_action(self) -> dict[str, int]:
+        """Rows by action over the parts this run applied (a part applied before, or
+        skipped, counted by the run that applied it), the SDK's bookkeeping aside."""
+        rows: dict[str, int] = {}
+        for p in self.parts:
+            if p.deduplicated or p.skipped:
+                continue
+            for action in p.actions.actions:
+                source = getattr(action, "source_table", None)
+                if source is None or bookkeeping_role(action) is not None:
+                    continue
+                name = type(action).__name__.lower()
+                rows[name] = rows.get(name, 0) + p.rows.get(source, 0)
+        return rows
+
+    def _seconds_by_step(self) -> dict[str, float]:
+        """Seconds per step, summed over the parts, and the build's."""
+        steps: dict[str, float] = {}
+        for p in self.parts:
+            for step, seconds in p.seconds.items():
+                steps[step] = round(steps.get(step, 0.0) + seconds, 3)
+        if self.build_seconds is not None:
+            steps["build"] = round(self.build_seconds, 3)
+        return steps
 
     @property
     def jobs(self) -> list[Job]:
@@ -340,6 +340,11 @@ class UpdateResult:
 metrics_log = get_logger("tabhyper_update.metrics")
 #: What the caller adds to each update's line while it runs (a sink: its id and batch).
 _line_labels: ContextVar[dict[str, Any] | None] = ContextVar("line_labels", default=None)
+
+
+def _span(start: float | None, end: float | None) -> float | None:
+    """Seconds from ``start`` to ``end`` (rounded to the millisecond), where both are known."""
+    return None if start is None or end is None else round(end - start, 3)
 
 
 @contextlib.contextmanager

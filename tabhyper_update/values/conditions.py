@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal, TypeAlias, cast
@@ -151,6 +151,51 @@ class _Model(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+def _check_boolean(v: object) -> None:
+    if not (isinstance(v, bool) or (isinstance(v, str) and v.lower() in ("true", "false"))):
+        raise InvalidArgumentError(f"boolean constant must be true or false, got {v!r}")
+
+
+def _check_integer(v: object) -> None:
+    whole = isinstance(v, int) and not isinstance(v, bool)
+    if not (whole or (isinstance(v, str) and _INT_TEXT.match(v))):
+        raise InvalidArgumentError(f"integer constant must be a whole number, got {v!r}")
+    if not _INT64_MIN <= int(cast("int | str", v)) <= _INT64_MAX:
+        raise InvalidArgumentError(f"integer constant {v!r} does not fit in 64 bits")
+
+
+def _check_double(v: object) -> None:
+    try:
+        number = None if isinstance(v, bool) else float(cast("str | float", v))
+    except ValueError:
+        number = None
+    if number is None:
+        raise InvalidArgumentError(f"double constant must be a number, got {v!r}")
+    if not math.isfinite(number):
+        raise InvalidArgumentError(f"double constant must be finite, got {v!r}")
+
+
+def _check_string(v: object) -> None:
+    if not isinstance(v, str):
+        raise InvalidArgumentError(f"string constant must be a string, got {v!r}")
+
+
+def _check_datetime(v: object) -> None:
+    if not isinstance(v, str):
+        raise InvalidArgumentError(f"datetime constant must be an ISO-8601 string, got {v!r}")
+    parse_datetime_constant(v)
+
+
+#: How a constant's value is checked, per its type.
+_CHECKS: dict[str, Callable[[object], None]] = {
+    "boolean": _check_boolean,
+    "integer": _check_integer,
+    "double": _check_double,
+    "string": _check_string,
+    "datetime": _check_datetime,
+}
+
+
 class Const(_Model):
     """A typed constant: ``{"type": "integer", "v": 42}``.
 
@@ -173,36 +218,7 @@ class Const(_Model):
         v = self.v
         if v is None:
             return self
-        kind = self.type
-        if kind == "boolean":
-            ok = isinstance(v, bool) or (isinstance(v, str) and v.lower() in ("true", "false"))
-            if not ok:
-                raise InvalidArgumentError(f"boolean constant must be true or false, got {v!r}")
-        elif kind == "integer":
-            if isinstance(v, bool) or not isinstance(v, (int, str)):
-                raise InvalidArgumentError(f"integer constant must be a whole number, got {v!r}")
-            if isinstance(v, str) and not _INT_TEXT.match(v):
-                raise InvalidArgumentError(f"integer constant must be a whole number, got {v!r}")
-            if not _INT64_MIN <= int(v) <= _INT64_MAX:
-                raise InvalidArgumentError(f"integer constant {v!r} does not fit in 64 bits")
-        elif kind == "double":
-            if isinstance(v, bool):
-                raise InvalidArgumentError(f"double constant must be a number, got {v!r}")
-            try:
-                number = float(v)
-            except ValueError:
-                raise InvalidArgumentError(f"double constant must be a number, got {v!r}") from None
-            if not math.isfinite(number):
-                raise InvalidArgumentError(f"double constant must be finite, got {v!r}")
-        elif kind == "string":
-            if not isinstance(v, str):
-                raise InvalidArgumentError(f"string constant must be a string, got {v!r}")
-        elif kind == "datetime":
-            if not isinstance(v, str):
-                raise InvalidArgumentError(
-                    f"datetime constant must be an ISO-8601 string, got {v!r}"
-                )
-            parse_datetime_constant(v)
+        _CHECKS[self.type](v)
         return self
 
     @classmethod
