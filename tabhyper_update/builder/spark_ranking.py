@@ -36,20 +36,8 @@ def rank_in_spark(
     from pyspark.sql import functions as F
 
     kind = sql_name(KIND_COLUMN)
-    ordered = spec.order_sql or tuple(sql_name(o) for o in spec.order_by)
-    types = spec.position_types or (None,) * len(ordered)
-    # Each position column at the greatest position, one scalar each (a struct metric of an
-    # empty change set is a NULL row, which PySpark cannot take).
-    read, greatest_of = observe(
-        df,
-        **{
-            f"last{i}": F.expr(
-                _observable(f"max_by({o}, struct({', '.join(ordered)}))", spark_type)
-            )
-            for i, (o, spark_type) in enumerate(zip(ordered, types, strict=True))
-        },
-        **({"committed": F.expr(f"max({spec.committed})")} if spec.committed else {}),
-    )
+    types = spec.position_types or (None,) * len(spec.order_by)
+    read, greatest_of = _observe_positions(df, spec, types)
     rows, counted = observe(
         selected(
             read,
@@ -81,6 +69,29 @@ def rank_in_spark(
         counts,
         None if greatest[0] is None else tuple(greatest),
         None if committed is None else int(committed) / 1e6,
+    )
+
+
+def _observe_positions(
+    df: DataFrame, spec: CdcSpec, types: Sequence[str | None]
+) -> tuple[DataFrame, Callable[[], dict[str, Any]]]:
+    """``df`` observed as Spark reads it: each position column at the greatest position
+    (``last<i>``), and the latest commit time where the change feed says it
+    (``committed``)."""
+    from pyspark.sql import functions as F
+
+    ordered = spec.order_sql or tuple(sql_name(o) for o in spec.order_by)
+    # One scalar per position column (a struct metric of an empty change set is a NULL
+    # row, which PySpark cannot take).
+    return observe(
+        df,
+        **{
+            f"last{i}": F.expr(
+                _observable(f"max_by({o}, struct({', '.join(ordered)}))", spark_type)
+            )
+            for i, (o, spark_type) in enumerate(zip(ordered, types, strict=True))
+        },
+        **({"committed": F.expr(f"max({spec.committed})")} if spec.committed else {}),
     )
 
 

@@ -341,23 +341,14 @@ class Transport:
         if json_body is not None:
             all_headers["Content-Type"] = "application/json"
             data = json.dumps(json_body)
-        started = time.perf_counter()
-        self.sent += 1
         limit = timeout or self.timeout
         size = len(data) if isinstance(data, (bytes, str)) or hasattr(data, "__len__") else 0
+        deadline = limit + size / _BODY_BYTES_PER_SECOND
+        out = _Outgoing(method, url, shown, data, all_headers, params, limit, deadline)
+        started = time.perf_counter()
+        self.sent += 1
         with http_request(method, shown, resend_count) as answer:
-            response = self._send_following(
-                _Outgoing(
-                    method,
-                    url,
-                    shown,
-                    data,
-                    all_headers,
-                    params,
-                    limit=limit,
-                    deadline=limit + size / _BODY_BYTES_PER_SECOND,
-                )
-            )
+            response = self._send_following(out)
             answer["status"] = response.status_code
         log.debug(
             "%s %s -> %s in %.3f s",
@@ -366,6 +357,13 @@ class Transport:
             response.status_code,
             time.perf_counter() - started,
         )
+        return response, self._body(response, method, shown, expected)
+
+    def _body(
+        self, response: requests.Response, method: str, shown: str, expected: tuple[int, ...]
+    ) -> dict[str, Any] | None:
+        """The answer's JSON body; an unexpected status, an unreadable body or an error
+        body under a success status raised as our error."""
         if response.status_code not in expected:
             raise self._error(response, method, shown)
         try:
@@ -379,7 +377,7 @@ class Transport:
         if body is not None and isinstance(body.get("error"), dict):
             # A success status carrying an error body is still an error.
             raise self._error(response, method, shown, body)
-        return response, body
+        return body
 
     def _send_following(self, out: _Outgoing) -> requests.Response:
         """Send, following same-origin redirects only; the answer read in full, capped."""

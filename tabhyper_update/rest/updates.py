@@ -4,6 +4,9 @@ check that the job the server answers with belongs to that data source."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from ..values.actions import ActionBatch, BatchLike
 from ..values.errors import ApiError, InvalidArgumentError, TargetMismatchError
@@ -11,6 +14,9 @@ from ..values.redaction import get_logger
 from .caller import RestCaller
 from .jobs import Job
 from .refs import DataSourceRef, check_request_id
+
+if TYPE_CHECKING:
+    import requests
 
 __all__ = ["check_job_target", "update_data"]
 
@@ -50,21 +56,33 @@ def update_data(
         len(checked.actions),
         rid,
     )
+    send = partial(
+        client.request,
+        "PATCH",
+        path,
+        retry=True,
+        json_body=checked.to_dict(),
+        params=params,
+        headers={"RequestID": rid},
+        expected=(200, 202),
+    )
+    response, body = _while_busy(client, ref, send)
+    job = Job.from_response(body, client).answered(response.headers.get("Date"))
+    return check_job_target(job, ref, rid)
+
+
+def _while_busy(
+    client: RestCaller,
+    ref: DataSourceRef,
+    send: Callable[[], tuple[requests.Response, dict[str, Any] | None]],
+) -> tuple[requests.Response, dict[str, Any] | None]:
+    """``send``'s answer, sent again while the data source is busy (409093: a refresh or
+    another job of it running), until the poll policy's ``busy_timeout``."""
     waits = client.poll.waits(start=1.0)
     deadline = client.clock() + client.poll.busy_timeout
     while True:
         try:
-            response, body = client.request(
-                "PATCH",
-                path,
-                retry=True,
-                json_body=checked.to_dict(),
-                params=params,
-                headers={"RequestID": rid},
-                expected=(200, 202),
-            )
-            job = Job.from_response(body, client).answered(response.headers.get("Date"))
-            return check_job_target(job, ref, rid)
+            return send()
         except ApiError as err:
             if err.code != BUSY:
                 raise

@@ -530,23 +530,7 @@ def probe(
             except TabHyperError as err:
                 log.warning("the canary %r was not removed: %s", name, err)
         derived.remove()
-    read_back = (
-        "data_service"
-        if run.service is not None
-        else ("not_null" if run.not_null_enforced else "answers")
-    )
-    found = ProbeResult(
-        server=client.server,
-        site=client.site,
-        read_back=read_back,
-        requests=run.requests,
-        canary=name,
-        api_version=client.api_version,
-        kept=keep,
-        scopes=run.scopes if _is_connected_app(client) else None,
-        notes=run.notes,
-        **results,
-    )
+    found = _result(client, run, keep, results)
     store.remember_probe(found)
     return found
 
@@ -580,6 +564,27 @@ _CASES: tuple[tuple[str, str, Callable[[_Probe], Any]], ...] = (
         lambda run: run.parallel_upload(),
     ),
 )
+
+
+def _result(client: RestSession, run: _Probe, keep: bool, results: dict[str, Any]) -> ProbeResult:
+    """What the probe found: its cases' ``results``, how it read them back, what it sent."""
+    read_back = (
+        "data_service"
+        if run.service is not None
+        else ("not_null" if run.not_null_enforced else "answers")
+    )
+    return ProbeResult(
+        server=client.server,
+        site=client.site,
+        read_back=read_back,
+        requests=run.requests,
+        canary=run.name,
+        api_version=client.api_version,
+        kept=keep,
+        scopes=run.scopes if _is_connected_app(client) else None,
+        notes=run.notes,
+        **results,
+    )
 
 
 def _is_connected_app(client: RestSession) -> bool:
