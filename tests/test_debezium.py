@@ -187,16 +187,18 @@ def test_ordering_is_by_position_then_ts_ms(spark: SparkSession) -> None:
     assert tables_of(df) == {"upserts": [(1, "late", 9), (2, "second", 2)]}
 
 
-def test_a_callers_position_column(spark: SparkSession) -> None:
+# "m_offset": its change column (``__m_offset``) shares a prefix with the reader's own.
+@pytest.mark.parametrize("name", ["offset", "m_offset"])
+def test_a_callers_position_column(spark: SparkSession, name: str) -> None:
     # Kafka's offset orders one key's events (Debezium keys its messages).
     lines = [
         (event("u", None, row(1, "second", 2), None), 8),
         (event("u", None, row(1, "first", 1), None), 7),
     ]
-    df = spark.createDataFrame(lines, "value string, offset BIGINT")
-    by_offset = Debezium(ROW, key="id", position="offset")
+    df = spark.createDataFrame(lines, f"value string, {name} BIGINT")
+    by_offset = Debezium(ROW, key="id", position=name)
     assert tables_of(df, by_offset) == {"upserts": [(1, "second", 2)]}
-    assert by_offset.change_set.order_by == ("__offset", "__ts_ms")
+    assert by_offset.change_set.order_by == (f"__{name}", "__ts_ms")
 
 
 def test_truncate_is_refused_by_default_and_dropped_by_option(spark: SparkSession) -> None:

@@ -691,7 +691,8 @@ class Debezium:
             self._steps(i, f, read.actual.get(f.name), meta is not None)
             for i, f in enumerate(row.fields)
         ]
-        return self._deduplicated(_decoded(raws, plans, row), row)
+        carried = [OP_COLUMN, *self.order_columns]
+        return self._deduplicated(_decoded(raws, plans, row, carried), row)
 
     def _images(self, row: StructType, op: Column, keyed: bool) -> tuple[Column, Column]:
         """The event's before and after images, as struct columns of ``e`` (a MongoDB
@@ -916,9 +917,14 @@ def _any(conditions: Sequence[Column]) -> Column:
     return functools.reduce(operator.or_, conditions)
 
 
-def _decoded(raws: DataFrame, plans: Sequence[list[Step] | None], row: StructType) -> DataFrame:
+def _decoded(
+    raws: DataFrame,
+    plans: Sequence[list[Step] | None],
+    row: StructType,
+    carried: Sequence[str],
+) -> DataFrame:
     """``row``'s columns made from ``raws``' ``__raw<i>`` by each column's steps (``None``:
-    as it is), with the op and the position's columns.
+    as it is), with the columns ``carried`` as they are (the op and the position's).
 
     Step by step: a step reads the columns made before it, so no expression is written out
     again inside another (Spark would analyse, and evaluate, each copy). Steps that read none
@@ -936,13 +942,12 @@ def _decoded(raws: DataFrame, plans: Sequence[list[Step] | None], row: StructTyp
         ]
         if made:
             staged = staged.select("*", *made)
-    kept = [c for c in raws.columns if not c.startswith(("__raw", "__m")) and c != "__table"]
     return staged.select(
         *[
             F.expr(plan[-1][1]).alias(f.name) if plan else F.col(f"__raw{i}").alias(f.name)
             for i, (f, plan) in enumerate(zip(row.fields, plans, strict=True))
         ],
-        *[sql_name(c) for c in kept],
+        *[F.col(sql_name(c)) for c in carried],
     )
 
 
