@@ -224,6 +224,43 @@ def test_every_default_encoding_lands_as_declared_exactly(
     assert normal(landed(got)) == normal([expected(i, time_unit) for i in range(4)])
 
 
+@pytest.mark.parametrize("schemas", [True, False], ids=["schemas-on", "schemas-off"])
+def test_nanoseconds_past_two_to_the_53_are_cut_to_their_microsecond_exactly(
+    spark: SparkSession, schemas: bool
+) -> None:
+    """A ``NanoTimestamp`` or ``NanoTime`` is cut to its microsecond toward the past, in
+    whole numbers: 1,700,000,000,123,455,999 ns is ...123455 µs (through a double it
+    rounds up to ...123456), and -1 ns is the microsecond before 1970."""
+    columns = [
+        Column("id", "int64"),
+        Column("created", "int64", f"{DBZ}.time.NanoTimestamp", encode=int),
+        Column("clock", "int64", f"{DBZ}.time.NanoTime", encode=int),
+    ]
+    nanos = [1_700_000_000_123_455_999, -1, 86_399_999_999_999]
+    lines = [
+        event(
+            columns,
+            "c",
+            None,
+            {"id": i, "created": n, "clock": n % 86_400_000_000_000},
+            i,
+            schemas=schemas,
+        )
+        for i, n in enumerate(nanos)
+    ]
+    settings: dict[str, Any] = {} if schemas else {"units": {"created": "nanos", "clock": "nanos"}}
+    debezium = Debezium("id BIGINT, created TIMESTAMP, clock STRING", key="id", **settings)
+    events = spark.createDataFrame([(line,) for line in lines], "value string")
+    with build_payload(debezium.changes(events), debezium.change_set) as payload:
+        got = landed(sorted(read_table(payload.parts[0].path, "upserts", order_by="1")))
+    epoch = datetime(1970, 1, 1)
+    assert [(row[0], row[1], row[2]) for row in got] == [
+        (0, datetime(2023, 11, 14, 22, 13, 20, 123455), "22:13:20.123455"),
+        (1, datetime(1969, 12, 31, 23, 59, 59, 999999), "23:59:59.999999"),
+        (2, epoch.replace(hour=23, minute=59, second=59, microsecond=999999), "23:59:59.999999"),
+    ]
+
+
 def test_adaptive_without_schemas_names_what_to_set(
     spark: SparkSession, client: TableauClient, server: FakeTableauServer
 ) -> None:

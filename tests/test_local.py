@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tabhyper_update import Delete, Insert, Replace, Update, Upsert, keys_match, source, target
-from tabhyper_update.local.engine import apply
+from tabhyper_update.local.engine import SourceColumns, apply
 from tabhyper_update.local.hyper import quote_name
 from tabhyper_update.testing.files import make_hyper
 from tabhyper_update.values.actions import ActionBatch
@@ -68,6 +68,27 @@ def test_update_sets_source_columns_on_matching_rows(orders: Path, tmp_path: Pat
         (3, 30.0),
         (4, 4.0),
     ]
+
+
+@pytest.mark.parametrize("partial", ["keep", "null", "refuse"])
+@pytest.mark.parametrize("action", [Update, Upsert])
+def test_an_update_from_a_source_lacking_columns_as_each_server_meets_it(
+    orders: Path, tmp_path: Path, partial: str, action: type[Update] | type[Upsert]
+) -> None:
+    """Rows updated from a source that holds the key and one column: the others kept as
+    they were (Hyper's ``UPDATE``), set to NULL, or the batch refused and nothing changed."""
+    before = read_rows(orders, "Orders")
+    p = payload(tmp_path, {"chg": ("id INT, name TEXT", ["(1, 'apricot')"])})
+    batch = [action(target_table="Orders", source_table="chg", condition=keys_match("id"))]
+    columns = SourceColumns(partial=partial)  # type: ignore[arg-type]
+    if partial == "refuse":
+        with pytest.raises(ApplyError, match=r"lacks column\(s\) 'amount', 'ts', 'day', 'ok'"):
+            apply(batch, target=orders, payload=p, source_columns=columns)
+        assert read_rows(orders, "Orders") == before
+        return
+    apply(batch, target=orders, payload=p, source_columns=columns)
+    kept = before[0][2:] if partial == "keep" else (None, None, None, None)
+    assert read_rows(orders, "Orders") == [(1, "apricot", *kept), *before[1:]]
 
 
 def test_delete_by_source_keys(orders: Path, tmp_path: Path) -> None:

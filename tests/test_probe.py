@@ -72,6 +72,22 @@ def test_the_probe_tells_how_source_columns_unlike_the_targets_are_met(
     assert found.requests <= 200
 
 
+@pytest.mark.parametrize("partial", ["null", "refuse"])
+@pytest.mark.parametrize("profile", ["ideal", "server-2021.4"])
+def test_the_probe_tells_how_a_partial_update_is_met(
+    profile: str, partial: str, tmp_path: Path
+) -> None:
+    """Rows updated from a source lacking target columns: kept on every fake by default
+    (Hyper's ``UPDATE``), and told apart where a server sets them to NULL or refuses, through
+    the service and by follow-up updates; every other case measures the same as before."""
+    with FakeTableauServer(profile=profile, partial_update=partial, pats=dict([PAT])) as server:
+        found = probed(server, tmp_path)
+        assert findings(found) == findings(server.expected_probe())
+    assert found.partial_update == {"null": "null", "refuse": "refused"}[partial]
+    assert found.read_back == ("data_service" if profile == "ideal" else "not_null")
+    assert found.requests <= 200
+
+
 def test_a_fake_answers_as_the_probed_server_did(tmp_path: Path) -> None:
     with FakeTableauServer(
         profile="server-2021.4",

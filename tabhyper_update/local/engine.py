@@ -303,16 +303,24 @@ class SourceColumns:
     ``extra``: a source column the target lacks is ``"refuse"``-d (what Hyper does with a
     column that does not exist; the default) or ``"ignore"``-d. ``missing``: rows inserted
     from a source lacking target columns get NULL there (``"null"``, Hyper's ``INSERT``
-    with a column list; the default) or are ``"refuse"``-d."""
+    with a column list; the default) or are ``"refuse"``-d. ``partial``: rows updated from a
+    source lacking target columns ``"keep"`` those columns as they were (Hyper's ``UPDATE``
+    setting the source's columns; the default), have them set to NULL (``"null"``: the
+    source's rows taken as whole rows), or the update is ``"refuse"``-d."""
 
     extra: Literal["refuse", "ignore"] = "refuse"
     missing: Literal["null", "refuse"] = "null"
+    partial: Literal["keep", "null", "refuse"] = "keep"
 
     def __post_init__(self) -> None:
         if self.extra not in ("refuse", "ignore"):
             raise ApplyError(f"extra_columns must be 'refuse' or 'ignore', got {self.extra!r}")
         if self.missing not in ("null", "refuse"):
             raise ApplyError(f"missing_columns must be 'null' or 'refuse', got {self.missing!r}")
+        if self.partial not in ("keep", "null", "refuse"):
+            raise ApplyError(
+                f"partial_update must be 'keep', 'null' or 'refuse', got {self.partial!r}"
+            )
 
 
 def check_semantics(semantics: object) -> Semantics:
@@ -418,6 +426,17 @@ class _Engine:
             )
         return rows
 
+    def left_out(self, source: _Table, target: _Table) -> list[str]:
+        """The target columns an update from ``source`` sets to NULL, lacking them
+        (``partial="null"``; none under ``"keep"``); refused under ``partial="refuse"``."""
+        lacking = [c for c in target.columns if c not in source.columns]
+        if lacking and self.columns.partial == "refuse":
+            raise _Refusal(
+                f"source table {source.label} lacks column(s) {', '.join(map(repr, lacking))} "
+                f"of target table {target.label}: rows updated must give every column"
+            )
+        return lacking if self.columns.partial == "null" else []
+
     def update(self, sql: _Sql, target: _Table, source: _Table, condition: Condition | bool) -> int:
         columns = _check_insertable(source, target, self.columns)
         if self.strict:
@@ -426,7 +445,10 @@ class _Engine:
         if self.strict:
             self.check_single_match(sql, target, source, condition, where)
         rows = source.ref if self.strict else self.one_per_key(source, condition)
-        sets = ", ".join(f"{quote_name(c)} = s.{quote_name(c)}" for c in columns)
+        sets = ", ".join(
+            [f"{quote_name(c)} = s.{quote_name(c)}" for c in columns]
+            + [f"{quote_name(c)} = NULL" for c in self.left_out(source, target)]
+        )
         return self.run(f"UPDATE {target.ref} AS t SET {sets} FROM {rows} AS s WHERE {where}")
 
     def one_per_key(self, source: _Table, condition: Condition | bool) -> str:

@@ -139,7 +139,9 @@ class FakeBackend:
         self.seed = config.seed
         #: How source columns that differ from the target's are met (where Tableau is silent).
         self.source_columns = SourceColumns(
-            extra=config.extra_columns, missing=config.missing_columns
+            extra=config.extra_columns,
+            missing=config.missing_columns,
+            partial=config.partial_update,
         )
         #: How a repeated RequestID is answered: "original" (the first request's job),
         #: "new_job" (a new job that applies nothing) or "refuse" (409, naming the duplicate).

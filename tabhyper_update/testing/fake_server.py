@@ -269,6 +269,7 @@ class FakeTableauServer:
             parallel_upload="sequence" if backend.uploads.sequence_ids else "refused",
             extra_columns=FOUND_AS[backend.source_columns.extra],
             missing_columns=FOUND_AS[backend.source_columns.missing],
+            partial_update=FOUND_AS[backend.source_columns.partial],
         )
 
     def remember_probe(self, state_dir: str | os.PathLike[str] | None = None) -> ProbeResult:

@@ -68,6 +68,9 @@ class ServerProfile:
     extra_columns: Literal["refuse", "ignore"] = "refuse"
     #: Rows inserted from a source lacking target columns: "null" there, or "refuse".
     missing_columns: Literal["null", "refuse"] = "null"
+    #: Rows updated from a source lacking target columns: "keep" those columns (Hyper's
+    #: SQL), set them to "null", or "refuse" the update.
+    partial_update: Literal["keep", "null", "refuse"] = "keep"
 
 
 PROFILES: dict[str, ServerProfile] = {
@@ -125,6 +128,7 @@ FOUND_AS = {
     "refuse": "refused",
     "ignore": "ignored",
     "null": "null",
+    "keep": "kept",
 }
 _REPLAY = {FOUND_AS[v]: v for v in ("original", "new_job", "refuse")}
 _EXTRA: dict[str | None, Literal["refuse", "ignore"]] = {
@@ -136,6 +140,12 @@ _MISSING: dict[str | None, Literal["null", "refuse"]] = {
     FOUND_AS["null"]: "null",
     FOUND_AS["refuse"]: "refuse",
     None: "null",
+}
+_PARTIAL: dict[str | None, Literal["keep", "null", "refuse"]] = {
+    FOUND_AS["keep"]: "keep",
+    FOUND_AS["null"]: "null",
+    FOUND_AS["refuse"]: "refuse",
+    None: "keep",
 }
 
 
@@ -166,6 +176,8 @@ def profile_from_probe(path: str | Path) -> ServerProfile:
         problems.append(f"extra_columns={found.extra_columns!r}")
     if found.missing_columns not in _MISSING:
         problems.append(f"missing_columns={found.missing_columns!r}")
+    if found.partial_update not in _PARTIAL:
+        problems.append(f"partial_update={found.partial_update!r}")
     if problems:
         raise ValueError(
             f"the fake cannot answer as the server of {str(path)!r} did: {'; '.join(problems)}"
@@ -190,4 +202,5 @@ def profile_from_probe(path: str | Path) -> ServerProfile:
         sequence_ids=found.parallel_upload == "sequence",
         extra_columns=_EXTRA[found.extra_columns],
         missing_columns=_MISSING[found.missing_columns],
+        partial_update=_PARTIAL[found.partial_update],
     )

@@ -56,8 +56,10 @@ class BackendSettings(TypedDict, total=False):
     the parameter is refused [the profile's]. ``extra_columns``: a source column the target
     lacks is ``"refuse"``-d (what Hyper does with a column that does not exist) or
     ``"ignore"``-d; ``missing_columns``: rows inserted from a source lacking target columns
-    get ``"null"`` there (Hyper's ``INSERT`` with a column list) or are ``"refuse"``-d [the
-    profile's: ``"refuse"`` and ``"null"``].
+    get ``"null"`` there (Hyper's ``INSERT`` with a column list) or are ``"refuse"``-d;
+    ``partial_update``: rows updated from a source lacking target columns ``"keep"`` them
+    (Hyper's ``UPDATE``), get ``"null"`` there, or the update is ``"refuse"``-d [the
+    profile's: ``"refuse"``, ``"null"`` and ``"keep"``].
     """
 
     pats: Mapping[str, str] | None
@@ -89,6 +91,7 @@ class BackendSettings(TypedDict, total=False):
     sequence_ids: bool
     extra_columns: Literal["refuse", "ignore"]
     missing_columns: Literal["null", "refuse"]
+    partial_update: Literal["keep", "null", "refuse"]
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,7 @@ class BackendConfig:
     sequence_ids: bool
     extra_columns: Literal["refuse", "ignore"]
     missing_columns: Literal["null", "refuse"]
+    partial_update: Literal["keep", "null", "refuse"]
 
     @classmethod
     def of(cls, settings: Mapping[str, Any]) -> BackendConfig:
@@ -161,6 +165,7 @@ class BackendConfig:
             "sequence_ids": profile.sequence_ids,
             "extra_columns": profile.extra_columns,
             "missing_columns": profile.missing_columns,
+            "partial_update": profile.partial_update,
         }
         # A limit given as None means no limit, not the profile's.
         for limit in ("service_query_quota", "rest_calls_per_window", "max_concurrent"):

@@ -14,11 +14,13 @@ from ..values.conditions import keys_match
 
 __all__ = [
     "CANARY",
+    "ROW",
     "ROW_CASES",
     "SCHEMA",
     "by_id",
     "hyper_file",
     "insert_from",
+    "oracle",
     "padding_file",
     "upsert_by",
 ]
@@ -96,6 +98,21 @@ def padding_file(path: Path, size: int) -> None:
         )
 
 
+#: The canary's ``Extract`` columns as a source names them: an update's source holds every
+#: one, so that each case measures one thing (how a source lacking columns is met is a case
+#: of its own).
+ROW = "id BIGINT, val TEXT, amount NUMERIC(12,2), flag BOOLEAN"
+
+
+def oracle(table: str, key_column: str, key: int) -> tuple[str, list[str]]:
+    """A source row for canary table ``table`` holding every column, NULL but its key
+    ``key_column`` = ``key``: an update from it fails wherever it meets a row (a NOT NULL
+    column set to NULL) and applies nothing where it meets none."""
+    columns = [c.replace(" NOT NULL", "") for c in CANARY[table][0].split(", ")]
+    values = [str(key) if c.split()[0] == key_column else "NULL" for c in columns]
+    return ", ".join(columns), [f"({', '.join(values)})"]
+
+
 #: A case read back from one canary row: the update's payload tables (name → column DDL,
 #: rows as SQL) and its action, the row read back (key, column), and what each value found
 #: there says (the update refused: "refused").
@@ -105,21 +122,26 @@ RowCase = tuple[dict[str, tuple[str, list[str]]], _Action, tuple[int, str], dict
 ROW_CASES: dict[str, RowCase] = {
     # A key matched by two source rows: one of them used, or refused.
     "multi_match": (
-        {"twice": ("id BIGINT, val TEXT", ["(1, 'first')", "(1, 'second')"])},
+        {"twice": (ROW, ["(1, 'first', 1.00, TRUE)", "(1, 'second', 1.00, TRUE)"])},
         by_id("twice"),
         (1, "val"),
         {"first": "one_row_used", "second": "one_row_used"},
     ),
     # A NUMERIC(12,4) value into NUMERIC(12,2).
     "narrowing": (
-        {"wide": ("id BIGINT, amount NUMERIC(12,4)", ["(3, 1.2345)"])},
+        {
+            "wide": (
+                "id BIGINT, val TEXT, amount NUMERIC(12,4), flag BOOLEAN",
+                ["(3, 'three', 1.2345, TRUE)"],
+            )
+        },
         by_id("wide"),
         (3, "amount"),
         {1.23: "rounded", 1.2345: "kept"},
     ),
     # An update whose source holds a column the target lacks.
     "extra_columns": (
-        {"extra": ("id BIGINT, val TEXT, stray TEXT", ["(6, 'extra', 'stray')"])},
+        {"extra": (f"{ROW}, stray TEXT", ["(6, 'extra', 6.00, TRUE, 'stray')"])},
         by_id("extra"),
         (6, "val"),
         {"extra": "ignored"},
@@ -131,5 +153,13 @@ ROW_CASES: dict[str, RowCase] = {
         insert_from("lacking", "Extract"),
         (7, "flag"),
         {True: "null"},
+    ),
+    # Rows updated from a source lacking a (nullable) target column: row 2's amount (2.00)
+    # as it was, or NULL.
+    "partial_update": (
+        {"partial": ("id BIGINT, val TEXT, flag BOOLEAN", ["(2, 'two-partial', TRUE)"])},
+        by_id("partial"),
+        (2, "amount"),
+        {2.0: "kept", None: "null"},
     ),
 }

@@ -19,6 +19,8 @@ NOT NULL column to NULL for that row: refused, it applies nothing). The cases:
   or ``"ignored"`` (the other columns applied);
 * ``missing_columns``: rows inserted from a source lacking target columns: ``"null"``
   (those columns NULL) or ``"refused"``;
+* ``partial_update``: rows updated from a source lacking target columns: ``"kept"`` (those
+  columns as they were: Hyper's ``UPDATE``), ``"null"`` or ``"refused"``;
 * ``replay``: the same RequestID sent again with other rows: ``"original"`` (the first
   job), ``"new_job"`` (a new job that applies nothing), ``"refused"`` (an error naming the
   duplicate) or ``"applied_again"`` (the server ran it twice);
@@ -67,11 +69,13 @@ from ..values.probes import ProbeResult
 from ..values.redaction import get_logger
 from .canary import (
     CANARY,
+    ROW,
     ROW_CASES,
     SCHEMA,
     by_id,
     hyper_file,
     insert_from,
+    oracle,
     padding_file,
     upsert_by,
 )
@@ -202,17 +206,16 @@ class _Probe:
         *,
         table: str = "Extract",
         key_column: str = "id",
-        not_null: str = "flag BOOLEAN",
     ) -> bool | None:
         """Whether row ``key`` of the canary's ``table`` meets ``condition``, by a follow-up
-        update that sets its NOT NULL column (``not_null``: its name and type) to NULL only
-        there: refused (nothing applied) if it does. None where NOT NULL is not enforced,
-        or not by the rows a batch meets (the follow-up would prove nothing)."""
+        update that sets its columns, NOT NULL ones included, to NULL only there: refused
+        (nothing applied) if it does. None where NOT NULL is not enforced, or not by the
+        rows a batch meets (the follow-up would prove nothing)."""
         if not self.not_null_enforced:
             return None
         outcome = self.update(
             "read_back",
-            {"oracle": (f"{key_column} BIGINT, {not_null}", [f"({key}, NULL)"])},
+            {"oracle": oracle(table, key_column, key)},
             [
                 Update(
                     target_schema=SCHEMA,
@@ -227,7 +230,7 @@ class _Probe:
 
     def value_of(self, key: int, column: str, candidates: Sequence[Any]) -> Any:
         """Which of ``candidates`` the canary's row ``key`` holds in ``column`` (None: none
-        of them, or it cannot be read)."""
+        of them, or it cannot be read; a ``None`` candidate is NULL)."""
         if self.service is not None:
             self.budget(2)
             id_field = self.service.field("id").caption
@@ -240,12 +243,15 @@ class _Probe:
                 if any(_same(v, c) for v in found):
                     return c
             return None
+        numeric = any(isinstance(c, float) for c in candidates)
         for c in candidates:
-            cond = (
-                all_of(target(column) > float(c) - 5e-5, target(column) < float(c) + 5e-5)
-                if isinstance(c, float)
-                else target(column) == c
-            )
+            cond: Condition
+            if c is None:
+                cond = target(column).is_null(type="double" if numeric else "string")
+            elif isinstance(c, float):
+                cond = all_of(target(column) > float(c) - 5e-5, target(column) < float(c) + 5e-5)
+            else:
+                cond = target(column) == c
             if self.row_holds(key, cond):
                 return c
         return None
@@ -299,7 +305,7 @@ class _Probe:
     def not_null(self) -> str:
         outcome = self.update(
             "not_null",
-            {"nulls": ("id BIGINT, flag BOOLEAN", ["(2, NULL)"])},
+            {"nulls": (ROW, ["(2, 'two', 2.00, NULL)"])},
             [by_id("nulls")],
         )
         if outcome.applied:
@@ -323,7 +329,7 @@ class _Probe:
         request_id = f"tabhyper-probe-{uuid.uuid4()}"
         first = self.update(
             "replay",
-            {"r": ("id BIGINT, val TEXT", ["(4, 'replay-1')"])},
+            {"r": (ROW, ["(4, 'replay-1', 4.00, TRUE)"])},
             [by_id("r")],
             request_id=request_id,
         )
@@ -331,7 +337,7 @@ class _Probe:
             return "unknown"
         again = self.update(
             "replay",
-            {"r": ("id BIGINT, val TEXT", ["(4, 'replay-2')"])},
+            {"r": (ROW, ["(4, 'replay-2', 4.00, TRUE)"])},
             [by_id("r")],
             request_id=request_id,
         )
@@ -389,7 +395,6 @@ class _Probe:
             target("gseq") == 20,
             table="Guarded_positions",
             key_column="gid",
-            not_null="gseq BIGINT",
         )
         return "works" if holds else "unavailable"
 
@@ -426,7 +431,7 @@ class _Probe:
         failed)."""
         assert self.ref is not None
         self.budget(14)
-        path = self.file({"seq": ("id BIGINT, val TEXT", ["(6, 'in-sequence')"])})
+        path = self.file({"seq": (ROW, ["(6, 'in-sequence', 6.00, TRUE)"])})
         try:
             size = path.stat().st_size
             half = -(-size // 2)
@@ -555,6 +560,11 @@ _CASES: tuple[tuple[str, str, Callable[[_Probe], Any]], ...] = (
         "missing_columns",
         "rows inserted from a source lacking target columns",
         lambda run: run.row_case("missing_columns"),
+    ),
+    (
+        "partial_update",
+        "rows updated from a source lacking target columns",
+        lambda run: run.row_case("partial_update"),
     ),
     ("replay", "the same RequestID sent twice", lambda run: run.replay()),
     ("guard", "a stale update under the ordering guard", lambda run: run.guard()),

@@ -24,6 +24,7 @@ PROBE_CASES = (
     "narrowing",
     "extra_columns",
     "missing_columns",
+    "partial_update",
     "replay",
     "guard",
     "data_service",
@@ -63,6 +64,10 @@ class ProbeResult:
     #: Rows inserted from a source lacking target columns: "null" (those columns NULL) or
     #: "refused". None: not probed.
     missing_columns: str | None = None
+    #: Rows updated from a source lacking target columns: "kept" (those columns as they
+    #: were: what closing a history version or flagging a deletion without resending the
+    #: row needs), "null" (set to NULL) or "refused". None: not probed.
+    partial_update: str | None = None
     probed_at: float = field(default_factory=time.time)
     #: What the server said where it refused an update, case by case (scrubbed).
     notes: dict[str, str] = field(default_factory=dict)
