@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -75,7 +75,7 @@ def test_the_probe_tells_how_source_columns_unlike_the_targets_are_met(
 @pytest.mark.parametrize("partial", ["null", "refuse"])
 @pytest.mark.parametrize("profile", ["ideal", "server-2021.4"])
 def test_the_probe_tells_how_a_partial_update_is_met(
-    profile: str, partial: str, tmp_path: Path
+    profile: str, partial: Literal["null", "refuse"], tmp_path: Path
 ) -> None:
     """Rows updated from a source lacking target columns: kept on every fake by default
     (Hyper's ``UPDATE``), and told apart where a server sets them to NULL or refuses, through
