@@ -244,30 +244,8 @@ def decoding_steps(
     columns."""
     kind = type(declared).__name__
     target = declared.simpleString()
-    enc, number = _q(f"{prefix}enc"), _q(f"{prefix}int")
-    steps: list[Step] = [(f"{prefix}enc", encoding)]
-    if kind in ("DateType", "TimestampType", "TimestampNTZType", "StringType"):
-        # The value as a whole number (NULL where it is not one), read once. Checked first:
-        # a try_cast that fails costs a thrown exception (measured: 40 times the check).
-        steps.append(
-            (
-                f"{prefix}int",
-                f"CASE WHEN {raw} RLIKE '^-?[0-9]{{1,19}}$' THEN try_cast({raw} AS BIGINT) END",
-            )
-        )
-    if kind == "DecimalType":
-        steps += _decimal(raw, declared, enc, scale, prefix)
-    elif kind == "DateType":
-        steps.append((f"{prefix}val", _date(raw, number, enc)))
-    elif kind in ("TimestampType", "TimestampNTZType"):
-        ntz = kind == "TimestampNTZType"
-        steps.append((f"{prefix}val", _timestamp(raw, number, enc, ntz=ntz)))
-    elif kind == "BinaryType":
-        steps.append((f"{prefix}val", _binary(raw, enc)))
-    elif kind == "StringType":
-        steps.append((f"{prefix}val", _time_of_day(raw, number, enc)))
-    else:
-        steps.append((f"{prefix}val", f"try_cast({raw} AS {target})"))
+    enc = _q(f"{prefix}enc")
+    steps = [(f"{prefix}enc", encoding), *_value_steps(raw, declared, enc, scale, prefix)]
     value = _q(f"{prefix}val")
     hint = _hint(kind, column, settings)
     said = (
@@ -284,6 +262,34 @@ def decoding_steps(
         )
     )
     return steps
+
+
+#: The declared types whose value may be a whole number of some unit (days, millis, ...).
+_COUNTED = ("DateType", "TimestampType", "TimestampNTZType", "StringType")
+
+
+def _value_steps(raw: str, declared: DataType, enc: str, scale: str, prefix: str) -> list[Step]:
+    """The steps making ``{prefix}val``, the value of ``raw`` as ``declared`` (NULL where it
+    cannot be decoded), by the encoding in column ``enc``."""
+    kind = type(declared).__name__
+    number = _q(f"{prefix}int")
+    # The value as a whole number (NULL where it is not one), read once. Checked first: a
+    # try_cast that fails costs a thrown exception (measured: 40 times the check).
+    counted = [(f"{prefix}int", _integer(raw))] if kind in _COUNTED else []
+    if kind == "DecimalType":
+        return _decimal(raw, declared, enc, scale, prefix)
+    value = {
+        "DateType": lambda: _date(raw, number, enc),
+        "TimestampType": lambda: _timestamp(raw, number, enc, ntz=False),
+        "TimestampNTZType": lambda: _timestamp(raw, number, enc, ntz=True),
+        "BinaryType": lambda: _binary(raw, enc),
+        "StringType": lambda: _time_of_day(raw, number, enc),
+    }.get(kind, lambda: f"try_cast({raw} AS {declared.simpleString()})")()
+    return [*counted, (f"{prefix}val", value)]
+
+
+def _integer(raw: str) -> str:
+    return f"CASE WHEN {raw} RLIKE '^-?[0-9]{{1,19}}$' THEN try_cast({raw} AS BIGINT) END"
 
 
 def _q(name: str) -> str:
