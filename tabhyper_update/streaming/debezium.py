@@ -655,6 +655,13 @@ class Debezium:
             *([read.key_json.alias("__key")] if read.key_json is not None else []),
             *[c.alias(f"p{i}") for i, c in enumerate(extra.values())],
         )
+        found: dict[int, tuple[str, str]] = {}
+        plans = [
+            self._steps(i, f, read.actual.get(f.name), found if meta is not None else None)
+            for i, f in enumerate(row.fields)
+        ]
+        if meta is not None:
+            kept = _encodings_named(kept, found)
         op = F.coalesce(F.col("e.op"), F.lit(MISSING_OP))
         table = _table_of(kept)
         before, after = self._images(row, op, read.key_json is not None)
@@ -681,16 +688,8 @@ class Debezium:
             *self._order(extra),
             F.col("e.ts_ms").alias(TS_COLUMN),
             table.alias("__table"),
-            *(
-                [F.expr(_IMAGE).alias("__mimg"), F.expr("`__schema`.fields").alias("__mtop")]
-                if meta is not None
-                else []
-            ),
+            *[F.col(f"__{part}{i}") for i in found for part in ("enc", "sc")],
         )
-        plans = [
-            self._steps(i, f, read.actual.get(f.name), meta is not None)
-            for i, f in enumerate(row.fields)
-        ]
         carried = [OP_COLUMN, *self.order_columns]
         return self._deduplicated(_decoded(raws, plans, row, carried), row)
 
@@ -779,11 +778,19 @@ class Debezium:
         return steps, text
 
     def _steps(
-        self, index: int, column: StructField, arrived: DataType | None, meta: bool
+        self,
+        index: int,
+        column: StructField,
+        arrived: DataType | None,
+        found: dict[int, tuple[str, str]] | None,
     ) -> list[Step] | None:
         """How column ``column``'s value is made from ``__raw<index>`` (of type ``arrived``):
         the decoding's steps (:func:`~.debezium_values.decoding_steps`), or ``None`` when it
-        arrives as it is declared."""
+        arrives as it is declared. Where the events may carry the schema wrapper (``found``
+        is a mapping), the SQL of the encoding and the scale the event's schema names is
+        put there under ``index``, and the steps read them as ``__enc<index>`` and
+        ``__sc<index>``."""
+        meta = found is not None
         raw = f"__raw{index}"
         declared = column.dataType
         settings = self.encodings
@@ -800,9 +807,9 @@ class Debezium:
             # A BSON date is milliseconds since 1970; a decimal is its text ($numberDecimal).
             static = {"unknown": "millis", "decimal-bytes": "text"}.get(static, static)
         encoding, scale = sql_text(static), "NULL"
-        if meta:
-            found, encoding, scale = _schema_encoding(prefix, column, static, settings)
-            steps += found
+        if found is not None:
+            found[index] = _schema_encoding(column, static, settings)
+            encoding, scale = f"`__enc{index}`", f"`__sc{index}`"
         return steps + decoding_steps(
             text,
             declared,
@@ -959,26 +966,41 @@ def _payload_or_top(parsed: Column, fields: Sequence[StructField]) -> Column:
     return F.when(parsed["payload"].isNotNull(), parsed["payload"]).otherwise(top)
 
 
-def _schema_encoding(
-    prefix: str, column: StructField, static: str, settings: Encodings
-) -> tuple[list[Step], str, str]:
-    """Steps finding ``column``'s field schema in the event's schema wrapper, and the SQL of
-    the encoding and the decimal scale it names (``static`` where it names none).
+def _schema_encoding(column: StructField, static: str, settings: Encodings) -> tuple[str, str]:
+    """Spark SQL of ``column``'s encoding and of the decimal scale the event's schema
+    wrapper names (``static`` where it names none), over the image's field schemas
+    (``__mimg``) and the schema's own (``__mtop``: a flattened row's).
 
-    The field schema is in the image's fields (an envelope), else in the schema's own (a
-    flattened row), found by position: no lambda, no map per row."""
+    The field schema is found by position: no lambda, no map per row."""
     name = column.name
-    at_image, at_top = f"{prefix}ai", f"{prefix}at"
-    steps = [
-        (at_image, _field_index("`__mimg`", name)),
-        (at_top, f"CASE WHEN `__mimg` IS NULL THEN {_field_index('`__mtop`', name)} END"),
-    ]
+    at_image = _field_index("`__mimg`", name)
+    at_top = f"CASE WHEN `__mimg` IS NULL THEN {_field_index('`__mtop`', name)} END"
 
     def info(part: str) -> str:
-        return f"coalesce(get(`__mimg`, `{at_image}`){part}, get(`__mtop`, `{at_top}`){part})"
+        return f"coalesce(get(`__mimg`, {at_image}){part}, get(`__mtop`, {at_top}){part})"
 
     encoding = schema_encoding_sql(info(".type"), info(".name"), static, column.dataType, settings)
-    return steps, encoding, f"CAST({info('.parameters.scale')} AS INT)"
+    return encoding, f"CAST({info('.parameters.scale')} AS INT)"
+
+
+def _encodings_named(kept: DataFrame, found: Mapping[int, tuple[str, str]]) -> DataFrame:
+    """``kept`` with each decoded column's encoding and scale as the event's schema names
+    them (``found``: column index → their SQL) as ``__enc<i>`` and ``__sc<i>``, in place of
+    the schema wrapper ``__schema``: worked out once per event, before the event becomes one
+    row per image, so that no row carries the whole schema through the decoding's steps."""
+    from pyspark.sql import functions as F
+
+    fields = kept.select(
+        "*", F.expr(_IMAGE).alias("__mimg"), F.expr("`__schema`.fields").alias("__mtop")
+    )
+    return fields.select(
+        *[F.col(c) for c in kept.columns if c != "__schema"],
+        *[
+            F.expr(sql).alias(f"__{part}{i}")
+            for i, pair in found.items()
+            for part, sql in zip(("enc", "sc"), pair, strict=True)
+        ],
+    )
 
 
 def _field_index(fields: str, name: str) -> str:
