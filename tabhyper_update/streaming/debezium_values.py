@@ -42,6 +42,7 @@ type and the value, and what to set when a setting would have told.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -244,8 +245,11 @@ def decoding_steps(
     columns."""
     kind = type(declared).__name__
     target = declared.simpleString()
-    enc = _q(f"{prefix}enc")
-    steps = [(f"{prefix}enc", encoding), *_value_steps(raw, declared, enc, scale, prefix)]
+    # A literal or a column is read as it is; any other SQL is a step of its own.
+    named = re.fullmatch(r"`[^`]+`|'[^'\\]*'", encoding) is not None
+    enc = encoding if named else _q(f"{prefix}enc")
+    steps = [] if named else [(f"{prefix}enc", encoding)]
+    steps += _value_steps(raw, declared, enc, scale, prefix)
     value = _q(f"{prefix}val")
     hint = _hint(kind, column, settings)
     said = (
@@ -320,17 +324,21 @@ def _hint(kind: str, column: str, settings: Encodings) -> str:
 
 
 def _decimal(raw: str, declared: DataType, enc: str, scale: str, prefix: str) -> list[Step]:
+    """A decimal in three steps (each a pass over the row: few, so that few copies of it
+    are made): its bytes as hex digits and its scale, its unscaled digits, its value."""
     precision, declared_scale = declared.precision, declared.scale  # type: ignore[attr-defined]
     target = f"DECIMAL({precision}, {declared_scale})"
-    b64, value_scale = _q(f"{prefix}b64"), _q(f"{prefix}vs")
-    hexed, magnitude, unscaled = _q(f"{prefix}hex"), _q(f"{prefix}mag"), _q(f"{prefix}u")
+    value_scale, hexed, unscaled = _q(f"{prefix}vs"), _q(f"{prefix}hex"), _q(f"{prefix}u")
+    b64 = (
+        f"(CASE WHEN {enc} = 'variable-decimal' THEN get_json_object({raw}, '$.value') "
+        f"WHEN {enc} = 'decimal-bytes' THEN {raw} END)"
+    )
     negative = f"(substr({hexed}, 1, 1) >= '8')"
-    # decimal.handling.mode string or double: the number's own text, refused when it has
-    # more decimal places than the column keeps.
-    places = f"length(regexp_extract({raw}, '\\\\.([0-9]*?)0*$', 1))"
-    as_text = (
-        f"CASE WHEN {raw} RLIKE '^[-+]?[0-9]*\\\\.?[0-9]+$' AND {places} > {declared_scale} "
-        f"THEN NULL ELSE try_cast({raw} AS {target}) END"
+    # Over 8 bytes: the bits as 36 hex digits, read in three chunks. A negative number is
+    # -(~bits + 1): its digits inverted read as a non-negative one.
+    magnitude = (
+        f"lpad(CASE WHEN {negative} THEN translate({hexed}, '0123456789ABCDEF', "
+        f"'FEDCBA9876543210') ELSE {hexed} END, 36, '0')"
     )
     chunks = [
         f"CAST(conv(substr({magnitude}, {i}, 12), 16, 10) AS DECIMAL(38, 0))" for i in (1, 13, 25)
@@ -339,11 +347,17 @@ def _decimal(raw: str, declared: DataType, enc: str, scale: str, prefix: str) ->
         f"try_add(try_multiply(try_add(try_multiply({chunks[0]}, {_CHUNK}), {chunks[1]}), "
         f"{_CHUNK}), {chunks[2]})"
     )
+    # decimal.handling.mode string or double: the number's own text, refused when it has
+    # more decimal places than the column keeps.
+    places = f"length(regexp_extract({raw}, '\\\\.([0-9]*?)0*$', 1))"
+    as_text = (
+        f"CASE WHEN {raw} RLIKE '^[-+]?[0-9]*\\\\.?[0-9]+$' AND {places} > {declared_scale} "
+        f"THEN NULL ELSE try_cast({raw} AS {target}) END"
+    )
     return [
         (
-            f"{prefix}b64",
-            f"CASE WHEN {enc} = 'variable-decimal' THEN get_json_object({raw}, '$.value') "
-            f"WHEN {enc} = 'decimal-bytes' THEN {raw} END",
+            f"{prefix}hex",
+            f"CASE WHEN {b64} RLIKE '^[A-Za-z0-9+/]+={{0,2}}$' THEN hex(unbase64({b64})) END",
         ),
         (
             f"{prefix}vs",
@@ -352,24 +366,12 @@ def _decimal(raw: str, declared: DataType, enc: str, scale: str, prefix: str) ->
             f"ELSE coalesce({scale}, {declared_scale}) END",
         ),
         (
-            f"{prefix}hex",
-            f"CASE WHEN {b64} RLIKE '^[A-Za-z0-9+/]+={{0,2}}$' THEN hex(unbase64({b64})) END",
-        ),
-        (
-            # Over 8 bytes: the bits as 36 hex digits, read below in three chunks. A
-            # negative number is -(~bits + 1): its digits inverted read as a non-negative one.
-            f"{prefix}mag",
-            f"CASE WHEN length({hexed}) > 16 AND length({hexed}) <= 36 THEN lpad(CASE WHEN "
-            f"{negative} THEN translate({hexed}, '0123456789ABCDEF', 'FEDCBA9876543210') "
-            f"ELSE {hexed} END, 36, '0') END",
-        ),
-        (
             # Up to 8 bytes (a precision up to 18, the usual case): one signed 64-bit
             # conversion, its sign extended, gives the unscaled digits.
             f"{prefix}u",
             f"CASE WHEN length({hexed}) <= 16 THEN conv(lpad({hexed}, 16, CASE WHEN "
             f"{negative} THEN 'F' ELSE '0' END), 16, -10) "
-            f"WHEN {magnitude} IS NOT NULL THEN CAST(try_multiply(try_add({whole}, "
+            f"WHEN length({hexed}) <= 36 THEN CAST(try_multiply(try_add({whole}, "
             f"CASE WHEN {negative} THEN 1 ELSE 0 END), CASE WHEN {negative} THEN -1 ELSE 1 END) "
             "AS STRING) END",
         ),
