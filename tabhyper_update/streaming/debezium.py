@@ -655,11 +655,16 @@ class Debezium:
             *([read.key_json.alias("__key")] if read.key_json is not None else []),
             *[c.alias(f"p{i}") for i, c in enumerate(extra.values())],
         )
-        found: dict[int, tuple[str, str]] = {}
         plans = [
-            self._steps(i, f, read.actual.get(f.name), found if meta is not None else None)
+            self._steps(i, f, read.actual.get(f.name), meta is not None)
             for i, f in enumerate(row.fields)
         ]
+        # What each decoded column's encoding and scale are by the event's own schema.
+        found = {
+            i: _schema_encoding(f, self._static(f), self.encodings)
+            for i, (f, plan) in enumerate(zip(row.fields, plans, strict=True))
+            if plan is not None and meta is not None
+        }
         if meta is not None:
             kept = _encodings_named(kept, found)
         op = F.coalesce(F.col("e.op"), F.lit(MISSING_OP))
@@ -777,20 +782,22 @@ class Debezium:
             text = f"`{prefix}bare`"
         return steps, text
 
+    def _static(self, column: StructField) -> str:
+        """The encoding of ``column``'s values where the event does not name it."""
+        static = self.encodings.static(column.name, column.dataType)
+        if self._mongo:
+            # A BSON date is milliseconds since 1970; a decimal is its text ($numberDecimal).
+            static = {"unknown": "millis", "decimal-bytes": "text"}.get(static, static)
+        return static
+
     def _steps(
-        self,
-        index: int,
-        column: StructField,
-        arrived: DataType | None,
-        found: dict[int, tuple[str, str]] | None,
+        self, index: int, column: StructField, arrived: DataType | None, meta: bool
     ) -> list[Step] | None:
         """How column ``column``'s value is made from ``__raw<index>`` (of type ``arrived``):
         the decoding's steps (:func:`~.debezium_values.decoding_steps`), or ``None`` when it
-        arrives as it is declared. Where the events may carry the schema wrapper (``found``
-        is a mapping), the SQL of the encoding and the scale the event's schema names is
-        put there under ``index``, and the steps read them as ``__enc<index>`` and
-        ``__sc<index>``."""
-        meta = found is not None
+        arrives as it is declared. Where the events may carry the schema wrapper (``meta``),
+        the steps read the encoding and the scale it names as ``__enc<index>`` and
+        ``__sc<index>`` (:func:`_encodings_named`)."""
         raw = f"__raw{index}"
         declared = column.dataType
         settings = self.encodings
@@ -802,13 +809,8 @@ class Debezium:
             return None
         prefix = f"__d{index}_"
         steps, text = self._as_text(f"`{raw}`", arrived, prefix)
-        static = settings.static(name, declared)
-        if self._mongo:
-            # A BSON date is milliseconds since 1970; a decimal is its text ($numberDecimal).
-            static = {"unknown": "millis", "decimal-bytes": "text"}.get(static, static)
-        encoding, scale = sql_text(static), "NULL"
-        if found is not None:
-            found[index] = _schema_encoding(column, static, settings)
+        encoding, scale = sql_text(self._static(column)), "NULL"
+        if meta:
             encoding, scale = f"`__enc{index}`", f"`__sc{index}`"
         return steps + decoding_steps(
             text,

@@ -324,8 +324,8 @@ def _hint(kind: str, column: str, settings: Encodings) -> str:
 
 
 def _decimal(raw: str, declared: DataType, enc: str, scale: str, prefix: str) -> list[Step]:
-    """A decimal in three steps (each a pass over the row: few, so that few copies of it
-    are made): its bytes as hex digits and its scale, its unscaled digits, its value."""
+    """A decimal in three passes over the row (few, so that few copies of it are made): its
+    bytes as hex digits and its scale, its unscaled digits, its value."""
     precision, declared_scale = declared.precision, declared.scale  # type: ignore[attr-defined]
     target = f"DECIMAL({precision}, {declared_scale})"
     value_scale, hexed, unscaled = _q(f"{prefix}vs"), _q(f"{prefix}hex"), _q(f"{prefix}u")
