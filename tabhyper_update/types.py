@@ -42,6 +42,7 @@ from .update.publish import BootstrapResult
 from .update.results import PartUpdate, PlannedPart, UpdatePlan, UpdateResult
 from .update.state import PartState, StateStore, UpdateRecord
 from .values.actions import Action, BatchLike
+from .values.changeset import History, SoftDelete
 from .values.conditions import (
     And,
     Comparison,
@@ -79,6 +80,7 @@ __all__ = [
     "Credentials",
     "DataSourceRef",
     "DriftReport",
+    "History",
     "Job",
     "JobSource",
     "KeyDrift",
@@ -99,6 +101,7 @@ __all__ = [
     "RestSession",
     "RetryPolicy",
     "SchemaChange",
+    "SoftDelete",
     "SourceColumn",
     "StagingMode",
     "StateStore",

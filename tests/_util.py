@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,3 +63,54 @@ def use_environment(
         "XDG_STATE_HOME": str(state),
     }.items():
         monkeypatch.setenv(key, value)
+
+
+class Crash(BaseException):
+    """A process "killed" mid-flow (raised past every handler the SDK has)."""
+
+
+def crash_after(obj: Any, name: str, calls: int = 1, *, before: bool = False) -> None:
+    """Make ``obj.name`` "kill the process" after (or before) its ``calls``-th call."""
+    real = getattr(obj, name)
+    count = [0]
+
+    lock = threading.Lock()
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with lock:  # an upload's blocks may go from several threads at once
+            count[0] += 1
+            mine = count[0]
+        if before and mine == calls:
+            raise Crash(name)
+        result = real(*args, **kwargs)
+        if mine == calls:
+            raise Crash(name)
+        return result
+
+    setattr(obj, name, wrapper)
+
+
+#: Where a job is killed before it runs again, one per delivery of a multi-delivery test:
+#: (the client's method, its call, whether before the call runs).
+RERUN_CRASHES = [
+    ("update_data", 1, True),
+    ("update_data", 1, False),
+    ("job", 1, False),
+    ("datasource", 1, False),
+]
+
+
+def update_after_a_crash(
+    server: FakeTableauServer, payload: Any, state: Path, crash: tuple[str, int, bool]
+) -> Any:
+    """Update data source ``Orders`` by a job killed at ``crash``, then by the same job run
+    again (a new client, the same state folder); what the second run returns."""
+    import pytest
+
+    method, calls, before = crash
+    doomed = client_for(server)
+    crash_after(doomed, method, calls, before=before)
+    with pytest.raises(Crash):
+        doomed.update_datasource("Orders", payload, state_dir=state)
+    with client_for(server) as again:
+        return again.update_datasource("Orders", payload, state_dir=state)

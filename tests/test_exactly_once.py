@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 import shutil
 import stat
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from tabhyper_update.update.state import StateStore
 from tabhyper_update.values.errors import TransportError
 from tabhyper_update.values.policies import PollPolicy, RetryPolicy
 
-from ._util import client_for, read_rows
+from ._util import Crash, client_for, crash_after, read_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -236,31 +235,6 @@ def test_many_random_fault_schedules(built: Payload, start_file: Path, tmp_path:
 
 
 # -- crashes ----------------------------------------------------------------------------------
-
-
-class Crash(BaseException):
-    pass
-
-
-def crash_after(obj: Any, name: str, calls: int = 1, *, before: bool = False) -> None:
-    """Make ``obj.name`` "kill the process" after (or before) its ``calls``-th call."""
-    real = getattr(obj, name)
-    count = [0]
-
-    lock = threading.Lock()
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with lock:  # an upload's blocks may go from several threads at once
-            count[0] += 1
-            mine = count[0]
-        if before and mine == calls:
-            raise Crash(name)
-        result = real(*args, **kwargs)
-        if mine == calls:
-            raise Crash(name)
-        return result
-
-    setattr(obj, name, wrapper)
 
 
 CRASH_POINTS = {

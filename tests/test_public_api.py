@@ -106,7 +106,7 @@ def test_importing_the_package_loads_none_of_its_layers() -> None:
         (
             ChangeSet,
             "key, *, op_column, order_by, op_map, keep_columns, upsert_table, delete_table, "
-            "order_as, guard",
+            "order_as, guard, history, soft_delete",
         ),
         (Payload.upload, "self, target, *, client, progress, state_dir"),
         (

@@ -40,7 +40,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -72,6 +72,7 @@ from .cdc import (
     CdcSpec,
     resolve_change_sets,
 )
+from .history import Added, added_columns, mode_tables
 from .hyper_parts import (
     STAGED_BUCKET,
     Staged,
@@ -126,6 +127,8 @@ class _Frame:
     plans: list[ColumnPlan]
     spec: CdcSpec | None = None
     delete_table: str = ""
+    #: The columns history and soft deletes write beside the source's.
+    added: list[Added] = field(default_factory=list)
 
 
 def build_payload(
@@ -280,7 +283,8 @@ def _plan_frames(
             options.database_version,
             options.complex_as_json,
         )
-        planned.append(_Frame(cs.upsert_table, df, plans, spec, cs.delete_table))
+        added = added_columns(spec, df, cs.upsert_table, options.database_version)
+        planned.append(_Frame(cs.upsert_table, df, plans, spec, cs.delete_table, added))
     return planned
 
 
@@ -400,7 +404,8 @@ class _Route(NamedTuple):
 
 def _route(frame: _Frame, staging: StagingMode) -> _Route:
     spec, df = frame.spec, frame.df
-    hyper_ranks = spec is not None and ranks_in_hyper(spec, frame.plans)
+    # History and soft deletes are ranked by Spark alone.
+    hyper_ranks = spec is not None and not frame.added and ranks_in_hyper(spec, frame.plans)
     mode, small, probe = staging_for(
         df,
         staging,
@@ -462,9 +467,12 @@ def _stage_table(frame: _Frame, route: _Route, target: Path) -> Staged:
 
 def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path) -> list[Staged]:
     """A change set's last change per key staged (ranked by Spark, or tagged by Spark and
-    ranked by Hyper): its upserts and its deletes, which share the staged rows."""
-    plans = frame.plans
-    staged_names, values = _staged_values(plans)
+    ranked by Hyper): its upserts and its deletes, which share the staged rows (in history
+    mode every change, :mod:`.history`)."""
+    plans = [*frame.plans, *(a.plan for a in frame.added)]
+    staged_names, values = _staged_values(frame.plans)
+    staged_names += [f"a{i}" for i in range(len(frame.added))]
+    values += [a.plan.spark_sql(a.sql) for a in frame.added]
     columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]
     stats = None  # the ranked rows' statistics by kind, when Hyper ranks them
     last = None  # the greatest position among the changes
@@ -491,7 +499,24 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
     # Deletes share their upserts' rows: bucketed by key, estimated as whole rows.
     size = size_sql(plans, staged_names)
     guard = guard_staged(spec, plans, staged_names, files, counts, stats, key_idx)
-    sent = [i for i, p in enumerate(plans) if p.name not in spec.guard_only]
+    sent = [i for i, p in enumerate(frame.plans) if p.name not in spec.guard_only]
+    if frame.added:
+        return [
+            *guard,
+            *mode_tables(
+                spec,
+                frame.name,
+                frame.delete_table,
+                plans,
+                staged_names,
+                frame.added,
+                files,
+                counts,
+                key_idx,
+                sent,
+                (last, committed),
+            ),
+        ]
     return [
         *guard,
         Staged(

@@ -33,7 +33,9 @@ from ..values.changeset import (
     MISSING_OP,
     PARTIAL_UPDATE_OP,
     ChangeSet,
+    History,
     OpMeaning,
+    SoftDelete,
 )
 from ..values.errors import ArgumentTypeError, PayloadArgumentError, PayloadError
 from ..values.positions import order_sql, position_type
@@ -43,9 +45,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = [
+    "FIRST_COLUMN",
     "KIND_DELETE",
     "KIND_ERRORS",
     "KIND_UPSERT",
+    "LAST_COLUMN",
     "PRIORITY_COLUMN",
     "CdcSpec",
     "latest_of",
@@ -72,6 +76,10 @@ COMMITTED_COLUMN = "__tabhyper_committed"
 #: The change-feed column that says when its source committed a change (Delta's change
 #: data feed and Spark's changelog).
 COMMIT_TIME_COLUMN = "_commit_timestamp"
+#: History mode: whether a change is its key's first in the change set (its row ends the
+#: data source's current version), and its last (its position is the key's, for the guard).
+FIRST_COLUMN = "__tabhyper_first"
+LAST_COLUMN = "__tabhyper_last"
 _RANK_COLUMN = "__tabhyper_rank"
 _TIES_COLUMN = "__tabhyper_n"
 _DELETES_COLUMN = "__tabhyper_deletes"
@@ -313,6 +321,43 @@ def _check_guard(
         )
 
 
+_MODE_NAMES = {"history": "History", "soft_delete": "SoftDelete"}
+
+
+def _at_sql(
+    at: str | None,
+    orders: Sequence[str],
+    columns: Sequence[str],
+    what: str,
+    fail: Callable[[str], PayloadError],
+) -> str:
+    """Spark SQL of the value a mode (history, soft deletes) dates a change by: its ``at``
+    column, else its position (one ``order_by`` column)."""
+    if at is not None:
+        _need([at], f"{what} at", columns, fail)
+        return sql_name(at)
+    if len(orders) != 1:
+        raise fail(
+            f"ChangeSet({what}=...) dates a change by its position, and order_by names "
+            f"{len(orders)} columns ({', '.join(map(repr, orders))}): name the column that "
+            f"dates it, e.g. {what}={_MODE_NAMES[what]}(at='_commit_timestamp')"
+        )
+    return sql_name(orders[0])
+
+
+def _check_added(
+    change_set: ChangeSet, columns: Sequence[str], fail: Callable[[str], PayloadError]
+) -> None:
+    """A column the SDK writes for history or soft deletes must not be one of the source's."""
+    clash = [c for c in change_set.added_columns if c in columns]
+    if clash:
+        raise fail(
+            f"column {clash[0]!r} is in the change set and is also a column the SDK writes "
+            "for history or soft deletes: rename it, or give the mode other names, e.g. "
+            "History(valid_from='valid_since')"
+        )
+
+
 @dataclass(frozen=True)
 class CdcSpec:
     """A validated description of a change set: key, op column, ordering, op meanings."""
@@ -343,6 +388,12 @@ class CdcSpec:
     #: Spark SQL of a change's commit time in microseconds since the epoch, when the change
     #: feed says it (:data:`COMMIT_TIME_COLUMN`, a timestamp); empty otherwise.
     committed: str = ""
+    #: History mode (every change a version row) and soft deletes (a delete flags the row),
+    #: with the Spark SQL of the value each dates a change by (:func:`_at_sql`).
+    history: History | None = None
+    history_at: str = ""
+    soft_delete: SoftDelete | None = None
+    deleted_at: str = ""
 
     @classmethod
     def create(
@@ -379,6 +430,8 @@ class CdcSpec:
                 keep_columns = (*keep_columns, orders[0])
         metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in columns)}
         order_as = change_set.order_as or {}
+        _check_added(change_set, columns, fail)
+        history, soft = change_set.history, change_set.soft_delete
         return cls(
             keys,
             op_column,
@@ -397,6 +450,10 @@ class CdcSpec:
                 if known.get(COMMIT_TIME_COLUMN) == "timestamp"
                 else ""
             ),
+            history=history,
+            history_at=_at_sql(history.at, orders, columns, "history", fail) if history else "",
+            soft_delete=soft,
+            deleted_at=_at_sql(soft.at, orders, columns, "soft_delete", fail) if soft else "",
         )
 
     def data_columns(self, columns: Sequence[str]) -> list[str]:

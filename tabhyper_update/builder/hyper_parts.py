@@ -20,10 +20,12 @@ from ..values.parts import BUCKETS, ColumnInfo, PayloadPart, RowDigest, TableInf
 from ..values.redaction import get_logger
 from ..values.spark_sql import sql_name
 from .cdc import (
+    FIRST_COLUMN,
     KIND_COLUMN,
     KIND_DELETE,
     KIND_ERRORS,
     KIND_UPSERT,
+    LAST_COLUMN,
     OP_TEXT_COLUMN,
     ORDER_TEXT_COLUMN,
     CdcSpec,
@@ -592,15 +594,20 @@ def guard_staged(
                     if had is None
                     else (had[0] + rows, had[1] + nbytes, had[2] + digest)
                 )
+    where = f"({kind_is(KIND_UPSERT)}) OR ({kind_is(KIND_DELETE)})"
+    written = counts[KIND_UPSERT] + counts[KIND_DELETE]
+    if spec.history is not None:
+        # Every change is staged: a key's last holds its position.
+        where, written = quote_name(LAST_COLUMN), counts[FIRST_COLUMN]
     return [
         Staged(
             name,
             [plans[i] for i in picked],
             [staged_names[i] for i in picked],
             files,
-            counts[KIND_UPSERT] + counts[KIND_DELETE],
+            written,
             buckets=None if merged is None else dict(merged),
-            where=f"({kind_is(KIND_UPSERT)}) OR ({kind_is(KIND_DELETE)})",
+            where=where,
             bucket_of=STAGED_BUCKET,
             constants=((GUARD_COLUMN, value),),
         )

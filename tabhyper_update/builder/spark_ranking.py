@@ -11,7 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..local.spark_versions import observe
 from ..values.spark_sql import sql_name
-from .cdc import KIND_COLUMN, KIND_DELETE, KIND_UPSERT, OP_TEXT_COLUMN, ORDER_TEXT_COLUMN, CdcSpec
+from .cdc import (
+    FIRST_COLUMN,
+    KIND_COLUMN,
+    KIND_DELETE,
+    KIND_UPSERT,
+    LAST_COLUMN,
+    OP_TEXT_COLUMN,
+    ORDER_TEXT_COLUMN,
+    CdcSpec,
+)
+from .history import versions_query
 from .hyper_parts import change_identity_sql
 from .staging import selected
 
@@ -38,6 +48,12 @@ def rank_in_spark(
     kind = sql_name(KIND_COLUMN)
     types = spec.position_types or (None,) * len(spec.order_by)
     read, greatest_of = _observe_positions(df, spec, types)
+    query, flags, more = spec.latest_query(df.columns), [], {}
+    if spec.history is not None:
+        # Every change a version; the first of each key ends the data source's version.
+        query = versions_query(spec, df.columns)
+        flags = [sql_name(FIRST_COLUMN), sql_name(LAST_COLUMN)]
+        more = {FIRST_COLUMN: F.expr(f"sum(CASE WHEN {flags[0]} THEN 1 ELSE 0 END)")}
     rows, counted = observe(
         selected(
             read,
@@ -47,18 +63,20 @@ def rank_in_spark(
                 kind,
                 sql_name(OP_TEXT_COLUMN),
                 sql_name(ORDER_TEXT_COLUMN),
+                *flags,
             ],
-            spec.latest_query(df.columns),
+            query,
         ),
         U=F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)"),
         D=F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)"),
         errors=F.expr(f"sum(CASE WHEN substr({kind}, 1, 2) = 'E_' THEN 1 ELSE 0 END)"),
+        **more,
     )
     # One data set with the kind beside each row, not a folder per kind: a partitioned
     # write makes Spark sort every row by the kind first. Hyper reads each kind apart.
     write(rows)
     found = counted()
-    counts = {k: int(found.get(k) or 0) for k in (KIND_UPSERT, KIND_DELETE, "errors")}
+    counts = {k: int(found.get(k) or 0) for k in (KIND_UPSERT, KIND_DELETE, "errors", *more)}
     if not any(counts.values()):
         # No change came through (Spark may then drop the observed step): no position.
         return counts, None, None

@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -48,9 +48,12 @@ from ..values.actions import (
 )
 from ..values.changeset import GUARD_COLUMN, ChangeSet
 from ..values.conditions import (
+    all_of,
     condition_columns,
     key_pairs,
     keys_match,
+    source,
+    target,
 )
 from ..values.errors import (
     InvalidActionBatchError,
@@ -141,6 +144,13 @@ class Payload:
         """Whether a change set of this payload asks for the ordering guard."""
         sets = [self.change_set, *(self.change_sets or {}).values()]
         return any(cs is not None and cs.guard for cs in sets)
+
+    @property
+    def updates_in_place(self) -> bool:
+        """Whether a change set of this payload keeps history or soft deletes: its updates
+        set some columns of a row and leave the others as they are."""
+        sets = [self.change_set, *(self.change_sets or {}).values()]
+        return any(cs is not None and cs.updates_in_place for cs in sets)
 
     @property
     def key(self) -> tuple[str, ...] | None:
@@ -254,7 +264,7 @@ class Payload:
                 )
             )
         found += _change_set_actions(
-            cs.key,
+            cs,
             target_schema=target_schema,
             target_table=table,
             source_schema=self.schema,
@@ -506,7 +516,7 @@ class Payload:
 
 
 def _change_set_actions(
-    key: Sequence[str],
+    cs: ChangeSet,
     *,
     target_schema: str,
     target_table: str,
@@ -514,16 +524,35 @@ def _change_set_actions(
     delete_table: str | None,
     upsert_table: str | None,
 ) -> list[_Action]:
-    """Delete (by key) then upsert (by key), for the tables that hold rows."""
-    condition = keys_match(*key)
+    """For the tables that hold rows: delete by key, then upsert by key. In history mode,
+    end the current versions the change set supersedes (those that started before), then
+    upsert the versions by key and start; with soft deletes, flag the deleted rows, then
+    upsert by key. Both updates set only their columns (:attr:`ChangeSet.updates_in_place`)."""
+    by_key = keys_match(*cs.key)
+    first: type[Delete | Update] = Delete
+    condition, upserted_by = by_key, by_key
+    if cs.history is not None:
+        history = cs.history
+        first = Update
+        condition = all_of(
+            by_key,
+            target(history.current) == True,  # noqa: E712 (a condition, not a test)
+            target(history.valid_from) < source(history.valid_to),
+        )
+        upserted_by = keys_match(*cs.key, history.valid_from)
+    elif cs.soft_delete is not None:
+        first = Update
     return [
         action(
             target_schema=target_schema,
             target_table=target_table,
             source_schema=source_schema,
             source_table=table,
-            condition=condition,
+            condition=chosen,
         )
-        for action, table in ((Delete, delete_table), (Upsert, upsert_table))
+        for action, table, chosen in (
+            (first, delete_table, condition),
+            (Upsert, upsert_table, upserted_by),
+        )
         if table is not None
     ]

@@ -375,8 +375,7 @@ def bind_payload(
         target_name(target, os.environ)
     store = StateStore(settings.state_dir)
     store.check()
-    if getattr(payload, "is_guarded", False):
-        check_guard_vouched(store, client.server, client.site)
+    check_vouched(payload, store, client.server, client.site)
     bound = BoundPayload(payload, client, target, progress=settings.progress, state=store)
     if upload_first:
         bound.upload_first_part()
@@ -424,22 +423,40 @@ def update_with(
     return bound.apply_settings(actions, applying)
 
 
-def check_guard_vouched(store: StateStore, server: str, site: str) -> None:
-    """Refuse, before anything is sent, a guarded change set for a server no probe has
-    shown to refuse a stale update: the guard rests on that, and an assumed guard that
-    protects nothing is worse than none."""
-    found = store.probe(server, site)
-    if found is not None and found.guard_works():
+def check_vouched(payload: PayloadLike, store: StateStore, server: str, site: str) -> None:
+    """Refuse, before anything is sent, a change set whose updates rest on what no probe
+    of the server has shown: a guarded one (a stale update refused: an assumed guard that
+    protects nothing is worse than none), or one keeping history or soft deletes (an update
+    that sets some columns and keeps the others, ``partial_update``)."""
+    needs = [
+        (what, case, wanted)
+        for what, case, wanted, asked in (
+            ("ChangeSet(guard=True)", "guard", "works", "is_guarded"),
+            (
+                "ChangeSet(history=...) or (soft_delete=...)",
+                "partial_update",
+                "kept",
+                "updates_in_place",
+            ),
+        )
+        if getattr(payload, asked, False)
+    ]
+    if not needs:
         return
+    found = store.probe(server, site)
     command = f"tabhyper-update probe --project NAME --state-dir {store.directory}"
-    why = (
-        f"no probe of {server} (site {site!r}) is remembered in {str(store.directory)!r}"
-        if found is None
-        else f"the probe of {server} (site {site!r}) found it {found.guard!r}"
-        f" (NOT NULL {found.not_null})"
-    )
-    raise ConfigurationError(
-        "ChangeSet(guard=True) is sent only to a server whose probe showed a stale update "
-        f"refused; {why}. Run `{command}` (or client.probe(project=...)) against it first, "
-        "or build without guard=True"
-    )
+    for what, case, wanted in needs:
+        got = None if found is None else getattr(found, case)
+        if got == wanted:
+            continue
+        why = (
+            f"no probe of {server} (site {site!r}) is remembered in {str(store.directory)!r}"
+            if found is None
+            else f"the probe of {server} (site {site!r}) found {case} {got!r}"
+            + (f" (NOT NULL {found.not_null})" if case == "guard" else "")
+        )
+        raise ConfigurationError(
+            f"{what} is sent only to a server whose probe found {case} {wanted!r}; {why}. "
+            f"Run `{command}` (or client.probe(project=...)) against it first, or build "
+            f"without {what.removeprefix('ChangeSet')}"
+        )

@@ -20,7 +20,7 @@ out of the box (their values do not collide, so one table serves them all):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .errors import ArgumentTypeError, PayloadArgumentError
@@ -34,7 +34,9 @@ __all__ = [
     "PARTIAL_UPDATE_OP",
     "RESERVED_PREFIX",
     "ChangeSet",
+    "History",
     "OpMeaning",
+    "SoftDelete",
 ]
 
 OpMeaning = Literal["upsert", "delete", "preimage", "ignore"]
@@ -117,6 +119,95 @@ def _names(value: Any, what: str, *, allow_none: bool = False) -> tuple[str, ...
     )
 
 
+def _column_name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise ArgumentTypeError(f"{what}= takes a column name, got {value!r}")
+    if value.lower().startswith(RESERVED_PREFIX):
+        raise PayloadArgumentError(
+            f"{what}={value!r}: names starting with {RESERVED_PREFIX!r} are the SDK's own"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class History:
+    """Keep every version of a row (a slowly changing dimension of type 2): pass it as
+    ``ChangeSet(history=History(...))`` (``history=True`` takes the defaults).
+
+    Each change of a key becomes a version row, valid from its start (``valid_from``) to
+    the next version's start (``valid_to``, NULL while it is current), flagged ``current``;
+    a delete closes the key's current version. A version starts at the change's position
+    (the one ``order_by`` column) or, given ``at``, at that column's value (a commit time,
+    say). The names are the data source's columns, the SDK's to write."""
+
+    valid_from: str = "_valid_from"
+    valid_to: str = "_valid_to"
+    current: str = "_is_current"
+    at: str | None = None
+
+    def __post_init__(self) -> None:
+        names = [
+            _column_name(getattr(self, n), f"History {n}")
+            for n in ("valid_from", "valid_to", "current")
+        ]
+        if self.at is not None:
+            _column_name(self.at, "History at")
+        if len(set(names)) != len(names):
+            raise PayloadArgumentError(f"History names a column twice: {names}")
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns the SDK adds to the data source."""
+        return (self.valid_from, self.valid_to, self.current)
+
+
+@dataclass(frozen=True)
+class SoftDelete:
+    """Keep a deleted row, flagged: pass it as ``ChangeSet(soft_delete=SoftDelete(...))``
+    (``soft_delete=True`` takes the defaults).
+
+    A delete sets ``deleted`` TRUE and ``deleted_at`` to the delete's position (or, given
+    ``at``, that column's value) instead of removing the row; a later change of the key
+    writes the row again with ``deleted`` FALSE and ``deleted_at`` NULL. With
+    :class:`History`, the delete flags the version it closes."""
+
+    deleted: str = "_deleted"
+    deleted_at: str = "_deleted_at"
+    at: str | None = None
+
+    def __post_init__(self) -> None:
+        names = [
+            _column_name(getattr(self, n), f"SoftDelete {n}") for n in ("deleted", "deleted_at")
+        ]
+        if self.at is not None:
+            _column_name(self.at, "SoftDelete at")
+        if len(set(names)) != len(names):
+            raise PayloadArgumentError(f"SoftDelete names a column twice: {names}")
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns the SDK adds to the data source."""
+        return (self.deleted, self.deleted_at)
+
+
+def _mode(value: object, kind: type[Any], what: str) -> Any:
+    """``True`` → the mode's defaults, ``None`` / ``False`` → off, a mode object as is."""
+    if value is True:
+        return kind()
+    if value is None or value is False:
+        return None
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return kind(**value)
+        except TypeError as err:
+            raise ArgumentTypeError(f"ChangeSet {what}=: {err}") from None
+    raise ArgumentTypeError(
+        f"ChangeSet {what}= takes True, a {kind.__name__}(...) or None, got {value!r}"
+    )
+
+
 #: The positions table's NOT NULL column that a stale update's guard sets to NULL (which
 #: fails the atomic batch: Hyper enforces NOT NULL).
 GUARD_COLUMN = "guarded"
@@ -150,6 +241,12 @@ class ChangeSet:
     first action sets ``guarded`` to NULL on every key that does, which the NOT NULL column
     refuses, so the whole update fails and applies nothing
     (:class:`~tabhyper_update.values.errors.OutOfOrderError`).
+
+    ``history=True`` (or a :class:`History`): every change becomes a version row with the
+    span it was valid, instead of only the latest row. ``soft_delete=True`` (or a
+    :class:`SoftDelete`): a delete flags the row instead of removing it. Both set some
+    columns of rows the data source holds and leave the others as they are, which a
+    server must first be shown to do (``tabhyper-update probe``: ``partial_update``).
     """
 
     key: tuple[str, ...]
@@ -161,6 +258,8 @@ class ChangeSet:
     delete_table: str = "deletes"
     order_as: Mapping[str, OrderAs] | None = field(default=None, hash=False)
     guard: bool = False
+    history: History | None = None
+    soft_delete: SoftDelete | None = None
 
     def __init__(
         self,
@@ -174,6 +273,8 @@ class ChangeSet:
         delete_table: str = "deletes",
         order_as: Mapping[str, str] | None = None,
         guard: bool = False,
+        history: History | bool | None = None,
+        soft_delete: SoftDelete | bool | None = None,
     ) -> None:
         keys = _names(key, "key")
         assert keys is not None
@@ -210,6 +311,27 @@ class ChangeSet:
         if not isinstance(guard, bool):
             raise ArgumentTypeError(f"ChangeSet guard= takes True or False, got {guard!r}")
         object.__setattr__(self, "guard", guard)
+        object.__setattr__(self, "history", _mode(history, History, "history"))
+        object.__setattr__(self, "soft_delete", _mode(soft_delete, SoftDelete, "soft_delete"))
+        added = self.added_columns
+        if len(set(added)) != len(added):
+            raise PayloadArgumentError(
+                f"ChangeSet history and soft_delete name a column twice: {added}"
+            )
+
+    @property
+    def added_columns(self) -> tuple[str, ...]:
+        """The columns the SDK writes beside the source's (history's, soft deletes')."""
+        return (
+            *(self.history.columns if self.history else ()),
+            *(self.soft_delete.columns if self.soft_delete else ()),
+        )
+
+    @property
+    def updates_in_place(self) -> bool:
+        """Whether its updates set some columns of a row and leave the others as they are
+        (closing a version, flagging a deletion): what a server must be shown to do."""
+        return self.history is not None or self.soft_delete is not None
 
     @property
     def guard_table(self) -> str:
@@ -235,6 +357,8 @@ class ChangeSet:
             "delete_table": self.delete_table,
             "order_as": dict(self.order_as) if self.order_as is not None else None,
             "guard": self.guard,
+            "history": asdict(self.history) if self.history else None,
+            "soft_delete": asdict(self.soft_delete) if self.soft_delete else None,
         }
 
     @classmethod
@@ -249,4 +373,6 @@ class ChangeSet:
             delete_table=doc.get("delete_table") or "deletes",
             order_as=doc.get("order_as"),
             guard=bool(doc.get("guard", False)),
+            history=doc.get("history"),
+            soft_delete=doc.get("soft_delete"),
         )
