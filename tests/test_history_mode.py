@@ -276,3 +276,34 @@ def test_a_saved_history_payload_derives_the_same_actions(
     assert ends["source-table"] == "deletes"
     assert versions["action"] == "upsert"
     assert "since" in json.dumps(versions["condition"])
+
+
+def test_a_history_data_source_published_from_a_snapshot_takes_the_feed(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The how-to's start: a snapshot published as one current version per row, valid from
+    the snapshot's position, then the change feed from there on."""
+    from pyspark.sql import functions as F
+
+    snapshot = spark.createDataFrame([(1, "a", 1), (2, "b", 2)], "id long, name string, qty int")
+    first = (
+        snapshot.withColumn("_valid_from", F.lit(5).cast("bigint"))
+        .withColumn("_valid_to", F.lit(None).cast("bigint"))
+        .withColumn("_is_current", F.lit(True))
+    )
+    state = tmp_path / "state"
+    with FakeTableauServer(pats=dict([PAT])) as server:
+        server.remember_probe(state)
+        with client_for(server) as client:
+            with build_payload(first, max_payload_mb=None) as payload:
+                ref = client.publish(payload, "Orders", project="Default", state_dir=state)
+            feed = [(2, "b2", 3, "U", 6), (1, None, None, "D", 7), (3, "c", 1, "I", 8)]
+            spec = ChangeSet("id", op_column="op", order_by="seq", history=True)
+            with build_payload(spark.createDataFrame(feed, CHANGES), spec) as payload:
+                client.update_datasource("Orders", payload, state_dir=state)
+        assert rows(server, ref.id) == [
+            (1, "a", 1, 5, 7, False),
+            (2, "b", 2, 5, 6, False),
+            (2, "b2", 3, 6, None, True),
+            (3, "c", 1, 8, None, True),
+        ]

@@ -91,8 +91,9 @@ def test_the_quickstarts_run_against_what_serve_local_serves(
 class _DeltaReader:
     """``spark.read.format("delta").option(...).table(name)`` over an in-memory feed."""
 
-    def __init__(self, feeds: dict[str, DataFrame]) -> None:
+    def __init__(self, feeds: dict[str, DataFrame], earlier: dict[str, DataFrame]) -> None:
         self.feeds = feeds
+        self.earlier = earlier
         self.options: dict[str, str] = {}
 
     def format(self, name: str) -> _DeltaReader:
@@ -104,6 +105,8 @@ class _DeltaReader:
         return self
 
     def table(self, name: str) -> DataFrame:
+        if "versionAsOf" in self.options:  # a snapshot: the table before the feed's versions
+            return self.earlier[f"{name}@{self.options['versionAsOf']}"]
         assert self.options.get("readChangeFeed") == "true"
         start = int(self.options.get("startingVersion", "0"))
         return self.feeds[name].where(f"_commit_version >= {start}")
@@ -144,15 +147,17 @@ class _SparkWithDelta:
         feeds: dict[str, DataFrame],
         tables: dict[str, DataFrame],
         streams: dict[str, Path],
+        earlier: dict[str, DataFrame] | None = None,
     ) -> None:
         self._spark = spark
         self._feeds = feeds
+        self._earlier = earlier or {}
         self._tables = tables
         self._streams = streams
 
     @property
     def read(self) -> _DeltaReader:
-        return _DeltaReader(self._feeds)
+        return _DeltaReader(self._feeds, self._earlier)
 
     @property
     def readStream(self) -> _StreamReader:
@@ -227,6 +232,12 @@ def test_the_guides_blocks_run_as_written(
                 )
             },
             streams,
+            # The table at version 2, before the feed's versions 3 and 4.
+            {
+                "sales.orders@2": spark.createDataFrame(
+                    [(1, 10.0), (2, 20.0), (3, 30.0)], "order_id long, amount double"
+                )
+            },
         ),
         "sales_changes": spark.createDataFrame(
             [(1, None, None, "D", 1), (2, 10, 200, "I", 2)],
@@ -282,6 +293,23 @@ def test_the_guides_blocks_run_as_written(
         # The bootstrap published the snapshot as a new data source.
         (live,) = [d for d in server.backend.sources.values() if d.name == "Orders Live"]
         assert read_table(live.path, "Extract") == [(2, 25.0), (4, 40.0)]
+        # History: the snapshot at version 2 as current versions, then the feed's versions 3
+        # and 4 (an update of order 2, a delete of order 3, an insert of order 4). Soft
+        # deletes: the same feed, order 3 flagged.
+        found = {d.name: d.path for d in server.backend.sources.values()}
+        assert sorted(read_table(found["Orders History"], "Extract")) == [
+            (1, 10.0, 2, None, True),
+            (2, 20.0, 2, 3, False),
+            (2, 25.0, 3, None, True),
+            (3, 30.0, 2, 4, False),
+            (4, 40.0, 4, None, True),
+        ]
+        assert sorted(read_table(found["Orders Kept"], "Extract")) == [
+            (1, 10.0, False, None),
+            (2, 25.0, False, None),
+            (3, 30.0, True, 4),
+            (4, 40.0, False, None),
+        ]
 
 
 def test_the_delta_rs_route_of_the_delta_guide_runs_against_a_delta_rs_table(
