@@ -25,11 +25,12 @@ from typing import Any
 from tabhyper_update import ChangeSet, PersonalAccessToken, TableauClient, build_payload
 from tabhyper_update.testing import FakeTableauServer, local_spark, make_hyper
 
-MODES: dict[str, dict[str, bool]] = {
-    "plain": {},
-    "soft_delete": {"soft_delete": True},
-    "history": {"history": True},
-    "history+soft_delete": {"history": True, "soft_delete": True},
+#: Per mode: (history, soft deletes).
+MODES: dict[str, tuple[bool, bool]] = {
+    "plain": (False, False),
+    "soft_delete": (False, True),
+    "history": (True, False),
+    "history+soft_delete": (True, True),
 }
 DATA = "id BIGINT NOT NULL, v TEXT, seq BIGINT"
 ADDED = {
@@ -63,9 +64,14 @@ def main() -> None:
         sizes: dict[str, list[int]] = {m: [] for m in MODES}
         rows: dict[str, dict[str, int]] = {}
         for run in range(args.runs + 1):  # the first round warms up
-            for mode, options in MODES.items():
+            for mode, (history, soft) in MODES.items():
                 spec = ChangeSet(
-                    "id", op_column="op", order_by="seq", keep_columns="seq", **options
+                    "id",
+                    op_column="op",
+                    order_by="seq",
+                    keep_columns="seq",
+                    history=history,
+                    soft_delete=soft,
                 )
                 started = time.perf_counter()
                 with build_payload(frame, spec, max_payload_mb=None, progress=False) as built:
