@@ -15,6 +15,7 @@ the everyday models, :mod:`tabhyper_update.errors` every exception. ::
 from __future__ import annotations
 
 from .builder.options import BuildOptions, BuildSettings
+from .builder.quarantine import QuarantineDestination
 from .builder.staging import StagingMode
 from .readback.compare import Tolerance
 from .readback.drift import DriftReport, KeyDrift
@@ -58,6 +59,7 @@ from .values.conditions import (
 from .values.parts import ColumnInfo, PayloadLike, PayloadPart, TableInfo
 from .values.policies import PollPolicy, RetryPolicy
 from .values.probes import ProbeResult
+from .values.quarantine import QuarantineReport
 
 __all__ = [
     "Action",
@@ -97,6 +99,8 @@ __all__ = [
     "Project",
     "PublishMode",
     "PublishOptions",
+    "QuarantineDestination",
+    "QuarantineReport",
     "RestCaller",
     "RestSession",
     "RetryPolicy",

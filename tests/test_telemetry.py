@@ -246,3 +246,39 @@ def test_a_guarded_change_sets_positions_record_is_not_counted_as_rows(
     # Three keys' positions recorded, none of them counted as the user's rows.
     assert len(read_table(server.datasource_path(luid), "Extract_positions")) == 3
     assert result.metrics()["rows"] == {"delete": 1, "upsert": 2}
+
+
+def test_changes_set_aside_are_counted_once(
+    spark: SparkSession,
+    client: TableauClient,
+    tmp_path: Path,
+    exporters: tuple[Any, Any],
+) -> None:
+    _, reader = exporters
+
+    def counted() -> int:
+        found = [
+            p.value
+            for rm in reader.get_metrics_data().resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == "tabhyper_update.quarantined"
+            for p in m.data.data_points
+        ]
+        return sum(found)
+
+    before = counted() if reader.get_metrics_data() else 0
+    frame = spark.createDataFrame([(4, None, 40, "U", 1), (5, "e", 50, "U", 1)], DDL)
+    options: dict[str, Any] = {
+        "on_bad_rows": "quarantine",
+        "quarantine": tmp_path / "q",
+        "target_columns": "id BIGINT NOT NULL, name TEXT NOT NULL, qty INTEGER",
+    }
+    for _ in range(2):  # the second run is deduplicated: nothing more is counted
+        result = (
+            build_payload(frame, BY_ID, **options)
+            .upload("Orders", client=client, state_dir=tmp_path, progress=False)
+            .apply()
+        )
+        assert result.metrics()["quarantined"]["rows"] == 1
+    assert counted() - before == 1

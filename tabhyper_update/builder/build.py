@@ -40,7 +40,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -64,10 +64,12 @@ from ..values.errors import (
 )
 from ..values.parts import PayloadPart
 from ..values.positions import json_positions
+from ..values.quarantine import QuarantineReport
 from ..values.redaction import get_logger
 from ..values.spark_sql import source_views, sql_name
 from .cdc import (
     KIND_DELETE,
+    KIND_QUARANTINED,
     KIND_UPSERT,
     CdcSpec,
     resolve_change_sets,
@@ -93,6 +95,7 @@ from .hyper_types import (
     plan_columns,
 )
 from .options import BuildOptions, BuildSettings
+from .quarantine import QuarantineDestination, bad_rows, set_aside
 from .spark_ranking import rank_in_spark
 from .staging import (
     StagingMode,
@@ -129,6 +132,8 @@ class _Frame:
     delete_table: str = ""
     #: The columns history and soft deletes write beside the source's.
     added: list[Added] = field(default_factory=list)
+    #: Where its changes set aside go (``on_bad_rows="quarantine"``).
+    quarantine: QuarantineDestination | None = None
 
 
 def build_payload(
@@ -187,6 +192,8 @@ def build_with(
         change_sets=change_sets if isinstance(changes, Mapping) else None,
         positions=json_positions(ends.positions),
         committed_at=ends.committed_at,
+        quarantined=ends.quarantined,
+        checked_types=_checked_types(spark_frames, settings),
         _owned_dir=owned,
     )
     payload.build_seconds = time.perf_counter() - started
@@ -260,6 +267,11 @@ def _plan_frames(
     for name, df in frames.items():
         cs = change_sets.get(name) if change_sets is not None else None
         if cs is None:
+            if options.on_bad_rows == "quarantine":
+                raise PayloadArgumentError(
+                    f"on_bad_rows='quarantine' sets aside changes of a change set, and table "
+                    f"{name!r} is a plain table (build it with a ChangeSet)"
+                )
             planned.append(
                 _Frame(
                     name,
@@ -284,7 +296,17 @@ def _plan_frames(
             options.complex_as_json,
         )
         added = added_columns(spec, df, cs.upsert_table, options.database_version)
-        planned.append(_Frame(cs.upsert_table, df, plans, spec, cs.delete_table, added))
+        if options.on_bad_rows == "quarantine":
+            if cs.history is not None:
+                raise PayloadArgumentError(
+                    "on_bad_rows='quarantine' does not combine with history mode yet: every "
+                    "change of a key is a version there, and one set aside would leave a gap "
+                    "in its history"
+                )
+            checks = bad_rows(plans, options.target, spec.key, name)
+            spec = replace(spec, quarantine=True, bad_rows=checks)
+        quarantine = options.quarantine if spec.quarantine else None
+        planned.append(_Frame(cs.upsert_table, df, plans, spec, cs.delete_table, added, quarantine))
     return planned
 
 
@@ -334,6 +356,8 @@ class _Ends:
 
     positions: dict[str, dict[str, Any]]
     committed_at: float | None
+    #: What the change sets set aside (``on_bad_rows="quarantine"``).
+    quarantined: QuarantineReport | None = None
 
 
 def _stage_and_write(
@@ -372,7 +396,8 @@ def _stage_and_write(
         if f.spec is not None and f.name in ends
     }
     commits = [s.committed_at for s in staged if s.committed_at is not None]
-    return parts, _Ends(positions, max(commits, default=None))
+    reports = [s.quarantined for s in staged if s.quarantined is not None]
+    return parts, _Ends(positions, max(commits, default=None), QuarantineReport.total(reports))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,8 +429,13 @@ class _Route(NamedTuple):
 
 def _route(frame: _Frame, staging: StagingMode) -> _Route:
     spec, df = frame.spec, frame.df
-    # History and soft deletes are ranked by Spark alone.
-    hyper_ranks = spec is not None and not frame.added and ranks_in_hyper(spec, frame.plans)
+    # History, soft deletes and a quarantine are ranked by Spark alone.
+    hyper_ranks = (
+        spec is not None
+        and not frame.added
+        and not spec.quarantine
+        and ranks_in_hyper(spec, frame.plans)
+    )
     mode, small, probe = staging_for(
         df,
         staging,
@@ -495,59 +525,79 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
     files = staged_files(target)
     if counts["errors"]:
         raise_on_change_set_errors(spec, plans, staged_names, files, counts["errors"])
+    quarantined = None
+    if counts.get(KIND_QUARANTINED) and frame.quarantine is not None:
+        quarantined = set_aside(frame.df, spec, frame.quarantine)
+        log.warning(
+            "table %r: %d change(s) set aside (%s), written to %s",
+            frame.name,
+            quarantined.rows,
+            ", ".join(f"{r}: {n}" for r, n in sorted(quarantined.reasons.items())),
+            quarantined.written_to,
+        )
     key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
     # Deletes share their upserts' rows: bucketed by key, estimated as whole rows.
     size = size_sql(plans, staged_names)
     guard = guard_staged(spec, plans, staged_names, files, counts, stats, key_idx)
     sent = [i for i, p in enumerate(frame.plans) if p.name not in spec.guard_only]
     if frame.added:
-        return [
-            *guard,
-            *mode_tables(
-                spec,
+        tables = mode_tables(
+            spec,
+            frame.name,
+            frame.delete_table,
+            plans,
+            staged_names,
+            frame.added,
+            files,
+            counts,
+            key_idx,
+            sent,
+            (last, committed),
+        )
+    else:
+        tables = [
+            Staged(
                 frame.name,
-                frame.delete_table,
-                plans,
-                staged_names,
-                frame.added,
+                [plans[i] for i in sent],
+                [staged_names[i] for i in sent],
                 files,
-                counts,
-                key_idx,
-                sent,
-                (last, committed),
+                counts[KIND_UPSERT],
+                buckets=None if stats is None else stats.get(KIND_UPSERT, {}),
+                where=kind_is(KIND_UPSERT),
+                bucket_of=STAGED_BUCKET,
+                size_of=size,
+                position=last,
+                committed_at=committed,
+            ),
+            Staged(
+                frame.delete_table,
+                [plans[i] for i in key_idx],
+                [staged_names[i] for i in key_idx],
+                files,
+                counts[KIND_DELETE],
+                buckets=None if stats is None else stats.get(KIND_DELETE, {}),
+                where=kind_is(KIND_DELETE),
+                bucket_of=STAGED_BUCKET,
+                size_of=size,
             ),
         ]
-    return [
-        *guard,
-        Staged(
-            frame.name,
-            [plans[i] for i in sent],
-            [staged_names[i] for i in sent],
-            files,
-            counts[KIND_UPSERT],
-            buckets=None if stats is None else stats.get(KIND_UPSERT, {}),
-            where=kind_is(KIND_UPSERT),
-            bucket_of=STAGED_BUCKET,
-            size_of=size,
-            position=last,
-            committed_at=committed,
-        ),
-        Staged(
-            frame.delete_table,
-            [plans[i] for i in key_idx],
-            [staged_names[i] for i in key_idx],
-            files,
-            counts[KIND_DELETE],
-            buckets=None if stats is None else stats.get(KIND_DELETE, {}),
-            where=kind_is(KIND_DELETE),
-            bucket_of=STAGED_BUCKET,
-            size_of=size,
-        ),
-    ]
+    tables[0].quarantined = quarantined
+    return [*guard, *tables]
 
 
 # ---------------------------------------------------------------------------------------------
 # helpers
+
+
+def _checked_types(frames: Sequence[_Frame], settings: BuildSettings) -> dict[str, dict[str, str]]:
+    """Per upsert table, the columns whose rows were checked against ``target_columns``'
+    types (a quarantine's), each with that type."""
+    target = settings.target
+    return {
+        f.name: {p.name: target[p.name].text for p in f.plans if p.name in target}
+        for f in frames
+        if f.spec is not None and f.spec.quarantine and target
+    }
 
 
 def _step(shown: Any, what: str | None) -> None:

@@ -45,12 +45,16 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = [
+    "BAD_COLUMN",
+    "BAD_REASON",
     "FIRST_COLUMN",
     "KIND_DELETE",
     "KIND_ERRORS",
+    "KIND_QUARANTINED",
     "KIND_UPSERT",
     "LAST_COLUMN",
     "PRIORITY_COLUMN",
+    "BadRow",
     "CdcSpec",
     "latest_of",
     "position_column",
@@ -60,6 +64,9 @@ __all__ = [
 
 KIND_UPSERT = "U"
 KIND_DELETE = "D"
+#: A change the target would refuse, set aside (``on_bad_rows="quarantine"``): it ranks as
+#: any change, so a key whose last change is set aside keeps the value it had.
+KIND_QUARANTINED = "Q"
 KIND_NULL_KEY = "E_NULL_KEY"
 KIND_UNKNOWN_OP = "E_UNKNOWN_OP"
 KIND_TIE = "E_TIE"
@@ -87,6 +94,20 @@ _UPSERTS_COLUMN = "__tabhyper_upserts"
 #: The ``order_by`` of a commit's changelog (Delta's change data feed and Spark's
 #: changelog: ``_commit_version``; Iceberg's changelog view: ``_change_ordinal``).
 COMMIT_ORDERS = (("_commit_version",), ("_change_ordinal",))
+
+
+#: A set-aside change's reason and the column it names (tag columns of the changes).
+BAD_REASON = "__tabhyper_reason"
+BAD_COLUMN = "__tabhyper_column"
+
+
+class BadRow(NamedTuple):
+    """A row the target would refuse: the ``reason`` it is set aside for, the ``column``
+    it names, and the Spark SQL ``condition`` over the source's row that finds it."""
+
+    reason: str
+    column: str
+    condition: str
 
 
 class Tagging(NamedTuple):
@@ -394,6 +415,10 @@ class CdcSpec:
     history_at: str = ""
     soft_delete: SoftDelete | None = None
     deleted_at: str = ""
+    #: ``on_bad_rows="quarantine"``: a NULL key and the upserts ``bad_rows`` find are set
+    #: aside (:data:`KIND_QUARANTINED`), not errors.
+    quarantine: bool = False
+    bad_rows: tuple[BadRow, ...] = ()
 
     @classmethod
     def create(
@@ -498,13 +523,19 @@ class CdcSpec:
         null_order = " OR ".join([f"({order_sql[0]}) IS NULL", *unread])
         upsert, delete = among(by_meaning["upsert"]), among(by_meaning["delete"])
         preimage = among(by_meaning["preimage"])
+        bad = self._bad_rows(null_key, upsert)
         # Ignored changes go first (a Debezium truncate has no key), then unknown ops.
         kind = (
             f"CASE WHEN {among(by_meaning['ignore'])} THEN NULL "
             f"WHEN NOT ({upsert} OR {delete} OR {preimage}) THEN '{KIND_UNKNOWN_OP}' "
-            f"WHEN {null_key} THEN '{KIND_NULL_KEY}' "
-            f"WHEN {null_order} THEN '{KIND_NULL_ORDER}' "
-            f"WHEN {upsert} THEN '{KIND_UPSERT}' ELSE '{KIND_DELETE}' END"
+            + (
+                f"WHEN {null_key} THEN '{KIND_QUARANTINED}' "
+                if self.quarantine
+                else f"WHEN {null_key} THEN '{KIND_NULL_KEY}' "
+            )
+            + f"WHEN {null_order} THEN '{KIND_NULL_ORDER}' "
+            + (f"WHEN {bad[0]} IS NOT NULL THEN '{KIND_QUARANTINED}' " if bad else "")
+            + f"WHEN {upsert} THEN '{KIND_UPSERT}' ELSE '{KIND_DELETE}' END"
         )
         return Tagging(
             kind,
@@ -518,8 +549,31 @@ class CdcSpec:
                 f"ELSE 2 END AS {sql_name(PRIORITY_COLUMN)}",
                 *(f"{o} AS {sql_name(position_column(i))}" for i, o in enumerate(order_sql)),
                 *([f"{self.committed} AS {sql_name(COMMITTED_COLUMN)}"] if self.committed else []),
+                *(
+                    [f"{bad[0]} AS {sql_name(BAD_REASON)}", f"{bad[1]} AS {sql_name(BAD_COLUMN)}"]
+                    if bad
+                    else []
+                ),
             ],
         )
+
+    def _bad_rows(self, null_key: str, upsert: str) -> tuple[str, str] | None:
+        """Spark SQL of why a change is set aside and the column it names (NULL: it is not),
+        first reason first: a NULL key, then each of :attr:`bad_rows` on an upsert (a
+        delete sends its key alone). None unless ``on_bad_rows="quarantine"``."""
+        if not self.quarantine:
+            return None
+        checks = [("null_key", f"{self.key[0]}", null_key)] + [
+            (b.reason, b.column, f"{upsert} AND ({b.condition})") for b in self.bad_rows
+        ]
+        reason = "CASE " + " ".join(f"WHEN {c} THEN {sql_text(r)}" for r, _, c in checks) + " END"
+        nulls = [f"WHEN {sql_name(k)} IS NULL THEN {sql_text(k)}" for k in self.key]
+        column = (
+            f"CASE {' '.join(nulls)} "
+            + " ".join(f"WHEN {c} THEN {sql_text(col)}" for r, col, c in checks[1:])
+            + " END"
+        )
+        return reason, column
 
     def tag_query(self) -> Callable[[str], str]:
         """Spark SQL over a source named in the text: every change but the ignored ones,

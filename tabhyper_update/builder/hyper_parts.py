@@ -17,6 +17,7 @@ from ..local.hyper import connect, quote_literal, quote_name, table_ref
 from ..values.changeset import GUARD_COLUMN
 from ..values.errors import PayloadError
 from ..values.parts import BUCKETS, ColumnInfo, PayloadPart, RowDigest, TableInfo
+from ..values.quarantine import QuarantineReport
 from ..values.redaction import get_logger
 from ..values.spark_sql import sql_name
 from .cdc import (
@@ -188,6 +189,8 @@ class Staged:
     #: A change set's upserts: the latest commit time among its changes (epoch seconds),
     #: where the change feed says it (Delta's ``_commit_timestamp``).
     committed_at: float | None = None
+    #: A change set's upserts: what the build set aside (``on_bad_rows="quarantine"``).
+    quarantined: QuarantineReport | None = None
 
     def __post_init__(self) -> None:
         if not self.size_of:

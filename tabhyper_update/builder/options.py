@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from typing_extensions import TypedDict
 
@@ -23,6 +23,7 @@ from ..values.actions import DEFAULT_SCHEMA
 from ..values.errors import ArgumentTypeError, PayloadArgumentError
 from .hyper_parts import NO_CAP
 from .hyper_types import DEFAULT_DATABASE_VERSION, SUPPORTED_DATABASE_VERSIONS
+from .quarantine import QuarantineDestination, TargetColumn, check_destination, target_columns
 from .staging import StagingMode, check_staging
 
 __all__ = ["BuildOptions", "BuildSettings", "check_build_options"]
@@ -40,7 +41,11 @@ class BuildOptions(TypedDict, total=False):
     ``"shared"`` Parquet in ``staging_dir``, or ``"driver"`` through Arrow). ``staging_dir``
     / ``output_dir``: folders for the staged rows and the parts (the temporary folder by
     default). ``keep_files``: leave the parts after the update. ``progress``: progress
-    bars (on a terminal by default).
+    bars (on a terminal by default). ``on_bad_rows``: ``"fail"`` (the default: a change the
+    target would refuse fails the build or the update) or ``"quarantine"``: such changes are
+    set aside, written to ``quarantine`` (a folder, or a function taking a Spark DataFrame
+    and the batch's name), and the rest applies; what the target refuses is read from
+    ``target_columns`` (``"id BIGINT NOT NULL, amount NUMERIC(12,2)"``).
     """
 
     schema: str
@@ -52,6 +57,9 @@ class BuildOptions(TypedDict, total=False):
     output_dir: str | os.PathLike[str] | None
     keep_files: bool
     progress: bool | None
+    on_bad_rows: Literal["fail", "quarantine"]
+    quarantine: QuarantineDestination | None
+    target_columns: str | Mapping[str, str] | None
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,9 @@ class BuildSettings:
     output_dir: str | os.PathLike[str] | None = None
     keep_files: bool = False
     progress: bool | None = None
+    on_bad_rows: Literal["fail", "quarantine"] = "fail"
+    quarantine: QuarantineDestination | None = None
+    target_columns: str | Mapping[str, str] | None = None
 
     @classmethod
     def of(cls, options: Mapping[str, Any], where: str) -> BuildSettings:
@@ -94,7 +105,41 @@ class BuildSettings:
             raise PayloadArgumentError(
                 f"schema must be a non-empty string, got {made.schema!r}", argument="schema"
             )
+        made.check_bad_rows()
         return made
+
+    def check_bad_rows(self) -> None:
+        """``on_bad_rows`` and what it needs: a destination for ``"quarantine"`` (and none
+        without it), readable ``target_columns``."""
+        if self.on_bad_rows not in ("fail", "quarantine"):
+            raise PayloadArgumentError(
+                f"on_bad_rows must be 'fail' or 'quarantine', got {self.on_bad_rows!r}",
+                argument="on_bad_rows",
+            )
+        if self.on_bad_rows == "quarantine":
+            if self.quarantine is None:
+                raise PayloadArgumentError(
+                    "on_bad_rows='quarantine' needs quarantine= (a folder, or a function "
+                    "taking the set-aside rows)",
+                    argument="quarantine",
+                )
+            check_destination(self.quarantine)
+        elif self.quarantine is not None:
+            raise PayloadArgumentError(
+                "quarantine= is used with on_bad_rows='quarantine'", argument="quarantine"
+            )
+        if self.target_columns is not None:
+            if self.on_bad_rows != "quarantine":
+                raise PayloadArgumentError(
+                    "target_columns= is used with on_bad_rows='quarantine'",
+                    argument="target_columns",
+                )
+            target_columns(self.target_columns)
+
+    @property
+    def target(self) -> dict[str, TargetColumn]:
+        """The target's columns as ``target_columns`` declares them (none: not given)."""
+        return target_columns(self.target_columns) if self.target_columns is not None else {}
 
     @property
     def cap_bytes(self) -> int:

@@ -15,6 +15,7 @@ from .cdc import (
     FIRST_COLUMN,
     KIND_COLUMN,
     KIND_DELETE,
+    KIND_QUARANTINED,
     KIND_UPSERT,
     LAST_COLUMN,
     OP_TEXT_COLUMN,
@@ -69,6 +70,7 @@ def rank_in_spark(
         ),
         U=F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)"),
         D=F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)"),
+        Q=F.expr(f"sum(CASE WHEN {kind} = '{KIND_QUARANTINED}' THEN 1 ELSE 0 END)"),
         errors=F.expr(f"sum(CASE WHEN substr({kind}, 1, 2) = 'E_' THEN 1 ELSE 0 END)"),
         **more,
     )
@@ -76,7 +78,10 @@ def rank_in_spark(
     # write makes Spark sort every row by the kind first. Hyper reads each kind apart.
     write(rows)
     found = counted()
-    counts = {k: int(found.get(k) or 0) for k in (KIND_UPSERT, KIND_DELETE, "errors", *more)}
+    counts = {
+        k: int(found.get(k) or 0)
+        for k in (KIND_UPSERT, KIND_DELETE, KIND_QUARANTINED, "errors", *more)
+    }
     if not any(counts.values()):
         # No change came through (Spark may then drop the observed step): no position.
         return counts, None, None

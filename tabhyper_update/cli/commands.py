@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..builder.build import build_payload
-from ..builder.options import BuildOptions
+from ..builder.options import BuildOptions, BuildSettings
 from ..client import TableauClient
 from ..local.folders import LEASE_NAME, check_folder
 from ..payload.model import Payload
@@ -125,6 +125,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if bool(args.input) == bool(args.spark_table):
         raise UsageError("give input files (--input) or a Spark table (--spark-table)")
     args.change_set = change_set_of(args)
+    # A quarantine's flags are read before Spark starts.
+    BuildSettings(
+        on_bad_rows="quarantine" if args.quarantine else "fail",
+        quarantine=args.quarantine,
+        target_columns=args.target_columns,
+    ).check_bad_rows()
     require_pyspark("build reads its input")
     out = Path(args.output_dir)
     check_folder(args.staging_dir, "--staging-dir", create=False)
@@ -160,6 +166,9 @@ def _build_with(spark: Any, args: argparse.Namespace, out: Path) -> int:
         output_dir=out,
         keep_files=True,
         progress=False if args.json or args.quiet else None,  # bars only on a terminal
+        on_bad_rows="quarantine" if args.quarantine else "fail",
+        quarantine=args.quarantine,
+        target_columns=args.target_columns,
     )
     payload = build_payload(
         df,
@@ -172,16 +181,23 @@ def _build_with(spark: Any, args: argparse.Namespace, out: Path) -> int:
         with contextlib.suppress(OSError):
             (emptied / LEASE_NAME).unlink(missing_ok=True)
             emptied.rmdir()
+    quarantined = payload.quarantined
     if payload.is_empty:
         _emit(
             args,
-            {"parts": [], "empty": True, "manifest": str(manifest)},
+            {
+                "parts": [],
+                "empty": True,
+                "manifest": str(manifest),
+                "quarantined": None if quarantined is None else quarantined.as_dict(),
+            },
             f"empty change set: an empty payload in {manifest.parent} "
             "(`apply` reports nothing to update)",
         )
         return EXIT_OK
     data = {
         "manifest": str(manifest),
+        "quarantined": None if quarantined is None else quarantined.as_dict(),
         "parts": [
             {
                 "path": str(p.path),
@@ -197,6 +213,12 @@ def _build_with(spark: Any, args: argparse.Namespace, out: Path) -> int:
         + ", ".join(f"{n} {counted(t.row_count, 'row')}" for n, t in p.tables.items())
         for p in payload.parts
     ]
+    if quarantined is not None:
+        reasons = ", ".join(f"{r} {n}" for r, n in quarantined.reasons.items())
+        lines.append(
+            f"set aside: {counted(quarantined.rows, 'change')} the target would refuse, in "
+            f"{quarantined.written_to} ({reasons})"
+        )
     _emit(args, data, "\n".join(lines))
     return EXIT_OK
 

@@ -33,6 +33,7 @@ _FLAG_OF = {
     "op_column": "--op-column",
     "order_by": "--order-by",
     "op_map": "--op-map",
+    "target_columns": "--target-columns",
 }
 _KEYWORD = re.compile(r"\b(" + "|".join(_FLAG_OF) + r")\b(?:=True\b|=(?=[\s/,.)]|$))?")
 _MODE = re.compile(r"mode='(create|overwrite|append)'")

@@ -67,6 +67,8 @@ def change_set_of(args: argparse.Namespace) -> ChangeSet | None:
                 ("--order-by", args.order_by),
                 ("--op-map", args.op_map),
                 ("--order-as", args.order_as),
+                ("--history", args.history),
+                ("--soft-delete", args.soft_delete),
             )
             if v
         ]
@@ -81,6 +83,8 @@ def change_set_of(args: argparse.Namespace) -> ChangeSet | None:
         order_by=args.order_by,
         op_map=op_map or None,
         order_as=order_as or None,
+        history=args.history,
+        soft_delete=args.soft_delete,
     )
 
 

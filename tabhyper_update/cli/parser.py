@@ -183,6 +183,27 @@ def _add_build(sub: Any) -> None:
         "number-list (text columns are refused without it)",
     )
     p.add_argument(
+        "--history",
+        action="store_true",
+        help="keep every change as a version (_valid_from, _valid_to, _is_current)",
+    )
+    p.add_argument(
+        "--soft-delete",
+        action="store_true",
+        help="flag a deleted row (_deleted, _deleted_at) instead of removing it",
+    )
+    p.add_argument(
+        "--quarantine",
+        metavar="DIR",
+        help="set aside the changes the target would refuse (by --target-columns) as Parquet "
+        "in DIR, and build the rest",
+    )
+    p.add_argument(
+        "--target-columns",
+        metavar="DDL",
+        help="the target's columns, e.g. 'id BIGINT NOT NULL, amount NUMERIC(12,2)'",
+    )
+    p.add_argument(
         "--database-version",
         type=int,
         default=2,

@@ -8,7 +8,8 @@ conventions (``http.request.method``, ``server.address``, ``server.port``, ``url
 without its query, ``http.response.status_code``, ``error.type``,
 ``http.request.resend_count``). Metrics: ``tabhyper_update.rows`` (counter of the rows an
 update applied, by ``action``), ``tabhyper_update.uploaded`` (counter, unit ``By``: the
-bytes the server received), ``tabhyper_update.update.duration`` and ``tabhyper_update.lag``
+bytes the server received), ``tabhyper_update.quarantined`` (counter of the changes a
+build set aside), ``tabhyper_update.update.duration`` and ``tabhyper_update.lag``
 (histograms, unit ``s``), and ``http.client.request.duration`` (histogram, unit ``s``). A
 deduplicated or skipped part adds nothing to the counters and says so in its attributes.
 The tracer and meter carry the SDK's version and the conventions' schema URL. Attributes
@@ -111,6 +112,9 @@ def _meter_instruments() -> dict[str, Any]:
         made["rows"] = meter.create_counter(
             f"{_NAME}.rows", unit="{row}", description="rows an update applied, by action"
         )
+        made["quarantined"] = meter.create_counter(
+            f"{_NAME}.quarantined", unit="{row}", description="changes set aside, not applied"
+        )
         made["bytes"] = meter.create_counter(
             f"{_NAME}.uploaded", unit="By", description="bytes the server received"
         )
@@ -131,6 +135,7 @@ def record(
     datasource: str,
     deduplicated: bool | None = False,
     skipped: bool = False,
+    quarantined: int = 0,
 ) -> None:
     """One update's figures as metrics (a no-op without OpenTelemetry): ``rows`` and
     ``size_bytes`` are what this run applied and sent (zero for an update that was
@@ -147,6 +152,8 @@ def record(
     for action, count in rows.items():
         made["rows"].add(count, {**where, "tabhyper_update.action": action})
     made["bytes"].add(size_bytes, where)
+    if quarantined and not skipped and deduplicated is False:
+        made["quarantined"].add(quarantined, where)
     made["duration"].record(seconds, where)
     if lag is not None:
         made["lag"].record(lag, where)

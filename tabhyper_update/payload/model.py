@@ -62,6 +62,7 @@ from ..values.errors import (
     Problem,
 )
 from ..values.parts import BUCKETS, ColumnInfo, PayloadPart, RowDigest, TableInfo
+from ..values.quarantine import QuarantineReport
 from ..values.redaction import get_logger
 from .manifest import (
     MANIFEST,
@@ -109,6 +110,13 @@ class Payload:
     #: where its change feed says it (Delta's ``_commit_timestamp``): an update's
     #: ``committed_at`` when it is not given one.
     committed_at: float | None = None
+    #: The changes the build set aside (``on_bad_rows="quarantine"``): counted, with the
+    #: keys they held and where they went. None: nothing was set aside.
+    quarantined: QuarantineReport | None = None
+    #: Per payload table, the columns whose every row was checked against a target type
+    #: (column → that type), those it would change set aside: the schema check lets such a
+    #: narrowing through where the data source's type is that one.
+    checked_types: dict[str, dict[str, str]] = field(default_factory=dict)
     _owned_dir: Path | None = field(default=None, repr=False)
     #: The manifest this payload was loaded from, if any.
     _manifest: Path | None = field(default=None, repr=False)

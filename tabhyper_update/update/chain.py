@@ -230,6 +230,7 @@ class BoundPayload:
                 position=ready.position,
                 committed_at=ready.committed_at,
                 build_seconds=getattr(self.payload, "build_seconds", None),
+                quarantined=getattr(self.payload, "quarantined", None),
             )
             if wait:
                 result.wait(timeout)

@@ -272,14 +272,17 @@ def open_record(
         label=label,
     )
     fresh.datasource_name, fresh.position = target.name, position
+    report = getattr(payload, "quarantined", None)
+    fresh.quarantined = None if report is None else report.as_dict()
     state.sweep_if_due()
     record = state.load(fresh.key)
     if record is None:
         state.save(fresh)
         return fresh
     if planned(record) == plan:
-        if (record.datasource_name, record.position) != (target.name, position):
-            record.datasource_name, record.position = target.name, position
+        seen = (target.name, position, fresh.quarantined)
+        if (record.datasource_name, record.position, record.quarantined) != seen:
+            record.datasource_name, record.position, record.quarantined = seen
             state.save(record)
         if record.finished and record.kind == "run":
             log.info("%s finished before its record was removed: nothing to resend", label)

@@ -17,6 +17,7 @@ from ..readback.drift import DriftReport
 from ..rest.jobs import Job
 from ..values.actions import ActionBatch, bookkeeping_role
 from ..values.errors import InvalidArgumentError
+from ..values.quarantine import QuarantineReport
 from ..values.redaction import get_logger
 from ..values.wording import counted
 
@@ -168,6 +169,9 @@ class UpdateResult:
     #: The source's schema had changed and the data source was republished from a snapshot
     #: (``on_schema_change=Republish(...)``) instead of updated.
     republished: bool = False
+    #: The changes the build set aside (``on_bad_rows="quarantine"``): their keys keep the
+    #: value they had in the data source.
+    quarantined: QuarantineReport | None = None
 
     def metrics(self) -> dict[str, Any]:
         """The update's figures as plain values, for a scheduler or a metrics system: rows
@@ -194,6 +198,7 @@ class UpdateResult:
             "committed_at": self.committed_at,
             "lag_seconds": _span(self.committed_at, self.finished_at),
             "readback": None if self.readback is None else dict(self.readback.cost),
+            "quarantined": None if self.quarantined is None else self.quarantined.as_dict(),
         }
 
     def _rows_by_action(self) -> dict[str, int]:
@@ -375,4 +380,5 @@ def report_metrics(result: UpdateResult) -> None:
         datasource=str(result.datasource or ""),
         deduplicated=result.deduplicated,
         skipped=bool(result.parts) and all(p.skipped for p in result.parts),
+        quarantined=0 if result.quarantined is None else result.quarantined.rows,
     )

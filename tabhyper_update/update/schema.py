@@ -15,7 +15,6 @@ When none answers, the update goes on with a warning: a part may then still fail
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -29,7 +28,7 @@ from ..rest.refs import DataSourceRef
 from ..values.actions import ActionBatch, bookkeeping_role
 from ..values.changeset import GUARD_COLUMN
 from ..values.errors import ApiError, PayloadError, SchemaDriftError, TabHyperError
-from ..values.narrowing import ColumnType, losses
+from ..values.narrowing import column_type, losses
 from ..values.parts import ColumnInfo, PayloadLike, TableInfo
 from ..values.redaction import get_logger
 from .state import StateStore
@@ -154,25 +153,6 @@ def _ask_service(client: RestCaller, target: DataSourceRef) -> TargetSchema | No
 
 # -- the check -------------------------------------------------------------------------------
 
-_TYPE = re.compile(r"^\s*([A-Z][A-Z ]*?)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$")
-_KINDS = {
-    "SMALLINT": "integer",
-    "INTEGER": "integer",
-    "INT": "integer",
-    "BIGINT": "integer",
-    "NUMERIC": "numeric",
-    "DOUBLE PRECISION": "float",
-    "REAL": "float",
-    "TEXT": "text",
-    "VARCHAR": "text",
-    "CHAR": "text",
-    "BOOLEAN": "boolean",
-    "BOOL": "boolean",
-    "DATE": "date",
-    "TIMESTAMP": "timestamp",
-    "TIMESTAMP WITH TIME ZONE": "timestamptz",
-    "TIMESTAMPTZ": "timestamptz",
-}
 #: What each of the service's coarse types takes from the payload without narrowing.
 _SERVICE_TAKES = {
     "INTEGER": {"integer"},
@@ -184,42 +164,14 @@ _SERVICE_TAKES = {
 }
 
 
-@dataclass(frozen=True)
-class _Type:
-    kind: str
-    name: str
-    precision: int | None
-    scale: int | None
-
-
-def _parse(text: str) -> _Type | None:
-    found = _TYPE.match(text.upper())
-    if found is None:
-        return None
-    name = found.group(1)
-    kind = _KINDS.get(name)
-    if kind is None:
-        return None
-    precision = int(found.group(2)) if found.group(2) else None
-    scale = int(found.group(3)) if found.group(3) else None
-    return _Type(kind, name, precision, scale)
-
-
-def _column_type(t: _Type) -> ColumnType:
-    name = "INTEGER" if t.name == "INT" else t.name
-    if t.kind == "text":
-        return ColumnType(t.kind, name, length=t.precision)
-    return ColumnType(t.kind, name, t.precision, t.scale)
-
-
 def compare_types(payload: str, target: str) -> tuple[str, str] | None:
     """``("narrows", why)`` when the target column keeps less than the payload's type,
     ``("differs", why)`` when it is another kind of value, None when it takes it whole
     (the rules: :mod:`tabhyper_update.values.narrowing`)."""
-    p, t = _parse(payload), _parse(target)
+    p, t = column_type(payload), column_type(target)
     if p is None or t is None or payload.replace(" ", "") == target.replace(" ", ""):
         return None
-    found = losses(_column_type(p), _column_type(t))
+    found = losses(p, t)
     if found is None:
         return "differs", f"{payload} in the payload, {target} in the data source"
     if found:
@@ -291,13 +243,14 @@ def _fault(
             how, why = compared
             if how == "differs":
                 return f"{name!r}: {why}"
-            if name not in allow_narrowing:
+            if name not in allow_narrowing and not _rows_checked(payload, table, name, target):
                 return f"{name!r}: {why} (allow_narrowing=[{name!r}] lets it through)"
         if target.nullable is False and column.nullable and _holds_nulls(payload, table, name):
             return f"{name!r}: NULL in the payload, NOT NULL in the data source"
         return None
     if target.service_type:
-        kind = (_parse(column.hyper_type) or _Type("", "", None, None)).kind
+        parsed = column_type(column.hyper_type)
+        kind = parsed.kind if parsed is not None else ""
         takes = _SERVICE_TAKES.get(target.service_type.upper())
         if takes is not None and kind and kind not in takes:
             return (
@@ -305,6 +258,13 @@ def _fault(
                 "data source"
             )
     return None
+
+
+def _rows_checked(payload: PayloadLike, table: TableInfo, name: str, target: Column) -> bool:
+    """Whether every row of the column was checked against this very type, and those it
+    would change set aside (``on_bad_rows="quarantine"`` with ``target_columns``)."""
+    checked = getattr(payload, "checked_types", {}).get(table.name, {}).get(name)
+    return checked is not None and compare_types(checked, target.hyper_type or "") is None
 
 
 def _holds_nulls(payload: PayloadLike, table: TableInfo, column: str) -> bool:

@@ -134,6 +134,9 @@ class UpdateRecord:
     position: Any = None
     #: What happened to the update that its parts do not say (an upload replaced, ...).
     notes: list[str] = field(default_factory=list)
+    #: What the build set aside (``on_bad_rows="quarantine"``: rows, reasons, where), for
+    #: ``tabhyper-update status``.
+    quarantined: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
@@ -184,6 +187,7 @@ class UpdateRecord:
             datasource_name=data.get("datasource_name"),
             position=data.get("position"),
             notes=[str(n) for n in data.get("notes") or []],
+            quarantined=data.get("quarantined"),
         )
 
 

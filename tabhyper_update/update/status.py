@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..local.private_json import read_json
+from ..values.wording import counted
 from .state import StateStore, UpdateRecord
 
 _RECORD = re.compile(r"^[0-9a-f]{64}\.json$")
@@ -39,6 +40,7 @@ def _update(record: UpdateRecord) -> dict[str, Any]:
         "statuses": [p.status for p in record.parts],
         "jobs": [p.job_id for p in record.parts if p.job_id],
         "when": _when(record.updated_at),
+        "quarantined": record.quarantined,
     }
 
 
@@ -164,6 +166,9 @@ def describe_status(found: dict[str, Any]) -> str:
             else ds["datasource_id"]
         )
         at = f", position {json.dumps(last['position'])}" if last and last["position"] else ""
+        kept = (last or {}).get("quarantined")
+        if kept:
+            at += f"; {counted(kept['rows'], 'change')} set aside in {kept['written_to']}"
         lines.append(
             f"data source {name}: "
             + (

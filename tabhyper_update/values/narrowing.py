@@ -15,11 +15,12 @@ integer exactly up to 2^53).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ColumnType", "Loss", "losses"]
+__all__ = ["ColumnType", "Loss", "column_type", "losses"]
 
 Kind = Literal["integer", "numeric", "float", "text"]
 #: What Hyper does with a value the target column cannot keep as it is.
@@ -57,6 +58,46 @@ class ColumnType:
         if self.kind == "numeric":
             return (self.precision or 18) - (self.scale or 0)
         return None
+
+
+_TYPE = re.compile(r"^\s*([A-Z][A-Z ]*?)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*$")
+#: Each SQL type name's kind, as the rules read it.
+_KINDS = {
+    "SMALLINT": "integer",
+    "INTEGER": "integer",
+    "INT": "integer",
+    "BIGINT": "integer",
+    "NUMERIC": "numeric",
+    "DOUBLE PRECISION": "float",
+    "REAL": "float",
+    "TEXT": "text",
+    "VARCHAR": "text",
+    "CHAR": "text",
+    "BOOLEAN": "boolean",
+    "BOOL": "boolean",
+    "DATE": "date",
+    "TIMESTAMP": "timestamp",
+    "TIMESTAMP WITH TIME ZONE": "timestamptz",
+    "TIMESTAMPTZ": "timestamptz",
+}
+
+
+def column_type(text: str) -> ColumnType | None:
+    """A column's type from its SQL spelling (``NUMERIC(12,2)``, ``VARCHAR(40)``, ``INT``);
+    None for a spelling the rules do not read."""
+    found = _TYPE.match(text.upper())
+    if found is None:
+        return None
+    name = found.group(1)
+    kind = _KINDS.get(name)
+    if kind is None:
+        return None
+    precision = int(found.group(2)) if found.group(2) else None
+    scale = int(found.group(3)) if found.group(3) else None
+    name = "INTEGER" if name == "INT" else name
+    if kind == "text":
+        return ColumnType(kind, name, length=precision)
+    return ColumnType(kind, name, precision, scale)
 
 
 @dataclass(frozen=True)

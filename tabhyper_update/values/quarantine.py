@@ -1,0 +1,56 @@
+"""What a build set aside (``on_bad_rows="quarantine"``): the changes the target would refuse,
+counted by reason, with the keys whose last change they were and where they were written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["KEYS_LISTED", "QuarantineReport"]
+
+#: At most this many keys are listed in a report (all are in the quarantined rows).
+KEYS_LISTED = 1000
+
+
+@dataclass(frozen=True)
+class QuarantineReport:
+    """The rows a build set aside: how many (``rows``), per reason (``reasons``: e.g.
+    ``null_into_not_null``, ``out_of_range``), the keys whose last change they were
+    (``keys``, the first :data:`KEYS_LISTED`; those keys keep their previous value in the
+    data source), the batch's name among the quarantined rows (``batch``: the same rows
+    make the same name, so a re-run writes them once) and where they went (``written_to``:
+    a folder, or ``"callback"``)."""
+
+    rows: int
+    reasons: dict[str, int] = field(default_factory=dict)
+    keys: tuple[tuple[Any, ...], ...] = ()
+    batch: str = ""
+    written_to: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "reasons": dict(self.reasons),
+            "keys": [list(k) for k in self.keys],
+            "batch": self.batch,
+            "written_to": self.written_to,
+        }
+
+    @classmethod
+    def total(cls, reports: list[QuarantineReport]) -> QuarantineReport | None:
+        """Several change sets' reports as one (None for none)."""
+        if not reports:
+            return None
+        if len(reports) == 1:
+            return reports[0]
+        reasons: dict[str, int] = {}
+        for r in reports:
+            for reason, count in r.reasons.items():
+                reasons[reason] = reasons.get(reason, 0) + count
+        return cls(
+            sum(r.rows for r in reports),
+            reasons,
+            tuple(k for r in reports for k in r.keys)[:KEYS_LISTED],
+            ",".join(r.batch for r in reports),
+            ",".join(sorted({r.written_to for r in reports})),
+        )
