@@ -253,3 +253,27 @@ def test_a_sink_sets_aside_each_batch_s_bad_changes_once(
     assert [r[0] for r in got] == [1, 2, 3, 7]
     assert len(list(folder.iterdir())) == 1
     assert set_aside(spark, folder) == sorted(SET_ASIDE, key=repr)
+
+
+def test_thousands_set_aside_are_named_by_their_rows(spark: SparkSession, tmp_path: Path) -> None:
+    """The batch's name is a sum of the rows' hashes, which overflows a long long before a
+    thousand rows: it is summed exactly, the same for the same rows, another for others."""
+    df = spark.range(5000).selectExpr(
+        "id",
+        "CASE WHEN id % 5 = 0 THEN NULL ELSE 'n' END AS name",
+        "id AS qty",
+        "CAST(1 AS DECIMAL(12, 4)) AS amount",
+        "'U' AS op",
+        "id AS seq",
+    )
+    spec = ChangeSet("id", op_column="op", order_by="seq")
+    names = []
+    for rows in (df, df, df.where("id < 4000")):
+        with build_payload(rows, spec, **options(tmp_path / "q")) as payload:
+            assert payload.quarantined is not None
+            names.append((payload.quarantined.rows, payload.quarantined.batch))
+    assert names[0] == names[1]
+    assert names[0][0] == 1000
+    assert names[2][0] == 800
+    assert names[2][1] != names[0][1]
+    assert len(list((tmp_path / "q").iterdir())) == 2

@@ -229,7 +229,9 @@ def set_aside(df: DataFrame, spec: CdcSpec, destination: QuarantineDestination) 
         counted = rows.groupBy(reason).agg({"*": "count"}).collect()
         reasons = {str(r[0]): int(r[1]) for r in counted}
         total = sum(reasons.values())
-        digest = rows.selectExpr(f"sum(xxhash64({', '.join(map(sql_name, df.columns))}))").first()
+        # The rows' hashes summed as decimals (a long's sum overflows, which ANSI refuses).
+        hashed = f"CAST(xxhash64({', '.join(map(sql_name, df.columns))}) AS DECIMAL(38, 0))"
+        digest = rows.selectExpr(f"sum({hashed})").first()
         batch = f"{total}-{(int(digest[0] or 0) if digest else 0) & (2**64 - 1):016x}"
         held = rows.select(*spec.key).distinct().limit(KEYS_LISTED).collect()
         keys = tuple(sorted((tuple(r) for r in held if any(v is not None for v in r)), key=repr))
