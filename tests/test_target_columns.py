@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,11 @@ from tabhyper_update import ChangeSet, Insert, Upsert, build_payload, keys_match
 from tabhyper_update.testing import FakeTableauServer
 from tabhyper_update.testing.files import make_hyper
 from tabhyper_update.update.schema import compare_types
-from tabhyper_update.values.errors import SchemaDriftError
+from tabhyper_update.values.errors import (
+    InvalidArgumentError,
+    JobFailedError,
+    SchemaDriftError,
+)
 
 from ._util import PAT, client_for, read_rows
 
@@ -122,6 +127,66 @@ def test_a_narrower_decimal_is_refused_unless_named_and_then_applied_when_it_fit
         )
     assert result.done
     assert fake.counts["update"] == 1
+
+
+def test_declared_types_are_the_exact_ones_the_service_cannot_tell(
+    spark: SparkSession, tmp_path: Path, fake: FakeTableauServer
+) -> None:
+    """Through the VizQL Data Service a NUMERIC(12,2) is a REAL, which takes a DECIMAL(12,4)
+    without a word (and the fake rounds it, as Hyper does); declared with the reference, the
+    column's exact type refuses the narrowing and the NULLs into NOT NULL before anything is
+    sent, naming the column."""
+    state = tmp_path / "state"
+    wide = spark.createDataFrame([(7, "1.2345", "b")], "id long, amount string, name string")
+    wide = wide.selectExpr("id", "CAST(amount AS DECIMAL(12, 4)) AS amount", "name")
+    insert = [Insert(source_table="Extract", target_table="Extract")]
+    with client_for(fake) as client:
+        declared = client.datasource("Orders", columns={"Extract": TARGET})
+        assert declared.columns == {"Extract": ("id", "amount", "name")}
+        with pytest.raises(SchemaDriftError, match=r"'amount': NUMERIC\(12,4\) into NUMERIC"):
+            client.update_datasource(declared, build_payload(wide), actions=insert, state_dir=state)
+        nulls = client.datasource(
+            "Orders",
+            columns={
+                "Extract": {"id": "BIGINT", "amount": "NUMERIC(12,4)", "name": "TEXT NOT NULL"}
+            },
+        )
+        blank = wide.selectExpr("id", "amount", "CAST(NULL AS STRING) AS name")
+        with pytest.raises(SchemaDriftError, match="'name': NULL in the payload, NOT NULL"):
+            client.update_datasource(nulls, build_payload(blank), actions=insert, state_dir=state)
+        assert fake.counts["initiate"] == fake.counts["update"] == 0
+        # Unread declarations are refused by name.
+        with pytest.raises(InvalidArgumentError, match=r"columns\['Extract'\]: cannot read 'id'"):
+            client.datasource("Orders", columns={"Extract": "id, amount NUMERIC(12,2)"})
+        # Without a declaration the service's REAL takes it, and the value is rounded.
+        client.update_datasource("Orders", build_payload(wide), actions=insert, state_dir=state)
+    assert (7, Decimal("1.23"), "b") in rows_of(fake)
+
+
+def test_a_job_failed_on_an_overflow_names_the_column_it_can_only_be_in(
+    spark: SparkSession, tmp_path: Path, fake: FakeTableauServer
+) -> None:
+    """Hyper's "numeric overflow" names no column; with the exact types known (declared
+    here), the error names the columns a value can be too large for."""
+    declared = "id BIGINT NOT NULL, amount NUMERIC(12, 2), name TEXT"
+    big = spark.createDataFrame(
+        [(7, "1000000000000.00", "b")], "id long, amount string, name string"
+    )
+    big = big.selectExpr("id", "CAST(amount AS DECIMAL(18, 2)) AS amount", "name")
+    insert = [Insert(source_table="Extract", target_table="Extract")]
+    with client_for(fake) as client:
+        ref = client.datasource("Orders", columns={"Extract": declared})
+        with pytest.raises(JobFailedError) as caught:
+            client.update_datasource(
+                ref,
+                build_payload(big),
+                actions=insert,
+                state_dir=tmp_path / "state",
+                allow_narrowing=["amount"],
+            )
+    assert caught.value.overflow_columns == {"amount": "NUMERIC(18,2) into NUMERIC(12, 2)"}
+    assert "can only be in 'amount' (NUMERIC(18,2) into NUMERIC(12, 2))" in str(caught.value)
+    assert rows_of(fake) == [(1, Decimal("1.00"), "a")]
 
 
 def test_a_dry_run_refuses_exactly_what_the_run_refuses(

@@ -21,9 +21,10 @@ from ..payload.model import DEFAULT_MAX_PAYLOAD_MB
 from ..update.options import check_options
 from ..values.actions import DEFAULT_SCHEMA
 from ..values.errors import ArgumentTypeError, PayloadArgumentError
+from ..values.narrowing import DeclaredColumn
 from .hyper_parts import NO_CAP
 from .hyper_types import DEFAULT_DATABASE_VERSION, SUPPORTED_DATABASE_VERSIONS
-from .quarantine import QuarantineDestination, TargetColumn, check_destination, target_columns
+from .quarantine import QuarantineDestination, check_destination, target_columns
 from .staging import StagingMode, check_staging
 
 __all__ = ["BuildOptions", "BuildSettings", "check_build_options"]
@@ -137,7 +138,7 @@ class BuildSettings:
             target_columns(self.target_columns)
 
     @property
-    def target(self) -> dict[str, TargetColumn]:
+    def target(self) -> dict[str, DeclaredColumn]:
         """The target's columns as ``target_columns`` declares them (none: not given)."""
         return target_columns(self.target_columns) if self.target_columns is not None else {}
 

@@ -17,16 +17,21 @@ positions writes them once) or a function taking the rows and that name.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
 from ..values.errors import PayloadArgumentError, PayloadError
-from ..values.narrowing import ColumnType, Loss, column_type, losses
+from ..values.narrowing import (
+    ColumnType,
+    DeclaredColumn,
+    Loss,
+    column_type,
+    declared_columns,
+    losses,
+)
 from ..values.quarantine import KEYS_LISTED, QuarantineReport
 from ..values.spark_sql import query_over, sql_name
 from .cdc import (
@@ -47,7 +52,6 @@ if TYPE_CHECKING:
 __all__ = [
     "QUARANTINE_COLUMNS",
     "QuarantineDestination",
-    "TargetColumn",
     "bad_rows",
     "check_destination",
     "set_aside",
@@ -67,73 +71,11 @@ _REASONS = {
     "length": "too_long",
     "inexact": "inexact",
 }
-_ITEM = re.compile(r'^\s*("(?:[^"]|"")+"|[^\s"]+)\s+(.+?)\s*$', re.S)
-_NOT_NULL = re.compile(r"\s+NOT\s+NULL\s*$", re.I)
 
 
-@dataclass(frozen=True)
-class TargetColumn:
-    """A target column as the caller declared it: its type's text, as the rules read it
-    (None: a type they do not read, which only its NULLs are checked against), and
-    whether it is NOT NULL."""
-
-    name: str
-    text: str
-    type: ColumnType | None
-    not_null: bool
-
-
-def target_columns(value: object) -> dict[str, TargetColumn]:
-    """``target_columns=`` read: a DDL column list or a mapping of name to type, each type
-    with ``NOT NULL`` where the column is; refused naming the item it cannot read."""
-    if isinstance(value, str):
-        items = [(m.group(1).strip('"').replace('""', '"'), m.group(2)) for m in _items(value)]
-    elif isinstance(value, Mapping) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        items = list(value.items())
-    else:
-        raise PayloadArgumentError(
-            "target_columns takes the target's columns as DDL ('id BIGINT NOT NULL, amount "
-            f"NUMERIC(12,2)') or a mapping of name to type, got {value!r}",
-            argument="target_columns",
-        )
-    found: dict[str, TargetColumn] = {}
-    for name, text in items:
-        not_null = _NOT_NULL.search(text) is not None
-        bare = _NOT_NULL.sub("", text).strip()
-        if not name or not bare:
-            raise PayloadArgumentError(
-                f"target_columns: {name!r} has no type", argument="target_columns"
-            )
-        found[name] = TargetColumn(name, bare, column_type(bare), not_null)
-    if not found:
-        raise PayloadArgumentError("target_columns is empty", argument="target_columns")
-    return found
-
-
-def _items(ddl: str) -> list[re.Match[str]]:
-    """The column items of a DDL list: split at commas outside parentheses and quotes."""
-    parts, depth, quoted, start = [], 0, False, 0
-    for i, ch in enumerate(ddl):
-        if ch == '"':
-            quoted = not quoted
-        elif not quoted and ch in "()":
-            depth += 1 if ch == "(" else -1
-        elif not quoted and depth == 0 and ch == ",":
-            parts.append(ddl[start:i])
-            start = i + 1
-    parts.append(ddl[start:])
-    found = []
-    for part in parts:
-        match = _ITEM.match(part)
-        if match is None:
-            raise PayloadArgumentError(
-                f"target_columns: cannot read {part.strip()!r} as 'name TYPE [NOT NULL]'",
-                argument="target_columns",
-            )
-        found.append(match)
-    return found
+def target_columns(value: object) -> dict[str, DeclaredColumn]:
+    """``target_columns=`` read (:func:`~tabhyper_update.values.narrowing.declared_columns`)."""
+    return declared_columns(value, "target_columns", PayloadArgumentError)
 
 
 def check_destination(value: object) -> None:
@@ -148,7 +90,7 @@ def check_destination(value: object) -> None:
 
 
 def bad_rows(
-    plans: list[ColumnPlan], target: Mapping[str, TargetColumn], key: tuple[str, ...], table: str
+    plans: list[ColumnPlan], target: Mapping[str, DeclaredColumn], key: tuple[str, ...], table: str
 ) -> tuple[BadRow, ...]:
     """The checks that find an upsert the target would refuse or change, per payload column
     the target declares (a column it lacks is the schema check's to refuse)."""

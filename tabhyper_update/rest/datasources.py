@@ -18,7 +18,7 @@ from ..values.errors import (
     TargetMismatchError,
 )
 from .projects import LUID, Project, find_project
-from .refs import DataSourceRef, ref_from_item
+from .refs import DataSourceRef, given_columns, ref_from_item
 from .transport import as_list
 
 if TYPE_CHECKING:
@@ -33,15 +33,14 @@ def find_datasource(
     *,
     project: str | Project | None = None,
     connection: str | None = None,
-    columns: Mapping[str, Sequence[str]] | None = None,
+    columns: Mapping[str, Sequence[str] | str | Mapping[str, str]] | None = None,
 ) -> DataSourceRef:
     """:meth:`RestSession.datasource`."""
     if not name_or_luid:
         raise InvalidArgumentError("a data source name or LUID is required")
     if columns is not None:
-        known = {str(t): tuple(str(c) for c in cs) for t, cs in columns.items()}
         plain = find_datasource(client, name_or_luid, project=project, connection=connection)
-        return replace(plain, columns=known)
+        return given_columns(plain, columns)
     home = project if isinstance(project, Project) or project is None else None
     if home is None and project is not None:
         home = find_project(client, project)

@@ -8,16 +8,17 @@ was found with, so that ``payload.upload(client.datasource("Orders"))`` uploads 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..values.errors import InvalidArgumentError
+from ..values.narrowing import DeclaredColumn, declared_columns
 
 if TYPE_CHECKING:
     from .caller import RestCaller
 
-__all__ = ["DataSourceRef", "check_request_id", "ref_from_item"]
+__all__ = ["DataSourceRef", "check_request_id", "given_columns", "ref_from_item"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,11 @@ class DataSourceRef:
     #: SDK published it, or the caller said. An update whose payload has other columns is
     #: refused before anything is sent (:class:`SchemaDriftError`).
     columns: Mapping[str, tuple[str, ...]] | None = field(default=None, repr=False, compare=False)
+    #: The tables' columns with their types, where the caller declared them (table name →
+    #: column → its declaration): the exact types, which the VizQL Data Service cannot tell.
+    declared: Mapping[str, Mapping[str, DeclaredColumn]] | None = field(
+        default=None, repr=False, compare=False
+    )
     #: The LUID of the project the data source lives in, when known.
     project_id: str | None = field(default=None, repr=False, compare=False)
 
@@ -42,6 +48,28 @@ class DataSourceRef:
     def label(self) -> str:
         """The name when known, else the LUID: how messages name the data source."""
         return self.name or self.id
+
+
+def given_columns(ref: DataSourceRef, columns: Mapping[str, object]) -> DataSourceRef:
+    """``ref`` with the columns a caller gave (table name → column names, or their
+    declaration as DDL, ``"id BIGINT NOT NULL, amount NUMERIC(12,2)"``, or a mapping of name
+    to type): names only, or names and exact types."""
+    names: dict[str, tuple[str, ...]] = {}
+    declared: dict[str, dict[str, DeclaredColumn]] = {}
+    for table, given in columns.items():
+        if isinstance(given, (str, Mapping)):
+            declared[str(table)] = declared_columns(
+                given, f"columns[{str(table)!r}]", InvalidArgumentError
+            )
+            names[str(table)] = tuple(declared[str(table)])
+        elif isinstance(given, Sequence):
+            names[str(table)] = tuple(str(c) for c in given)
+        else:
+            raise InvalidArgumentError(
+                f"columns[{str(table)!r}] takes column names, or their DDL, got {given!r}",
+                argument="columns",
+            )
+    return replace(ref, columns=names, declared=declared or None)
 
 
 def ref_from_item(item: Mapping[str, Any]) -> DataSourceRef | None:

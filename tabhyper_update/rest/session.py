@@ -18,7 +18,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -39,7 +38,7 @@ from .auth import ConnectedAppJWT, Credentials, PersonalAccessToken
 from .datasources import find_datasource
 from .jobs import Job, get_job
 from .projects import Project
-from .refs import DataSourceRef
+from .refs import DataSourceRef, given_columns
 from .scopes import scope_for
 from .settings import ClientSettings, client_settings
 from .shared_tokens import shared_token
@@ -457,15 +456,16 @@ class RestSession:
         *,
         project: str | Project | None = None,
         connection: str | None = None,
-        columns: Mapping[str, Sequence[str]] | None = None,
+        columns: Mapping[str, Sequence[str] | str | Mapping[str, str]] | None = None,
     ) -> DataSourceRef:
         """Find a published data source by LUID, or by name (optionally in ``project``: a
         path from the top such as ``"Sales/EMEA"``, a LUID, or a name unique on the site).
 
         Within a project the data source is matched by the project's LUID, so a same-named
         data source in another project (``Finance/EMEA``) is never taken. ``columns`` (table
-        name → column names) tells the SDK what the data source's tables hold, so that an
-        update with other columns is refused before anything is sent.
+        name → column names, or their DDL with the exact types: ``"id BIGINT NOT NULL,
+        amount NUMERIC(12,2)"``) tells the SDK what the data source's tables hold, so that an
+        update with other columns, or a narrower type, is refused before anything is sent.
         """
         where = project.id if isinstance(project, Project) else project
         key = (name_or_luid, where, connection)
@@ -478,8 +478,7 @@ class RestSession:
         else:
             log.debug("data source %r as looked up before: %s", name_or_luid, ref.id)
         if columns is not None:
-            known = {str(t): tuple(str(c) for c in cs) for t, cs in columns.items()}
-            return replace(ref, columns=known)
+            return given_columns(ref, columns)
         return ref
 
     @property

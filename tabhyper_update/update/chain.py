@@ -301,6 +301,7 @@ class BoundPayload:
             splitter=self._splitter,
             progress=self.progress,
             cleanup=self._cleanup,
+            overflows=self._schema.overflows,
         )
 
     def _verifier(

@@ -67,6 +67,7 @@ class UpdateRun:
         splitter: OversizeSplitter,
         progress: bool,
         cleanup: Callable[[], None],
+        overflows: Mapping[str, str] | None = None,
     ) -> None:
         self.client = client
         self.target = target
@@ -78,6 +79,9 @@ class UpdateRun:
         self.splitter = splitter
         self.progress = progress
         self.cleanup = cleanup
+        #: The payload's columns a value can overflow in (the schema check's), named when a
+        #: job fails on an overflow.
+        self.overflows = dict(overflows or {})
         #: The parts sent (or found applied before), in order: :meth:`finish` waits for
         #: those still running.
         self.sent: list[PartRun] = []
@@ -318,6 +322,8 @@ class UpdateRun:
                     f"job of part {update.part + 1}",
                     "nothing of this part was applied; running the job again submits it anew",
                 )
+                if isinstance(err, JobFailedError):
+                    err.name_overflow(self.overflows)
                 guard = _guard_table(update.actions)
                 if isinstance(err, JobFailedError) and guard and guard in (err.notes or ""):
                     refused = OutOfOrderError(err.job_id, err.notes, guard_table=guard)

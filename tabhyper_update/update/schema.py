@@ -6,7 +6,8 @@ Where the target's columns come from, in this order:
 1. what the SDK recorded when it published the data source (each table's columns with
    their Hyper types and nullability, in the state folder);
 2. the columns given with the reference (``client.datasource(..., columns=...)``, or the
-   reference ``publish`` returned): names only;
+   reference ``publish`` returned): as DDL, names with their exact types and NOT NULL;
+   else names only;
 3. the VizQL Data Service's ``read-metadata``: names and coarse types (INTEGER, REAL,
    STRING, ...), not tied to a table; one query, remembered for the session's data source.
 
@@ -102,6 +103,14 @@ def learn_schema(
                 if isinstance(columns, list)
             },
         )
+    if target.declared:
+        return TargetSchema(
+            "the columns declared with the data source",
+            {
+                t: {c: Column(c, d.text, not d.not_null) for c, d in cs.items()}
+                for t, cs in target.declared.items()
+            },
+        )
     if target.columns:
         return TargetSchema(
             "the columns given with the data source",
@@ -164,6 +173,14 @@ _SERVICE_TAKES = {
 }
 
 
+def _can_overflow(payload: str, target: str) -> bool:
+    """Whether a value of the payload's type can be too large for the target's."""
+    held, kept = column_type(payload), column_type(target)
+    if held is None or kept is None:
+        return False
+    return any(loss.hyper == "refuses" for loss in losses(held, kept) or ())
+
+
 def compare_types(payload: str, target: str) -> tuple[str, str] | None:
     """``("narrows", why)`` when the target column keeps less than the payload's type,
     ``("differs", why)`` when it is another kind of value, None when it takes it whole
@@ -190,10 +207,14 @@ def check_schema(
     batches: Sequence[ActionBatch],
     *,
     allow_narrowing: Sequence[str] = (),
-) -> None:
+) -> dict[str, str]:
     """Refuse, before anything is sent, every payload column the target lacks, holds as
     another kind of value, holds narrower (unless named in ``allow_narrowing``), or holds
-    NOT NULL while the payload has NULLs in it: one :class:`SchemaDriftError` naming them."""
+    NOT NULL while the payload has NULLs in it: one :class:`SchemaDriftError` naming them.
+    Returns the columns let through that a value can still overflow in (the target's exact
+    type holds fewer digits: Hyper then fails the update naming none), each with its
+    payload and target types."""
+    overflows: dict[str, str] = {}
     lacking: dict[str, list[str]] = {}
     faults: dict[str, list[str]] = {}
     seen: set[tuple[str, str, str]] = set()
@@ -225,8 +246,11 @@ def check_schema(
                 fault = _fault(column, found, allow_narrowing, payload, table)
                 if fault is not None:
                     faults.setdefault(action.target_table, []).append(fault)
+                elif _can_overflow(column.hyper_type, found.hyper_type or ""):
+                    overflows[column.name] = f"{column.hyper_type} into {found.hyper_type}"
     if lacking or faults:
         raise SchemaDriftError(lacking, faults=faults, origin=schema.origin)
+    return overflows
 
 
 def _fault(

@@ -134,6 +134,9 @@ class SchemaCheck:
         self.client = client
         self.state = state
         self.folder = folder
+        #: The payload's columns a value can overflow in, once the check knew the target's
+        #: exact types (what a failed job's "numeric overflow" is named by).
+        self.overflows: dict[str, str] = {}
 
     def check(
         self, target: DataSourceRef, batches: Sequence[ActionBatch], allow_narrowing: Sequence[str]
@@ -146,7 +149,9 @@ class SchemaCheck:
         schema = learn_schema(self.client, target, self.state)
         if schema is None:
             return None
-        check_schema(schema, self.payload, batches, allow_narrowing=allow_narrowing)
+        self.overflows = check_schema(
+            schema, self.payload, batches, allow_narrowing=allow_narrowing
+        )
         return schema
 
     def run(

@@ -442,6 +442,26 @@ class JobFailedError(TabHyperError):
                 "(client.publish(..., mode='overwrite'))]"
             )
         super().__init__(f"job {job_id} failed: {reason}{remedy}")
+        #: Columns whose values can be too large for the target's type (payload type into
+        #: target type), named when the server's notes say a value overflowed.
+        self.overflow_columns: dict[str, str] = {}
+
+    def name_overflow(self, columns: Mapping[str, str]) -> None:
+        """Name the columns a value can overflow in, when the notes say one did (the server
+        names none): those whose target type holds fewer digits than the payload's."""
+        if not columns or not _OVERFLOW_NOTES.search(self.notes or ""):
+            return
+        self.overflow_columns = dict(columns)
+        named = ", ".join(f"{name!r} ({why})" for name, why in columns.items())
+        self.args = (
+            f"{self.message} [a value too large for its column, which can only be in "
+            f"{named}: set such rows aside with build_payload(..., on_bad_rows='quarantine', "
+            "target_columns=...), or widen the column]",
+        )
+
+
+#: What Hyper's (and the fake's) notes say of a value too large for its column.
+_OVERFLOW_NOTES = re.compile(r"overflow|out of range", re.I)
 
 
 class OutOfOrderError(JobFailedError):

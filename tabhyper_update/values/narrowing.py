@@ -16,11 +16,11 @@ integer exactly up to 2^53).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ColumnType", "Loss", "column_type", "losses"]
+__all__ = ["ColumnType", "DeclaredColumn", "Loss", "column_type", "declared_columns", "losses"]
 
 Kind = Literal["integer", "numeric", "float", "text"]
 #: What Hyper does with a value the target column cannot keep as it is.
@@ -98,6 +98,78 @@ def column_type(text: str) -> ColumnType | None:
     if kind == "text":
         return ColumnType(kind, name, length=precision)
     return ColumnType(kind, name, precision, scale)
+
+
+_ITEM = re.compile(r'^\s*("(?:[^"]|"")+"|[^\s"]+)\s+(.+?)\s*$', re.S)
+_NOT_NULL = re.compile(r"\s+NOT\s+NULL\s*$", re.I)
+
+
+@dataclass(frozen=True)
+class DeclaredColumn:
+    """A column as a caller declared it: its type's text, as the rules read it (None: a
+    type they do not read), and whether it is NOT NULL."""
+
+    name: str
+    text: str
+    type: ColumnType | None
+    not_null: bool
+
+
+def declared_columns(
+    value: object, what: str, error: Callable[..., Exception]
+) -> dict[str, DeclaredColumn]:
+    """Columns declared as DDL (``"id BIGINT NOT NULL, amount NUMERIC(12,2)"``) or as a
+    mapping of name to type (``NOT NULL`` where the column is); anything else raises
+    ``error`` naming ``what`` and the item it cannot read."""
+    if isinstance(value, str):
+        items = [
+            (m.group(1).strip('"').replace('""', '"'), m.group(2))
+            for m in _items(value, what, error)
+        ]
+    elif isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        items = list(value.items())
+    else:
+        raise error(
+            f"{what} takes columns as DDL ('id BIGINT NOT NULL, amount NUMERIC(12,2)') or a "
+            f"mapping of name to type, got {value!r}",
+            argument=what,
+        )
+    found: dict[str, DeclaredColumn] = {}
+    for name, text in items:
+        bare = _NOT_NULL.sub("", text).strip()
+        if not name or not bare:
+            raise error(f"{what}: {name!r} has no type", argument=what)
+        found[name] = DeclaredColumn(
+            name, bare, column_type(bare), _NOT_NULL.search(text) is not None
+        )
+    if not found:
+        raise error(f"{what} is empty", argument=what)
+    return found
+
+
+def _items(ddl: str, what: str, error: Callable[..., Exception]) -> list[re.Match[str]]:
+    """The column items of a DDL list: split at commas outside parentheses and quotes."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(ddl):
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch in "()":
+            depth += 1 if ch == "(" else -1
+        elif not quoted and depth == 0 and ch == ",":
+            parts.append(ddl[start:i])
+            start = i + 1
+    parts.append(ddl[start:])
+    found = []
+    for part in parts:
+        match = _ITEM.match(part)
+        if match is None:
+            raise error(
+                f"{what}: cannot read {part.strip()!r} as 'name TYPE [NOT NULL]'", argument=what
+            )
+        found.append(match)
+    return found
 
 
 @dataclass(frozen=True)
