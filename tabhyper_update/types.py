@@ -56,6 +56,7 @@ from .values.conditions import (
     all_of,
     any_of,
 )
+from .values.narrowing import ColumnType, DeclaredColumn
 from .values.parts import ColumnInfo, PayloadLike, PayloadPart, TableInfo
 from .values.policies import PollPolicy, RetryPolicy
 from .values.probes import ProbeResult
@@ -75,12 +76,14 @@ __all__ = [
     "BuildSettings",
     "ClientSettings",
     "ColumnInfo",
+    "ColumnType",
     "Comparison",
     "Condition",
     "Const",
     "ConstType",
     "Credentials",
     "DataSourceRef",
+    "DeclaredColumn",
     "DriftReport",
     "History",
     "Job",

@@ -525,23 +525,48 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
     files = staged_files(target)
     if counts["errors"]:
         raise_on_change_set_errors(spec, plans, staged_names, files, counts["errors"])
-    quarantined = None
-    if counts.get(KIND_QUARANTINED) and frame.quarantine is not None:
-        quarantined = set_aside(frame.df, spec, frame.quarantine)
-        log.warning(
-            "table %r: %d change(s) set aside (%s), written to %s",
-            frame.name,
-            quarantined.rows,
-            ", ".join(f"{r}: {n}" for r, n in sorted(quarantined.reasons.items())),
-            quarantined.written_to,
-        )
+    quarantined = _set_aside(frame, spec) if counts.get(KIND_QUARANTINED) else None
     key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
+    guard = guard_staged(spec, plans, staged_names, files, counts, stats, key_idx)
+    tables = _change_tables(frame, spec, plans, staged_names, files, counts, stats, last, committed)
+    tables[0].quarantined = quarantined
+    return [*guard, *tables]
+
+
+def _set_aside(frame: _Frame, spec: CdcSpec) -> QuarantineReport | None:
+    """The changes set aside, written where the caller said (``on_bad_rows="quarantine"``)."""
+    if frame.quarantine is None:
+        return None
+    report = set_aside(frame.df, spec, frame.quarantine)
+    log.warning(
+        "table %r: %d change(s) set aside (%s), written to %s",
+        frame.name,
+        report.rows,
+        ", ".join(f"{r}: {n}" for r, n in sorted(report.reasons.items())),
+        report.written_to,
+    )
+    return report
+
+
+def _change_tables(
+    frame: _Frame,
+    spec: CdcSpec,
+    plans: list[ColumnPlan],
+    staged_names: list[str],
+    files: list[Path],
+    counts: dict[str, int],
+    stats: Any,
+    last: tuple[Any, ...] | None,
+    committed: float | None,
+) -> list[Staged]:
+    """A change set's payload tables over its staged rows: its upserts first, then its
+    deletes (in history mode or with soft deletes, :func:`.history.mode_tables`)."""
+    key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
+    sent = [i for i, p in enumerate(frame.plans) if p.name not in spec.guard_only]
     # Deletes share their upserts' rows: bucketed by key, estimated as whole rows.
     size = size_sql(plans, staged_names)
-    guard = guard_staged(spec, plans, staged_names, files, counts, stats, key_idx)
-    sent = [i for i, p in enumerate(frame.plans) if p.name not in spec.guard_only]
     if frame.added:
-        tables = mode_tables(
+        return mode_tables(
             spec,
             frame.name,
             frame.delete_table,
@@ -554,35 +579,32 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
             sent,
             (last, committed),
         )
-    else:
-        tables = [
-            Staged(
-                frame.name,
-                [plans[i] for i in sent],
-                [staged_names[i] for i in sent],
-                files,
-                counts[KIND_UPSERT],
-                buckets=None if stats is None else stats.get(KIND_UPSERT, {}),
-                where=kind_is(KIND_UPSERT),
-                bucket_of=STAGED_BUCKET,
-                size_of=size,
-                position=last,
-                committed_at=committed,
-            ),
-            Staged(
-                frame.delete_table,
-                [plans[i] for i in key_idx],
-                [staged_names[i] for i in key_idx],
-                files,
-                counts[KIND_DELETE],
-                buckets=None if stats is None else stats.get(KIND_DELETE, {}),
-                where=kind_is(KIND_DELETE),
-                bucket_of=STAGED_BUCKET,
-                size_of=size,
-            ),
-        ]
-    tables[0].quarantined = quarantined
-    return [*guard, *tables]
+    return [
+        Staged(
+            frame.name,
+            [plans[i] for i in sent],
+            [staged_names[i] for i in sent],
+            files,
+            counts[KIND_UPSERT],
+            buckets=None if stats is None else stats.get(KIND_UPSERT, {}),
+            where=kind_is(KIND_UPSERT),
+            bucket_of=STAGED_BUCKET,
+            size_of=size,
+            position=last,
+            committed_at=committed,
+        ),
+        Staged(
+            frame.delete_table,
+            [plans[i] for i in key_idx],
+            [staged_names[i] for i in key_idx],
+            files,
+            counts[KIND_DELETE],
+            buckets=None if stats is None else stats.get(KIND_DELETE, {}),
+            where=kind_is(KIND_DELETE),
+            bucket_of=STAGED_BUCKET,
+            size_of=size,
+        ),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

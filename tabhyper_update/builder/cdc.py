@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..values.changeset import (
     DEFAULT_OP_MAP,
@@ -366,6 +366,27 @@ def _at_sql(
     return sql_name(orders[0])
 
 
+def _modes(
+    change_set: ChangeSet,
+    orders: Sequence[str],
+    columns: Sequence[str],
+    fail: Callable[[str], PayloadError],
+) -> dict[str, Any]:
+    """History mode's and soft deletes' settings of a :class:`CdcSpec`, checked: the value
+    each dates a change by, and no column of theirs among the source's."""
+    _check_added(change_set, columns, fail)
+    found: dict[str, Any] = {}
+    if change_set.history is not None:
+        found["history"] = change_set.history
+        found["history_at"] = _at_sql(change_set.history.at, orders, columns, "history", fail)
+    if change_set.soft_delete is not None:
+        found["soft_delete"] = change_set.soft_delete
+        found["deleted_at"] = _at_sql(
+            change_set.soft_delete.at, orders, columns, "soft_delete", fail
+        )
+    return found
+
+
 def _check_added(
     change_set: ChangeSet, columns: Sequence[str], fail: Callable[[str], PayloadError]
 ) -> None:
@@ -455,8 +476,7 @@ class CdcSpec:
                 keep_columns = (*keep_columns, orders[0])
         metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in columns)}
         order_as = change_set.order_as or {}
-        _check_added(change_set, columns, fail)
-        history, soft = change_set.history, change_set.soft_delete
+        modes = _modes(change_set, orders, columns, fail)
         return cls(
             keys,
             op_column,
@@ -475,10 +495,7 @@ class CdcSpec:
                 if known.get(COMMIT_TIME_COLUMN) == "timestamp"
                 else ""
             ),
-            history=history,
-            history_at=_at_sql(history.at, orders, columns, "history", fail) if history else "",
-            soft_delete=soft,
-            deleted_at=_at_sql(soft.at, orders, columns, "soft_delete", fail) if soft else "",
+            **modes,
         )
 
     def data_columns(self, columns: Sequence[str]) -> list[str]:

@@ -103,6 +103,11 @@ def learn_schema(
                 if isinstance(columns, list)
             },
         )
+    return _given(target) or _from_service(client, target)
+
+
+def _given(target: DataSourceRef) -> TargetSchema | None:
+    """The columns the caller gave with the reference: declared with their types, or names."""
     if target.declared:
         return TargetSchema(
             "the columns declared with the data source",
@@ -116,7 +121,7 @@ def learn_schema(
             "the columns given with the data source",
             {t: {c: Column(c) for c in cs} for t, cs in target.columns.items()},
         )
-    return _from_service(client, target)
+    return None
 
 
 def _from_service(client: RestCaller, target: DataSourceRef) -> TargetSchema | None:

@@ -102,6 +102,8 @@ def column_type(text: str) -> ColumnType | None:
 
 _ITEM = re.compile(r'^\s*("(?:[^"]|"")+"|[^\s"]+)\s+(.+?)\s*$', re.S)
 _NOT_NULL = re.compile(r"\s+NOT\s+NULL\s*$", re.I)
+#: A comma that separates two column declarations (not one inside a type's parentheses).
+_OUTSIDE_PARENTHESES = re.compile(r",(?![^(]*\))")
 
 
 @dataclass(frozen=True)
@@ -121,55 +123,42 @@ def declared_columns(
     """Columns declared as DDL (``"id BIGINT NOT NULL, amount NUMERIC(12,2)"``) or as a
     mapping of name to type (``NOT NULL`` where the column is); anything else raises
     ``error`` naming ``what`` and the item it cannot read."""
-    if isinstance(value, str):
-        items = [
-            (m.group(1).strip('"').replace('""', '"'), m.group(2))
-            for m in _items(value, what, error)
-        ]
-    elif isinstance(value, Mapping) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        items = list(value.items())
-    else:
-        raise error(
-            f"{what} takes columns as DDL ('id BIGINT NOT NULL, amount NUMERIC(12,2)') or a "
-            f"mapping of name to type, got {value!r}",
-            argument=what,
-        )
+    items = _declared_items(value, what, error)
     found: dict[str, DeclaredColumn] = {}
     for name, text in items:
         bare = _NOT_NULL.sub("", text).strip()
         if not name or not bare:
             raise error(f"{what}: {name!r} has no type", argument=what)
-        found[name] = DeclaredColumn(
-            name, bare, column_type(bare), _NOT_NULL.search(text) is not None
-        )
+        found[name] = DeclaredColumn(name, bare, column_type(bare), bare != text.strip())
     if not found:
         raise error(f"{what} is empty", argument=what)
     return found
 
 
-def _items(ddl: str, what: str, error: Callable[..., Exception]) -> list[re.Match[str]]:
-    """The column items of a DDL list: split at commas outside parentheses and quotes."""
-    parts, depth, quoted, start = [], 0, False, 0
-    for i, ch in enumerate(ddl):
-        if ch == '"':
-            quoted = not quoted
-        elif not quoted and ch in "()":
-            depth += 1 if ch == "(" else -1
-        elif not quoted and depth == 0 and ch == ",":
-            parts.append(ddl[start:i])
-            start = i + 1
-    parts.append(ddl[start:])
-    found = []
-    for part in parts:
+def _declared_items(
+    value: object, what: str, error: Callable[..., Exception]
+) -> list[tuple[str, str]]:
+    """(name, type text) per declared column: a mapping's items, or a DDL list's, split at
+    the commas outside parentheses (a quoted name keeps its quotes' contents)."""
+    if isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        return list(value.items())
+    if not isinstance(value, str):
+        raise error(
+            f"{what} takes columns as DDL ('id BIGINT NOT NULL, amount NUMERIC(12,2)') or a "
+            f"mapping of name to type, got {value!r}",
+            argument=what,
+        )
+    items = []
+    for part in _OUTSIDE_PARENTHESES.split(value):
         match = _ITEM.match(part)
         if match is None:
             raise error(
                 f"{what}: cannot read {part.strip()!r} as 'name TYPE [NOT NULL]'", argument=what
             )
-        found.append(match)
-    return found
+        items.append((match.group(1).strip('"').replace('""', '"'), match.group(2)))
+    return items
 
 
 @dataclass(frozen=True)
