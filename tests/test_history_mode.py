@@ -307,3 +307,49 @@ def test_a_history_data_source_published_from_a_snapshot_takes_the_feed(
             (2, "b2", 3, 6, None, True),
             (3, "c", 1, 8, None, True),
         ]
+
+
+def test_a_version_without_a_date_is_refused_naming_the_column(spark: SparkSession) -> None:
+    """Versions are upserted by key and start: a NULL start would match nothing, and a re-run
+    would add the version again."""
+    df = spark.createDataFrame(
+        [(1, "a", 1, "I", 1, None)],
+        "id long, name string, qty int, op string, seq long, ts timestamp",
+    )
+    spec = ChangeSet("id", op_column="op", order_by="seq", history=History(at="ts"))
+    with pytest.raises(PayloadError, match=r"History\(at='ts'\) column is NULL"):
+        build_payload(df, spec)
+
+
+def test_a_multi_table_change_set_keeps_each_table_s_history(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    ddl = {
+        "Orders": (HISTORY_DDL, []),
+        "Items": (
+            "sku BIGINT NOT NULL, label TEXT, "
+            "_valid_from BIGINT, _valid_to BIGINT, _is_current BOOLEAN",
+            [],
+        ),
+    }
+    start = make_hyper(tmp_path / "start.hyper", ddl)
+    orders = spark.createDataFrame(BATCHES[0], CHANGES)
+    items = spark.createDataFrame(
+        [(7, "x", "I", 1), (7, "y", "U", 2)], "sku long, label string, op string, seq long"
+    )
+    specs = {
+        "Orders": ChangeSet("id", op_column="op", order_by="seq", history=True),
+        "Items": ChangeSet("sku", op_column="op", order_by="seq", history=True),
+    }
+    state = tmp_path / "state"
+    with FakeTableauServer(pats=dict([PAT])) as server:
+        luid = server.add_datasource("Shop", start)
+        server.remember_probe(state)
+        with (
+            build_payload({"Orders": orders, "Items": items}, specs) as payload,
+            client_for(server) as client,
+        ):
+            client.update_datasource("Shop", payload, state_dir=state)
+        path = server.datasource_path(luid)
+        assert sorted(read_table(path, "Orders")) == history_model(BATCHES[0])
+        assert sorted(read_table(path, "Items")) == [(7, "x", 1, 2, False), (7, "y", 2, None, True)]

@@ -169,3 +169,65 @@ def test_soft_deletes_are_sent_only_where_a_probe_showed_left_out_columns_kept(
         ):
             client.update_datasource("Orders", payload, state_dir=tmp_path / "state")
         assert server.counts["initiate"] == 0
+
+
+def test_a_guarded_soft_delete_refuses_an_older_delivery(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from tabhyper_update.errors import OutOfOrderError
+
+    ddl = {
+        "Extract": ("id BIGINT NOT NULL, name TEXT, _deleted BOOLEAN, _deleted_at BIGINT", []),
+        "Extract_positions": ("id BIGINT NOT NULL, seq BIGINT, guarded BOOLEAN NOT NULL", []),
+    }
+    start = make_hyper(tmp_path / "start.hyper", ddl)
+    spec = ChangeSet("id", op_column="op", order_by="seq", soft_delete=True, guard=True)
+    state = tmp_path / "state"
+    with FakeTableauServer(pats=dict([PAT])) as server, client_for(server) as client:
+        luid = server.add_datasource("Orders", start)
+        server.remember_probe(state)
+        for batch in (BATCHES[0], BATCHES[1]):
+            with build_payload(spark.createDataFrame(batch, CHANGES), spec) as payload:
+                client.update_datasource("Orders", payload, state_dir=state)
+        server.forget_jobs()  # the first delivery sent again is run again, not deduplicated
+        with (
+            build_payload(spark.createDataFrame(BATCHES[0], CHANGES), spec) as payload,
+            pytest.raises(OutOfOrderError),
+        ):
+            client.update_datasource("Orders", payload, state_dir=tmp_path / "other")
+        got = sorted(read_table(server.datasource_path(luid), "Extract"))
+    assert got == soft_model(BATCHES[:2])
+
+
+def test_a_quarantine_beside_soft_deletes_keeps_the_key_as_it_was(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    start = make_hyper(
+        tmp_path / "start.hyper",
+        {
+            "Extract": (
+                "id BIGINT NOT NULL, name TEXT NOT NULL, _deleted BOOLEAN, _deleted_at BIGINT",
+                ["(1, 'a', false, NULL)", "(2, 'b', false, NULL)"],
+            )
+        },
+    )
+    spec = ChangeSet("id", op_column="op", order_by="seq", soft_delete=True)
+    feed = [(1, None, "U", 5), (2, None, "D", 6), (3, "c", "I", 7)]
+    state = tmp_path / "state"
+    with FakeTableauServer(pats=dict([PAT])) as server, client_for(server) as client:
+        luid = server.add_datasource("Orders", start)
+        server.remember_probe(state)
+        with build_payload(
+            spark.createDataFrame(feed, CHANGES),
+            spec,
+            on_bad_rows="quarantine",
+            quarantine=tmp_path / "q",
+            target_columns="id BIGINT NOT NULL, name TEXT NOT NULL",
+        ) as payload:
+            assert payload.quarantined is not None
+            assert payload.quarantined.keys == ((1,),)
+            client.update_datasource("Orders", payload, state_dir=state)
+        got = sorted(read_table(server.datasource_path(luid), "Extract"))
+    # Key 1's NULL name is set aside (it keeps its row); a delete carries its key alone, so
+    # key 2 is flagged; key 3 is new.
+    assert got == [(1, "a", False, None), (2, "b", True, 6), (3, "c", False, None)]

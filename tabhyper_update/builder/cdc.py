@@ -537,7 +537,9 @@ class CdcSpec:
             for raw, o in zip(self.order_by, order_sql, strict=True)
             if o != sql_name(raw)
         ]
-        null_order = " OR ".join([f"({order_sql[0]}) IS NULL", *unread])
+        # History dated by a column of its own: a change without a date is no version either.
+        undated = [f"{self.history_at} IS NULL"] if self.history and self.history.at else []
+        null_order = " OR ".join([f"({order_sql[0]}) IS NULL", *unread, *undated])
         upsert, delete = among(by_meaning["upsert"]), among(by_meaning["delete"])
         preimage = among(by_meaning["preimage"])
         bad = self._bad_rows(null_key, upsert)
@@ -718,8 +720,14 @@ class CdcSpec:
             if any(o.startswith("__source_") for o in self.order_by)
             else ""
         )
+        dated = (
+            f", or its History(at={self.history.at!r}) column is NULL (a version needs "
+            "the date it starts at)"
+            if self.history and self.history.at
+            else ""
+        )
         return (
             f"the change for key ({key_text}), op {op!r}, has no position: order_by "
-            f"values {order} hold NULL{unread}{more}{debezium}; a change without a "
+            f"values {order} hold NULL{unread}{dated}{more}{debezium}; a change without a "
             "position cannot be ordered against the others"
         )
