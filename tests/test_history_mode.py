@@ -324,7 +324,7 @@ def test_a_version_without_a_date_is_refused_naming_the_column(spark: SparkSessi
 def test_a_multi_table_change_set_keeps_each_table_s_history(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    ddl = {
+    ddl: dict[str, tuple[str, list[str]]] = {
         "Orders": (HISTORY_DDL, []),
         "Items": (
             "sku BIGINT NOT NULL, label TEXT, "

@@ -176,7 +176,7 @@ def test_a_guarded_soft_delete_refuses_an_older_delivery(
 ) -> None:
     from tabhyper_update.errors import OutOfOrderError
 
-    ddl = {
+    ddl: dict[str, tuple[str, list[str]]] = {
         "Extract": ("id BIGINT NOT NULL, name TEXT, _deleted BOOLEAN, _deleted_at BIGINT", []),
         "Extract_positions": ("id BIGINT NOT NULL, seq BIGINT, guarded BOOLEAN NOT NULL", []),
     }
