@@ -26,6 +26,8 @@ from .update.options import BootstrapOptions, ProbeOptions, PublishOptions, Upda
 from .update.probe import ProbeResult, probe
 from .update.publish import BootstrapResult, bootstrap, publish
 from .update.results import UpdateResult
+from .update.schema import exact_columns
+from .update.state import StateStore
 from .values.actions import BatchLike
 from .values.parts import PayloadLike
 
@@ -88,6 +90,23 @@ class TableauClient(RestSession):
         :class:`~tabhyper_update.update.options.BootstrapOptions`).
         """
         return bootstrap(self, name, **options)
+
+    def target_columns(
+        self,
+        target: DataSourceRef | str,
+        *,
+        state_dir: str | os.PathLike[str] | None = None,
+    ) -> dict[str, str]:
+        """Each table of data source ``target`` as DDL with its exact column types
+        (``{"Extract": '"id" BIGINT NOT NULL, "amount" NUMERIC(12,2)'}``), as an update's
+        schema check learns them: what this SDK recorded when it published it, the columns
+        declared with the reference, or the data source's file where the server's probe
+        found its types exact. A quarantine takes a table's entry
+        (``build_payload(..., on_bad_rows="quarantine", target_columns=...)``). Refused
+        (:class:`~tabhyper_update.errors.ConfigurationError`) where none of those knows
+        them."""
+        ref = target if isinstance(target, DataSourceRef) else self.datasource(target)
+        return exact_columns(self, ref, StateStore(state_dir))
 
     def probe(
         self,

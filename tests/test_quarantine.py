@@ -277,3 +277,36 @@ def test_thousands_set_aside_are_named_by_their_rows(spark: SparkSession, tmp_pa
     assert names[2][0] == 800
     assert names[2][1] != names[0][1]
     assert len(list((tmp_path / "q").iterdir())) == 2
+
+
+def test_the_target_s_columns_are_the_ones_the_schema_check_learns(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The quarantine's target_columns from the server: the data source's file where the
+    probe found its types exact (its NOT NULL unknown there), refused where only the
+    service's coarse types are known."""
+    from tabhyper_update.errors import ConfigurationError
+
+    start = make_hyper(tmp_path / "start.hyper", {"Extract": (TARGET, START)})
+    state = tmp_path / "state"
+    with FakeTableauServer(pats=dict([PAT])) as server, client_for(server) as client:
+        server.add_datasource("Orders", start)
+        with pytest.raises(ConfigurationError, match="download_types"):
+            client.target_columns("Orders", state_dir=state)
+        server.remember_probe(state)
+        columns = client.target_columns("Orders", state_dir=state)
+        assert columns == {
+            "Extract": '"id" BIGINT, "name" VARCHAR(5), "qty" INTEGER, "amount" NUMERIC(6,2)'
+        }
+        with build_payload(
+            changes(spark),
+            ChangeSet("id", op_column="op", order_by="seq"),
+            on_bad_rows="quarantine",
+            quarantine=tmp_path / "q",
+            target_columns=columns["Extract"],
+        ) as payload:
+            assert payload.quarantined is not None
+            # Every reason but the NOT NULL one, which the file does not record.
+            assert set(payload.quarantined.reasons) == {r for _, r, _ in SET_ASIDE} - {
+                "null_into_not_null"
+            }

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import pytest
 
@@ -292,3 +292,71 @@ def test_without_the_service_the_update_goes_on_and_says_it_could_not_check(
 def test_what_narrows_and_what_differs(payload: str, target: str, expected: str | None) -> None:
     found = compare_types(payload, target)
     assert (found[0] if found else None) == expected
+
+
+@pytest.mark.parametrize("download_types", ["exact", "coarse", "refuse"])
+def test_a_data_source_s_file_tells_its_exact_types_where_the_probe_found_them(
+    spark: SparkSession, tmp_path: Path, download_types: Literal["exact", "coarse", "refuse"]
+) -> None:
+    """Download Data Source without its extract: read for the schema only where the probe
+    found the file's types exact; elsewhere the service's coarse types answer (and the fake
+    rounds the value, as Hyper does)."""
+    start = make_hyper(tmp_path / "start.hyper", {"Extract": (TARGET, ["(1, 1.00, 'a')"])})
+    state = tmp_path / "state"
+    wide = spark.createDataFrame([(7, "1.2345", "b")], "id long, amount string, name string")
+    wide = wide.selectExpr("id", "CAST(amount AS DECIMAL(12, 4)) AS amount", "name")
+    insert = [Insert(source_table="Extract", target_table="Extract")]
+    with FakeTableauServer(pats=dict([PAT]), download_types=download_types) as server:
+        server.add_datasource("Orders", start)
+        assert server.remember_probe(state).download_types == FOUND[download_types]
+        with client_for(server) as client:
+            if download_types == "exact":
+                with pytest.raises(SchemaDriftError, match="Download Data Source") as caught:
+                    client.update_datasource(
+                        "Orders", build_payload(wide), actions=insert, state_dir=state
+                    )
+                assert "'amount': NUMERIC(12,4) into NUMERIC(12,2)" in str(caught.value)
+                assert server.counts["update"] == 0
+            else:
+                client.update_datasource(
+                    "Orders", build_payload(wide), actions=insert, state_dir=state
+                )
+                assert server.counts["update"] == 1
+        assert server.counts["download"] == (1 if download_types == "exact" else 0)
+
+
+FOUND = {"exact": "exact", "coarse": "coarse", "refuse": "refused"}
+
+
+def test_a_data_source_s_file_is_read_whole_or_not_at_all() -> None:
+    import io
+    import zipfile
+
+    from tabhyper_update.errors import TransportError
+    from tabhyper_update.rest.downloads import columns_in_file
+
+    tds = (
+        b"<datasource><connection><metadata-records>"
+        b"<metadata-record class='column'><remote-name>id</remote-name>"
+        b"<parent-name>[Extract]</parent-name><remote-type>20</remote-type></metadata-record>"
+        b"<metadata-record class='column'><remote-name>amount</remote-name>"
+        b"<parent-name>[Extract]</parent-name><remote-type>131</remote-type>"
+        b"<precision>12</precision><scale>2</scale></metadata-record>"
+        b"<metadata-record class='column'><remote-name>code</remote-name>"
+        b"<parent-name>[Extract]</parent-name><remote-type>129</remote-type>"
+        b"<width>8</width></metadata-record>"
+        b"<metadata-record class='column'><remote-name>kind</remote-name>"
+        b"<parent-name>[Extract]</parent-name><local-type>real</local-type></metadata-record>"
+        b"<metadata-record class='capability'><remote-name>x</remote-name></metadata-record>"
+        b"</metadata-records></connection></datasource>"
+    )
+    expected = {
+        "Extract": {"id": "BIGINT", "amount": "NUMERIC(12,2)", "code": "VARCHAR(8)", "kind": None}
+    }
+    assert columns_in_file(tds) == expected
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w") as out:
+        out.writestr("Orders.tds", tds)
+    assert columns_in_file(packed.getvalue()) == expected
+    with pytest.raises(TransportError, match="could not be read"):
+        columns_in_file(b"<datasource><unclosed></datasource>")

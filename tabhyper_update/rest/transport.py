@@ -330,9 +330,11 @@ class Transport:
         expected: tuple[int, ...] = (200,),
         timeout: float | None = None,
         resend_count: int = 0,
+        raw: bool = False,
     ) -> tuple[requests.Response, dict[str, Any] | None]:
         """One request, no retry (``resend_count``: how many attempts of it went before, for
-        its HTTP span). Errors come back as our exceptions."""
+        its HTTP span). Errors come back as our exceptions. ``raw``: the answer is a file
+        (a data source's), read by the caller from the response, not parsed here."""
         url = self.url(path)
         shown = _without_fragment(url)
         all_headers = dict(headers or {})
@@ -357,6 +359,8 @@ class Transport:
             response.status_code,
             time.perf_counter() - started,
         )
+        if raw and response.status_code in expected:
+            return response, None
         return response, self._body(response, method, shown, expected)
 
     def _body(

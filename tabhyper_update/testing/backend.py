@@ -143,6 +143,9 @@ class FakeBackend:
             missing=config.missing_columns,
             partial=config.partial_update,
         )
+        #: What a data source downloaded without its extract records of its columns' types
+        #: ("exact", "coarse"), or "refuse" to download it.
+        self.download_types = config.download_types
         #: How a repeated RequestID is answered: "original" (the first request's job),
         #: "new_job" (a new job that applies nothing) or "refuse" (409, naming the duplicate).
         self.replay = config.replay

@@ -270,6 +270,7 @@ class FakeTableauServer:
             extra_columns=FOUND_AS[backend.source_columns.extra],
             missing_columns=FOUND_AS[backend.source_columns.missing],
             partial_update=FOUND_AS[backend.source_columns.partial],
+            download_types=FOUND_AS[backend.download_types],
         )
 
     def remember_probe(self, state_dir: str | os.PathLike[str] | None = None) -> ProbeResult:

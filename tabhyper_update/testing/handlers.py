@@ -12,6 +12,7 @@ from ..values.actions import ActionBatch
 from ..values.errors import InvalidActionBatchError
 from .backend import MB, DataSource, FakeBackend, Job
 from .data_service import ServiceFailure, metadata, run_query
+from .datasource_file import datasource_file
 from .profiles import SERVICE_OPTIONS
 from .wire import (
     ApiFailure,
@@ -171,6 +172,22 @@ class Handlers:
         self._auth(request, site)
         self.backend.delete_datasource(ds)
         return Response(204)
+
+    def download(self, request: Request, site: str, ds: str) -> Response:
+        """Download Data Source, without its extract only: its file's metadata records."""
+        self._auth(request, site)
+        source = self.backend.datasource(ds)
+        if request.query.get("includeExtract", "").lower() != "false":
+            raise ApiFailure(
+                400,
+                "400000",
+                "Bad Request",
+                "the fake downloads a data source without its extract only (includeExtract=false)",
+            )
+        if self.backend.download_types == "refuse":
+            raise ApiFailure(403, "403000", "Forbidden", "the data source may not be downloaded")
+        body = datasource_file(source.path, source.name, self.backend.download_types == "exact")
+        return Response(200, headers={"Content-Type": "application/octet-stream"}, raw=body)
 
     def connections(self, request: Request, site: str, ds: str) -> Response:
         self._auth(request, site)

@@ -71,6 +71,9 @@ class ServerProfile:
     #: Rows updated from a source lacking target columns: "keep" those columns (Hyper's
     #: SQL), set them to "null", or "refuse" the update.
     partial_update: Literal["keep", "null", "refuse"] = "keep"
+    #: A data source downloaded without its extract: its columns' types "exact", "coarse"
+    #: (kinds only), or the download "refuse"-d.
+    download_types: Literal["exact", "coarse", "refuse"] = "exact"
 
 
 PROFILES: dict[str, ServerProfile] = {
@@ -129,6 +132,8 @@ FOUND_AS = {
     "ignore": "ignored",
     "null": "null",
     "keep": "kept",
+    "exact": "exact",
+    "coarse": "coarse",
 }
 _REPLAY = {FOUND_AS[v]: v for v in ("original", "new_job", "refuse")}
 _EXTRA: dict[str | None, Literal["refuse", "ignore"]] = {
@@ -146,6 +151,12 @@ _PARTIAL: dict[str | None, Literal["keep", "null", "refuse"]] = {
     FOUND_AS["null"]: "null",
     FOUND_AS["refuse"]: "refuse",
     None: "keep",
+}
+_DOWNLOAD: dict[str | None, Literal["exact", "coarse", "refuse"]] = {
+    FOUND_AS["exact"]: "exact",
+    FOUND_AS["coarse"]: "coarse",
+    FOUND_AS["refuse"]: "refuse",
+    None: "coarse",
 }
 
 
@@ -178,6 +189,8 @@ def profile_from_probe(path: str | Path) -> ServerProfile:
         problems.append(f"missing_columns={found.missing_columns!r}")
     if found.partial_update not in _PARTIAL:
         problems.append(f"partial_update={found.partial_update!r}")
+    if found.download_types not in _DOWNLOAD:
+        problems.append(f"download_types={found.download_types!r}")
     if problems:
         raise ValueError(
             f"the fake cannot answer as the server of {str(path)!r} did: {'; '.join(problems)}"
@@ -203,4 +216,5 @@ def profile_from_probe(path: str | Path) -> ServerProfile:
         extra_columns=_EXTRA[found.extra_columns],
         missing_columns=_MISSING[found.missing_columns],
         partial_update=_PARTIAL[found.partial_update],
+        download_types=_DOWNLOAD[found.download_types],
     )

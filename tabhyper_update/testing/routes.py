@@ -28,6 +28,7 @@ ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
         ("GET", "datasource", _SITE + r"/datasources/(?P<ds>[^/]+)$"),
         ("DELETE", "delete_datasource", _SITE + r"/datasources/(?P<ds>[^/]+)$"),
         ("GET", "connections", _SITE + r"/datasources/(?P<ds>[^/]+)/connections$"),
+        ("GET", "download", _SITE + r"/datasources/(?P<ds>[^/]+)/content$"),
         ("POST", "initiate", _SITE + r"/fileUploads/?$"),
         ("PUT", "append", _SITE + r"/fileUploads/(?P<upload>[^/]+)$"),
         (

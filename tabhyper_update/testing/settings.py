@@ -59,7 +59,10 @@ class BackendSettings(TypedDict, total=False):
     get ``"null"`` there (Hyper's ``INSERT`` with a column list) or are ``"refuse"``-d;
     ``partial_update``: rows updated from a source lacking target columns ``"keep"`` them
     (Hyper's ``UPDATE``), get ``"null"`` there, or the update is ``"refuse"``-d [the
-    profile's: ``"refuse"``, ``"null"`` and ``"keep"``].
+    profile's: ``"refuse"``, ``"null"`` and ``"keep"``]. ``download_types``: a data source
+    downloaded without its extract records its columns' types ``"exact"`` (type codes with
+    precision, scale and width), ``"coarse"`` (kinds only) or the download is ``"refuse"``-d
+    [the profile's: ``"exact"``].
     """
 
     pats: Mapping[str, str] | None
@@ -92,6 +95,7 @@ class BackendSettings(TypedDict, total=False):
     extra_columns: Literal["refuse", "ignore"]
     missing_columns: Literal["null", "refuse"]
     partial_update: Literal["keep", "null", "refuse"]
+    download_types: Literal["exact", "coarse", "refuse"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,7 @@ class BackendConfig:
     extra_columns: Literal["refuse", "ignore"]
     missing_columns: Literal["null", "refuse"]
     partial_update: Literal["keep", "null", "refuse"]
+    download_types: Literal["exact", "coarse", "refuse"]
 
     @classmethod
     def of(cls, settings: Mapping[str, Any]) -> BackendConfig:
@@ -166,6 +171,7 @@ class BackendConfig:
             "extra_columns": profile.extra_columns,
             "missing_columns": profile.missing_columns,
             "partial_update": profile.partial_update,
+            "download_types": profile.download_types,
         }
         # A limit given as None means no limit, not the profile's.
         for limit in ("service_query_quota", "rest_calls_per_window", "max_concurrent"):

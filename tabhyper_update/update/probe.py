@@ -21,6 +21,10 @@ NOT NULL column to NULL for that row: refused, it applies nothing). The cases:
   (those columns NULL) or ``"refused"``;
 * ``partial_update``: rows updated from a source lacking target columns: ``"kept"`` (those
   columns as they were: Hyper's ``UPDATE``), ``"null"`` or ``"refused"``;
+* ``download_types``: the canary downloaded without its extract (Tableau's "Download Data
+  Source"): its file records its columns' types ``"exact"`` (as the canary declares them:
+  type, precision, scale), ``"coarse"`` or the download is ``"refused"``; only where
+  ``"exact"`` does the SDK learn a data source's types this way;
 * ``replay``: the same RequestID sent again with other rows: ``"original"`` (the first
   job), ``"new_job"`` (a new job that applies nothing), ``"refused"`` (an error naming the
   duplicate) or ``"applied_again"`` (the server ran it twice);
@@ -52,6 +56,7 @@ from typing_extensions import Unpack
 
 from ..local.folders import DerivedFolder
 from ..readback.dataservice import DataService, dimension
+from ..rest.downloads import download_columns
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession
 from ..rest.uploads import ChunkBody, multipart_framing, refuses_sequence_ids
@@ -65,6 +70,7 @@ from ..values.errors import (
     ProbeError,
     TabHyperError,
 )
+from ..values.narrowing import column_type, declared_columns
 from ..values.probes import ProbeResult
 from ..values.redaction import get_logger
 from .canary import (
@@ -325,6 +331,24 @@ class _Probe:
             return "refused"
         return found.get(self.value_of(key, column, list(found)), "unknown")
 
+    def download_types(self) -> str:
+        """What the canary's file, downloaded without its extract, records of its types."""
+        assert self.ref is not None
+        try:
+            found = download_columns(self.client, self.ref).get("Extract", {})
+        except ApiError as err:
+            if (err.status or 0) >= 500:
+                raise
+            if "scope" not in str(err) or not self.scope_refused("download_types", err):
+                self.notes["download_types"] = str(err)
+            return "refused"
+        declared = declared_columns(CANARY["Extract"][0], "the canary", InvalidArgumentError)
+        exact = all(
+            (typed := found.get(name)) is not None and column_type(typed) == column.type
+            for name, column in declared.items()
+        )
+        return "exact" if exact else "coarse"
+
     def replay(self) -> str:
         request_id = f"tabhyper-probe-{uuid.uuid4()}"
         first = self.update(
@@ -565,6 +589,11 @@ _CASES: tuple[tuple[str, str, Callable[[_Probe], Any]], ...] = (
         "partial_update",
         "rows updated from a source lacking target columns",
         lambda run: run.row_case("partial_update"),
+    ),
+    (
+        "download_types",
+        "the canary downloaded without its extract",
+        lambda run: run.download_types(),
     ),
     ("replay", "the same RequestID sent twice", lambda run: run.replay()),
     ("guard", "a stale update under the ordering guard", lambda run: run.guard()),

@@ -8,7 +8,9 @@ Where the target's columns come from, in this order:
 2. the columns given with the reference (``client.datasource(..., columns=...)``, or the
    reference ``publish`` returned): as DDL, names with their exact types and NOT NULL;
    else names only;
-3. the VizQL Data Service's ``read-metadata``: names and coarse types (INTEGER, REAL,
+3. where the server's probe found them exact (``download_types``), the types the data
+   source's file records (Download Data Source without its extract), NOT NULL unknown;
+4. the VizQL Data Service's ``read-metadata``: names and coarse types (INTEGER, REAL,
    STRING, ...), not tied to a table; one query, remembered for the session's data source.
 
 When none answers, the update goes on with a warning: a part may then still fail.
@@ -25,10 +27,17 @@ from typing import Any
 from ..local.hyper import connect, quote_name, table_ref
 from ..readback.dataservice import DataService
 from ..rest.caller import RestCaller
+from ..rest.downloads import download_columns
 from ..rest.refs import DataSourceRef
 from ..values.actions import ActionBatch, bookkeeping_role
 from ..values.changeset import GUARD_COLUMN
-from ..values.errors import ApiError, PayloadError, SchemaDriftError, TabHyperError
+from ..values.errors import (
+    ApiError,
+    ConfigurationError,
+    PayloadError,
+    SchemaDriftError,
+    TabHyperError,
+)
 from ..values.narrowing import column_type, losses
 from ..values.parts import ColumnInfo, PayloadLike, TableInfo
 from ..values.redaction import get_logger
@@ -87,23 +96,78 @@ def learn_schema(
 ) -> TargetSchema | None:
     """The target's columns from the first source that has them (see the module docstring),
     or None when none does."""
+    return (
+        _recorded(target, store)
+        or _given(target)
+        or _downloaded(client, target, store)
+        or _from_service(client, target)
+    )
+
+
+def _recorded(target: DataSourceRef, store: StateStore) -> TargetSchema | None:
+    """What the SDK recorded when it published the data source (with this state folder)."""
     recorded = store.schema(target.id)
-    if recorded:
-        return TargetSchema(
-            "the columns the SDK recorded when it published the data source",
-            {
-                str(table): {
-                    str(c["name"]): Column(
-                        str(c["name"]), str(c.get("hyper_type") or ""), c.get("nullable")
-                    )
-                    for c in columns
-                    if isinstance(c, dict) and c.get("name")
-                }
-                for table, columns in recorded.items()
-                if isinstance(columns, list)
-            },
+    if not recorded:
+        return None
+    return TargetSchema(
+        "the columns the SDK recorded when it published the data source",
+        {
+            str(table): {
+                str(c["name"]): Column(
+                    str(c["name"]), str(c.get("hyper_type") or ""), c.get("nullable")
+                )
+                for c in columns
+                if isinstance(c, dict) and c.get("name")
+            }
+            for table, columns in recorded.items()
+            if isinstance(columns, list)
+        },
+    )
+
+
+def _downloaded(
+    client: RestCaller, target: DataSourceRef, store: StateStore
+) -> TargetSchema | None:
+    """The types the data source's file records (Download Data Source without its extract),
+    where the server's probe found them exact; None elsewhere, or when the download fails
+    (the next source answers then)."""
+    found = store.probe(client.server, client.site)
+    if found is None or found.download_types != "exact":
+        return None
+    try:
+        tables = download_columns(client, target)
+    except TabHyperError as err:
+        log.warning("the file of data source %s could not be read (%s)", target.label, err)
+        return None
+    if not tables or any(t is None for cs in tables.values() for t in cs.values()):
+        return None
+    return TargetSchema(
+        "the data source's file (Download Data Source)",
+        {t: {c: Column(c, typed) for c, typed in cs.items()} for t, cs in tables.items()},
+    )
+
+
+def exact_columns(client: RestCaller, target: DataSourceRef, store: StateStore) -> dict[str, str]:
+    """Each table's columns as DDL with their exact types (``"id BIGINT NOT NULL, amount
+    NUMERIC(12,2)"``), as the schema check learns them: what a quarantine's
+    ``target_columns`` takes. Refused where only coarse types are known."""
+    schema = _given(target) if target.declared else None
+    schema = schema or _recorded(target, store) or _downloaded(client, target, store)
+    if schema is None:
+        raise ConfigurationError(
+            f"the exact column types of data source {target.label!r} are not known here: "
+            "the SDK did not publish it (or not with this state folder), none were declared "
+            "(client.datasource(..., columns={'Extract': 'id BIGINT NOT NULL, ...'})), and no "
+            "probe of this server found its data sources' files to record them "
+            "(tabhyper-update probe: download_types)"
         )
-    return _given(target) or _from_service(client, target)
+    return {
+        str(table): ", ".join(
+            f'"{c.name}" {c.hyper_type}' + (" NOT NULL" if c.nullable is False else "")
+            for c in columns.values()
+        )
+        for table, columns in schema.tables.items()
+    }
 
 
 def _given(target: DataSourceRef) -> TargetSchema | None:

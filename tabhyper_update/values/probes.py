@@ -25,6 +25,7 @@ PROBE_CASES = (
     "extra_columns",
     "missing_columns",
     "partial_update",
+    "download_types",
     "replay",
     "guard",
     "data_service",
@@ -68,6 +69,11 @@ class ProbeResult:
     #: were: what closing a history version or flagging a deletion without resending the
     #: row needs), "null" (set to NULL) or "refused". None: not probed.
     partial_update: str | None = None
+    #: A data source downloaded without its extract (Tableau's "Download Data Source"): its
+    #: columns' types "exact" (type, precision, scale and width, as the canary's), "coarse"
+    #: or "refused". The SDK reads a data source's exact types this way only where "exact".
+    #: None: not probed.
+    download_types: str | None = None
     probed_at: float = field(default_factory=time.time)
     #: What the server said where it refused an update, case by case (scrubbed).
     notes: dict[str, str] = field(default_factory=dict)
