@@ -102,7 +102,7 @@ def test_importing_the_package_loads_none_of_its_layers() -> None:
             build_payload,
             "source, changes, *, table, schema, database_version, complex_as_json, "
             "staging_dir, output_dir, max_payload_mb, keep_files, progress, staging, on_bad_rows, "
-            "quarantine, target_columns",
+            "quarantine, quarantine_format, target_columns",
         ),
         (
             ChangeSet,

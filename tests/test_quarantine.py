@@ -310,3 +310,27 @@ def test_the_target_s_columns_are_the_ones_the_schema_check_learns(
             assert set(payload.quarantined.reasons) == {r for _, r, _ in SET_ASIDE} - {
                 "null_into_not_null"
             }
+
+
+def test_a_delta_table_takes_each_set_of_rows_once(spark: SparkSession, tmp_path: Path) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    table = tmp_path / "quarantine_delta"
+    spec = ChangeSet("id", op_column="op", order_by="seq")
+    delta: BuildOptions = {**options(table), "quarantine_format": "delta"}
+    for _ in range(2):  # the same positions built again: written once
+        with build_payload(changes(spark), spec, **delta) as payload:
+            assert payload.quarantined is not None
+            assert payload.quarantined.written_to == str(table)
+    rows = deltalake.DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+    found = sorted(
+        ((r["id"], r["_quarantine_reason"], r["_quarantine_column"]) for r in rows), key=repr
+    )
+    assert found == sorted(SET_ASIDE, key=repr)
+    report = payload.quarantined
+    assert {r["_quarantine_batch"] for r in rows} == {report.batch if report else None}
+    # Other rows are another batch, appended beside.
+    with build_payload(changes(spark, ROWS[:3]), spec, **delta) as other:
+        assert other.quarantined is not None
+    assert len(deltalake.DeltaTable(str(table)).to_pyarrow_table()) == 7
+    with pytest.raises(PayloadError, match="a function writes the rows its own way"):
+        build_payload(changes(spark), spec, **{**delta, "quarantine": print})  # type: ignore[arg-type]

@@ -132,8 +132,9 @@ class _Frame:
     delete_table: str = ""
     #: The columns history and soft deletes write beside the source's.
     added: list[Added] = field(default_factory=list)
-    #: Where its changes set aside go (``on_bad_rows="quarantine"``).
+    #: Where its changes set aside go (``on_bad_rows="quarantine"``), and in what form.
     quarantine: QuarantineDestination | None = None
+    quarantine_format: str = "parquet"
 
 
 def build_payload(
@@ -306,7 +307,18 @@ def _plan_frames(
             checks = bad_rows(plans, options.target, spec.key, name)
             spec = replace(spec, quarantine=True, bad_rows=checks)
         quarantine = options.quarantine if spec.quarantine else None
-        planned.append(_Frame(cs.upsert_table, df, plans, spec, cs.delete_table, added, quarantine))
+        planned.append(
+            _Frame(
+                cs.upsert_table,
+                df,
+                plans,
+                spec,
+                cs.delete_table,
+                added,
+                quarantine,
+                options.quarantine_format,
+            )
+        )
     return planned
 
 
@@ -537,7 +549,7 @@ def _set_aside(frame: _Frame, spec: CdcSpec) -> QuarantineReport | None:
     """The changes set aside, written where the caller said (``on_bad_rows="quarantine"``)."""
     if frame.quarantine is None:
         return None
-    report = set_aside(frame.df, spec, frame.quarantine)
+    report = set_aside(frame.df, spec, frame.quarantine, frame.quarantine_format)
     log.warning(
         "table %r: %d change(s) set aside (%s), written to %s",
         frame.name,

@@ -24,7 +24,12 @@ from ..values.errors import ArgumentTypeError, PayloadArgumentError
 from ..values.narrowing import DeclaredColumn
 from .hyper_parts import NO_CAP
 from .hyper_types import DEFAULT_DATABASE_VERSION, SUPPORTED_DATABASE_VERSIONS
-from .quarantine import QuarantineDestination, check_destination, target_columns
+from .quarantine import (
+    QuarantineDestination,
+    check_delta_writer,
+    check_destination,
+    target_columns,
+)
 from .staging import StagingMode, check_staging
 
 __all__ = ["BuildOptions", "BuildSettings", "check_build_options"]
@@ -46,7 +51,8 @@ class BuildOptions(TypedDict, total=False):
     target would refuse fails the build or the update) or ``"quarantine"``: such changes are
     set aside, written to ``quarantine`` (a folder, or a function taking a Spark DataFrame
     and the batch's name), and the rest applies; what the target refuses is read from
-    ``target_columns`` (``"id BIGINT NOT NULL, amount NUMERIC(12,2)"``).
+    ``target_columns`` (``"id BIGINT NOT NULL, amount NUMERIC(12,2)"``); a folder holds
+    Parquet files, or a Delta table with ``quarantine_format="delta"`` (delta-rs).
     """
 
     schema: str
@@ -60,6 +66,7 @@ class BuildOptions(TypedDict, total=False):
     progress: bool | None
     on_bad_rows: Literal["fail", "quarantine"]
     quarantine: QuarantineDestination | None
+    quarantine_format: Literal["parquet", "delta"]
     target_columns: str | Mapping[str, str] | None
 
 
@@ -79,6 +86,7 @@ class BuildSettings:
     progress: bool | None = None
     on_bad_rows: Literal["fail", "quarantine"] = "fail"
     quarantine: QuarantineDestination | None = None
+    quarantine_format: Literal["parquet", "delta"] = "parquet"
     target_columns: str | Mapping[str, str] | None = None
 
     @classmethod
@@ -125,6 +133,7 @@ class BuildSettings:
                     argument="quarantine",
                 )
             check_destination(self.quarantine)
+            self._check_format()
         elif self.quarantine is not None:
             raise PayloadArgumentError(
                 "quarantine= is used with on_bad_rows='quarantine'", argument="quarantine"
@@ -136,6 +145,22 @@ class BuildSettings:
                     argument="target_columns",
                 )
             target_columns(self.target_columns)
+
+    def _check_format(self) -> None:
+        """``quarantine_format``: a folder's, and the Delta writer where it is Delta."""
+        if self.quarantine_format not in ("parquet", "delta"):
+            raise PayloadArgumentError(
+                f"quarantine_format must be 'parquet' or 'delta', got {self.quarantine_format!r}",
+                argument="quarantine_format",
+            )
+        if self.quarantine_format == "delta":
+            if callable(self.quarantine):
+                raise PayloadArgumentError(
+                    "quarantine_format='delta' names the form of a folder; a function writes "
+                    "the rows its own way",
+                    argument="quarantine_format",
+                )
+            check_delta_writer()
 
     @property
     def target(self) -> dict[str, DeclaredColumn]:

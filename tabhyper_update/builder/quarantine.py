@@ -23,7 +23,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
-from ..values.errors import PayloadArgumentError, PayloadError
+from ..local.optional import optional_module
+from ..local.spark_versions import arrow_batches
+from ..values.errors import ConfigurationError, PayloadArgumentError, PayloadError
 from ..values.narrowing import (
     ColumnType,
     DeclaredColumn,
@@ -53,6 +55,7 @@ __all__ = [
     "QUARANTINE_COLUMNS",
     "QuarantineDestination",
     "bad_rows",
+    "check_delta_writer",
     "check_destination",
     "set_aside",
     "target_columns",
@@ -162,9 +165,11 @@ def quarantine_query(spec: CdcSpec, columns: list[str]) -> Callable[[str], str]:
     return query
 
 
-def set_aside(df: DataFrame, spec: CdcSpec, destination: QuarantineDestination) -> QuarantineReport:
-    """Write ``df``'s changes set aside where ``destination`` says, once per set of rows;
-    what was set aside."""
+def set_aside(
+    df: DataFrame, spec: CdcSpec, destination: QuarantineDestination, form: str = "parquet"
+) -> QuarantineReport:
+    """Write ``df``'s changes set aside where ``destination`` says (a folder of ``form``:
+    Parquet, or a Delta table), once per set of rows; what was set aside."""
     rows = query_over(df, quarantine_query(spec, list(df.columns))).cache()
     try:
         reason = QUARANTINE_COLUMNS[0]
@@ -177,19 +182,21 @@ def set_aside(df: DataFrame, spec: CdcSpec, destination: QuarantineDestination) 
         batch = f"{total}-{(int(digest[0] or 0) if digest else 0) & (2**64 - 1):016x}"
         held = rows.select(*spec.key).distinct().limit(KEYS_LISTED).collect()
         keys = tuple(sorted((tuple(r) for r in held if any(v is not None for v in r)), key=repr))
-        written_to = _write(rows, destination, batch)
+        written_to = _write(rows, destination, batch, form)
     finally:
         rows.unpersist()
     return QuarantineReport(total, reasons, keys, batch, written_to)
 
 
-def _write(rows: DataFrame, destination: QuarantineDestination, batch: str) -> str:
+def _write(rows: DataFrame, destination: QuarantineDestination, batch: str, form: str) -> str:
     """Hand the rows, their batch's name beside them, to the caller's function, or write them
     to the folder's sub-folder of their batch (left as it is when a run before wrote it: the
     same rows); reading the folder gives the batch as a column of that name."""
     if callable(destination):
         destination(rows.selectExpr("*", f"'{batch}' AS {QUARANTINE_COLUMNS[2]}"), batch)
         return "callback"
+    if form == "delta":
+        return _write_delta(rows, os.fspath(destination), batch)
     folder = Path(os.fspath(destination))
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"{QUARANTINE_COLUMNS[2]}={batch}"
@@ -211,3 +218,33 @@ def _write(rows: DataFrame, destination: QuarantineDestination, batch: str) -> s
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return str(folder)
+
+
+def _write_delta(rows: DataFrame, path: str, batch: str) -> str:
+    """Append the rows to the Delta table at ``path`` (made on first use, partitioned by
+    batch) with delta-rs, unless the table holds their batch already."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+    from deltalake.exceptions import TableNotFoundError
+
+    column = QUARANTINE_COLUMNS[2]
+    try:
+        held = DeltaTable(path).to_pyarrow_table(columns=[column], filters=[(column, "=", batch)])
+        if held.num_rows:
+            return path
+    except TableNotFoundError:
+        pass
+    marked = rows.selectExpr("*", f"'{batch}' AS {column}")
+    table = pa.Table.from_batches(list(arrow_batches(marked)))
+    write_deltalake(path, table, mode="append", partition_by=[column])
+    return path
+
+
+def check_delta_writer() -> None:
+    """A Delta quarantine writes with delta-rs: refused, before any job, where it is not
+    installed."""
+    if optional_module("deltalake") is None or optional_module("pyarrow") is None:
+        raise ConfigurationError(
+            "quarantine_format='delta' writes the set-aside rows with delta-rs: "
+            "pip install deltalake (or write them yourself: quarantine=a function)"
+        )

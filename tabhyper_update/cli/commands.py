@@ -129,6 +129,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     BuildSettings(
         on_bad_rows="quarantine" if args.quarantine else "fail",
         quarantine=args.quarantine,
+        quarantine_format=args.quarantine_format,
         target_columns=args.target_columns,
     ).check_bad_rows()
     require_pyspark("build reads its input")
@@ -168,6 +169,7 @@ def _build_with(spark: Any, args: argparse.Namespace, out: Path) -> int:
         progress=False if args.json or args.quiet else None,  # bars only on a terminal
         on_bad_rows="quarantine" if args.quarantine else "fail",
         quarantine=args.quarantine,
+        quarantine_format=args.quarantine_format,
         target_columns=args.target_columns,
     )
     payload = build_payload(

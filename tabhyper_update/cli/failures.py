@@ -34,6 +34,7 @@ _FLAG_OF = {
     "order_by": "--order-by",
     "op_map": "--op-map",
     "target_columns": "--target-columns",
+    "quarantine_format": "--quarantine-format",
 }
 _KEYWORD = re.compile(r"\b(" + "|".join(_FLAG_OF) + r")\b(?:=True\b|=(?=[\s/,.)]|$))?")
 _MODE = re.compile(r"mode='(create|overwrite|append)'")

@@ -199,6 +199,12 @@ def _add_build(sub: Any) -> None:
         "in DIR, and build the rest",
     )
     p.add_argument(
+        "--quarantine-format",
+        choices=["parquet", "delta"],
+        default="parquet",
+        help="--quarantine DIR holds Parquet files, or a Delta table (delta-rs)",
+    )
+    p.add_argument(
         "--target-columns",
         metavar="DDL",
         help="the target's columns, e.g. 'id BIGINT NOT NULL, amount NUMERIC(12,2)'",
