@@ -221,6 +221,20 @@ def test_the_command_line_sets_aside_and_says_so(
     assert said["quarantined"]["keys"] == [[2], [3], [4], [5], [6]]
     assert said["parts"][0]["tables"] == {"upserts": 2}
     assert set_aside(spark, folder) == sorted(SET_ASIDE, key=repr)
+    # The payload `apply` loads later carries the report and the columns it checked.
+    from tabhyper_update import Payload
+
+    loaded = Payload.load(tmp_path / "payload")
+    assert loaded.quarantined is not None
+    assert loaded.quarantined.as_dict() == said["quarantined"]
+    assert loaded.checked_types == {
+        "upserts": {
+            "id": "BIGINT",
+            "name": "VARCHAR(5)",
+            "qty": "INTEGER",
+            "amount": "NUMERIC(6,2)",
+        }
+    }
     # A quarantine's flags are checked before Spark starts: a type missing, a target's
     # columns without a quarantine to set rows aside in.
     assert main([*build[:-3], "--target-columns", "id"]) == 2
@@ -334,3 +348,20 @@ def test_a_delta_table_takes_each_set_of_rows_once(spark: SparkSession, tmp_path
     assert len(deltalake.DeltaTable(str(table)).to_pyarrow_table()) == 7
     with pytest.raises(PayloadError, match="a function writes the rows its own way"):
         build_payload(changes(spark), spec, **{**delta, "quarantine": print})  # type: ignore[arg-type]
+
+
+def test_a_change_set_wholly_set_aside_says_so_rather_than_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    start = make_hyper(tmp_path / "start.hyper", {"Extract": (TARGET, START)})
+    spec = ChangeSet("id", op_column="op", order_by="seq")
+    with FakeTableauServer(pats=dict([PAT])) as server, client_for(server) as client:
+        luid = server.add_datasource("Orders", start)
+        with build_payload(changes(spark, ROWS[2:4]), spec, **options(tmp_path / "q")) as payload:
+            assert payload.is_empty
+            result = client.update_datasource("Orders", payload, state_dir=tmp_path / "s")
+        assert server.counts["initiate"] == server.counts["update"] == 0
+        assert sorted(read_table(server.datasource_path(luid), "Extract"))[1][1] == "b"
+    assert result.quarantined is not None
+    assert result.metrics()["quarantined"]["rows"] == 2
+    assert result.metrics()["quarantined"]["keys"] == [[2], [3]]

@@ -170,16 +170,22 @@ def set_aside(
 ) -> QuarantineReport:
     """Write ``df``'s changes set aside where ``destination`` says (a folder of ``form``:
     Parquet, or a Delta table), once per set of rows; what was set aside."""
+    from pyspark.sql import functions as F
+
     rows = query_over(df, quarantine_query(spec, list(df.columns))).cache()
     try:
-        reason = QUARANTINE_COLUMNS[0]
-        counted = rows.groupBy(reason).agg({"*": "count"}).collect()
+        # Per reason its rows and their hashes' sum, in one pass (summed as decimals: a
+        # long's sum overflows, which ANSI refuses).
+        hashed = f"CAST(xxhash64({', '.join(map(sql_name, df.columns))}) AS DECIMAL(38, 0))"
+        counted = (
+            rows.groupBy(QUARANTINE_COLUMNS[0])
+            .agg(F.count(F.lit(1)), F.sum(F.expr(hashed)))
+            .collect()
+        )
         reasons = {str(r[0]): int(r[1]) for r in counted}
         total = sum(reasons.values())
-        # The rows' hashes summed as decimals (a long's sum overflows, which ANSI refuses).
-        hashed = f"CAST(xxhash64({', '.join(map(sql_name, df.columns))}) AS DECIMAL(38, 0))"
-        digest = rows.selectExpr(f"sum({hashed})").first()
-        batch = f"{total}-{(int(digest[0] or 0) if digest else 0) & (2**64 - 1):016x}"
+        digest = sum(int(r[2] or 0) for r in counted)
+        batch = f"{total}-{digest & (2**64 - 1):016x}"
         held = rows.select(*spec.key).distinct().limit(KEYS_LISTED).collect()
         keys = tuple(sorted((tuple(r) for r in held if any(v is not None for v in r)), key=repr))
         written_to = _write(rows, destination, batch, form)

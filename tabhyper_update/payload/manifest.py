@@ -23,6 +23,7 @@ from ..local.private_json import write_json
 from ..values.changeset import ChangeSet
 from ..values.errors import PayloadAppliedError, PayloadError, TabHyperError
 from ..values.parts import BUCKETS, ColumnInfo, PayloadPart, TableInfo, file_sha256, sql_type_text
+from ..values.quarantine import QuarantineReport
 from ..values.redaction import get_logger
 
 __all__ = ["MANIFEST", "note_applied", "read_hyper", "read_manifest", "write_manifest"]
@@ -91,6 +92,8 @@ def write_manifest(
     change_sets: Mapping[str, ChangeSet] | None,
     positions: Mapping[str, Mapping[str, Any]] | None = None,
     committed_at: float | None = None,
+    quarantined: QuarantineReport | None = None,
+    checked_types: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[Path, list[PayloadPart]]:
     """:meth:`Payload.save_manifest`: the manifest's path, and the parts where they now are.
     An empty payload (an empty change set) is a manifest without parts, in ``directory``:
@@ -109,6 +112,10 @@ def write_manifest(
         "parts": [_part_doc(p, where) for p in parts],
         "positions": dict(positions or {}),
         "committed_at": committed_at,
+        # What the build set aside and the columns it checked (a quarantine's), for the
+        # update that applies the payload later.
+        "quarantined": quarantined.as_dict() if quarantined is not None else None,
+        "checked_types": {t: dict(cols) for t, cols in (checked_types or {}).items()},
     }
     path = where / MANIFEST
     write_json(path, doc, indent=2)
@@ -220,6 +227,14 @@ def _fields(manifest: Path, doc: Any) -> dict[str, Any]:
             if isinstance(cols, dict)
         },
         "committed_at": _committed_at(doc.get("committed_at")),
+        "quarantined": (
+            QuarantineReport.from_dict(doc["quarantined"]) if doc.get("quarantined") else None
+        ),
+        "checked_types": {
+            str(t): {str(c): str(v) for c, v in cols.items()}
+            for t, cols in (doc.get("checked_types") or {}).items()
+            if isinstance(cols, dict)
+        },
         "_manifest": manifest,
     }
 

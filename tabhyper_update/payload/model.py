@@ -438,6 +438,8 @@ class Payload:
             change_sets=self.change_sets,
             positions=self.positions,
             committed_at=self.committed_at,
+            quarantined=self.quarantined,
+            checked_types=self.checked_types,
         )
         return path
 

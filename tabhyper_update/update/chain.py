@@ -210,8 +210,11 @@ class BoundPayload:
         and changes only the batch's ``request_id`` and ``position``)."""
         ready = self._prepare(actions, settings)
         if not ready.units:
+            # Nothing to send; what the build set aside (every change, say) is still said.
             self._cleanup()
-            return UpdateResult([], done=True)
+            return UpdateResult(
+                [], done=True, quarantined=getattr(self.payload, "quarantined", None)
+            )
         checked = self._fit_schema(ready)
         if isinstance(checked, UpdateResult):
             return checked  # republished: the snapshot holds the update's changes

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,8 @@ __all__ = ["Column", "TargetSchema", "check_schema", "learn_schema", "record_sch
 
 log = get_logger("tabhyper_update")
 
-#: How long a schema read from the VizQL Data Service is trusted (one query per period).
+#: How long a schema read from the server (the VizQL Data Service, or the data source's
+#: file) is trusted (one request per period).
 SERVICE_SCHEMA_SECONDS = 900.0
 
 
@@ -73,7 +74,7 @@ class TargetSchema:
         return self.tables.get(table, self.tables.get(None))
 
 
-_cache: dict[tuple[str, str, str], tuple[float, TargetSchema | None]] = {}
+_cache: dict[tuple[str, str, str, str], tuple[float, TargetSchema | None]] = {}
 _cache_lock = threading.Lock()
 
 
@@ -134,6 +135,11 @@ def _downloaded(
     found = store.probe(client.server, client.site)
     if found is None or found.download_types != "exact":
         return None
+    return _once_per_period("file", client, target, lambda: _read_file(client, target))
+
+
+def _read_file(client: RestCaller, target: DataSourceRef) -> TargetSchema | None:
+    """The data source's file read for its columns' types (None: unread, or not whole)."""
     try:
         tables = download_columns(client, target)
     except TabHyperError as err:
@@ -151,8 +157,8 @@ def exact_columns(client: RestCaller, target: DataSourceRef, store: StateStore) 
     """Each table's columns as DDL with their exact types (``"id BIGINT NOT NULL, amount
     NUMERIC(12,2)"``), as the schema check learns them: what a quarantine's
     ``target_columns`` takes. Refused where only coarse types are known."""
-    schema = _given(target) if target.declared else None
-    schema = schema or _recorded(target, store) or _downloaded(client, target, store)
+    declared = _given(target) if target.declared else None
+    schema = _recorded(target, store) or declared or _downloaded(client, target, store)
     if schema is None:
         raise ConfigurationError(
             f"the exact column types of data source {target.label!r} are not known here: "
@@ -191,12 +197,23 @@ def _given(target: DataSourceRef) -> TargetSchema | None:
 def _from_service(client: RestCaller, target: DataSourceRef) -> TargetSchema | None:
     """What the service says, asked once per period: an answer that it cannot say is kept
     too, so that a sink's batches do not ask (and warn) every time."""
-    key = (client.server, client.site, target.id.lower())
+    return _once_per_period("service", client, target, lambda: _ask_service(client, target))
+
+
+def _once_per_period(
+    source: str,
+    client: RestCaller,
+    target: DataSourceRef,
+    ask: Callable[[], TargetSchema | None],
+) -> TargetSchema | None:
+    """``ask``'s answer for the data source from ``source``, kept for
+    :data:`SERVICE_SCHEMA_SECONDS` (a sink's batches ask once, not each time)."""
+    key = (source, client.server, client.site, target.id.lower())
     with _cache_lock:
         cached = _cache.get(key)
     if cached is not None and time.monotonic() - cached[0] < SERVICE_SCHEMA_SECONDS:
         return cached[1]
-    schema = _ask_service(client, target)
+    schema = ask()
     with _cache_lock:
         _cache[key] = (time.monotonic(), schema)
     return schema

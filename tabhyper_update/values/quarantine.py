@@ -3,6 +3,7 @@ counted by reason, with the keys whose last change they were and where they were
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,17 @@ class QuarantineReport:
             "batch": self.batch,
             "written_to": self.written_to,
         }
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> QuarantineReport:
+        """A report as :meth:`as_dict` wrote it (a payload's manifest)."""
+        return cls(
+            int(doc["rows"]),
+            {str(k): int(v) for k, v in (doc.get("reasons") or {}).items()},
+            tuple(tuple(k) for k in doc.get("keys") or ()),
+            str(doc.get("batch") or ""),
+            str(doc.get("written_to") or ""),
+        )
 
     @classmethod
     def total(cls, reports: list[QuarantineReport]) -> QuarantineReport | None:
