@@ -2,6 +2,8 @@
 
     python benchmarks/debezium_decoding.py                 # 1M events, 3 rounds
     python benchmarks/debezium_decoding.py --events 200000 --rounds 5
+    python benchmarks/debezium_decoding.py --schemas off    # one form of the events only
+    python benchmarks/debezium_decoding.py --spark-defaults  # a JVM as Spark starts it
 
 The same 1,000,000 change events (one create each, a key, a name, and three columns) in two
 forms, each with the JSON converter's schemas off and on: *encoded* as a PostgreSQL connector
@@ -14,7 +16,9 @@ them), then each form's ``build_payload(Debezium(...).changes(events), ...)`` is
 same Spark session (``local[2]``), alternating, after a warm-up of each; the median of each
 and the ratio encoded / plain are printed, and the decoded values are checked against the
 plain ones. Beside the wall time, each build's CPU seconds (the JVM, ``hyperd`` and this
-process: steadier than wall time on a busy machine) and their ratio.
+process: steadier than wall time on a busy machine) and their ratio. The session's JVM
+compiles methods of any size, as the sessions the SDK starts do; ``--spark-defaults`` starts
+it as Spark does (a build then runs the decoding's stage operator by operator).
 """
 
 from __future__ import annotations
@@ -129,15 +133,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--schemas", choices=["off", "on", "both"], default="both")
+    parser.add_argument(
+        "--spark-defaults",
+        action="store_true",
+        help="a JVM without the SDK's -XX:-DontCompileHugeMethods (a session of the user's own)",
+    )
     args = parser.parse_args()
 
-    from tabhyper_update.local.spark import local_spark
+    from tabhyper_update.local.spark import own_spark
 
     work = Path(tempfile.mkdtemp(prefix="debezium-decoding-"))
     try:
-        with local_spark() as spark:
+        conf = {"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}
+        if args.spark_defaults:
+            conf["spark.driver.extraJavaOptions"] = ""
+        with own_spark("debezium-decoding", conf=conf) as spark:
             clock = CpuClock(jvm_pid(spark))
-            for wrapped in (False, True):
+            wrappings = {"off": (False,), "on": (True,), "both": (False, True)}[args.schemas]
+            for wrapped in wrappings:
                 folders = {}
                 for form in ("encoded", "plain"):
                     folders[form] = work / f"{form}-{wrapped}"

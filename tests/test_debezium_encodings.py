@@ -542,6 +542,7 @@ def test_a_value_that_cannot_be_decoded_names_table_column_type_and_value(
 
 
 LIMIT = "spark.sql.codegen.hugeMethodLimit"
+HUGE = "-XX:-DontCompileHugeMethods"
 
 
 def test_a_build_runs_in_methods_the_jvm_compiles_and_leaves_the_session_as_it_was(
@@ -602,6 +603,81 @@ def test_a_session_that_refuses_the_limit_still_builds() -> None:
     session = Session()
     with jit_sized_code(session), jit_sized_code(session):
         pass  # nothing raised: the session keeps its own limit
+
+
+@pytest.mark.parametrize(
+    ("master", "options", "lowered"),
+    [
+        ("local[2]", {"spark.driver.extraJavaOptions": HUGE}, False),
+        ("local[2]", {"spark.executor.extraJavaOptions": HUGE}, True),
+        ("spark://h:7077", {"spark.executor.extraJavaOptions": f"-Xss4m {HUGE}"}, False),
+        ("spark://h:7077", {"spark.driver.extraJavaOptions": HUGE}, True),
+        ("local[2]", {}, True),
+    ],
+)
+def test_a_session_whose_jvms_compile_any_method_keeps_its_code_fused(
+    master: str, options: dict[str, str], lowered: bool
+) -> None:
+    """Where the JVMs running the tasks (the driver's in local mode, else the executors')
+    compile methods of any size, as the SDK's own sessions do, the fused code runs compiled:
+    the method limit is left alone and wider rows are fused too; anywhere else the limit is
+    lowered while the build runs. Either way the session's values are back after."""
+    from tabhyper_update.builder.staging import jit_sized_code
+
+    fields = "spark.sql.codegen.maxFields"
+
+    class Conf:
+        def __init__(self) -> None:
+            self.values = {"spark.master": master, LIMIT: "65535", fields: "100", **options}
+
+        def get(self, key: str, default: str | None = None) -> str | None:
+            return self.values.get(key, default)
+
+        def set(self, key: str, value: str) -> None:
+            self.values[key] = value
+
+    class Session:
+        conf = Conf()
+
+    session = Session()
+    with jit_sized_code(session), jit_sized_code(session):
+        during = (session.conf.get(LIMIT), session.conf.get(fields))
+    assert during == (("8000", "100") if lowered else ("65535", "1000"))
+    assert (session.conf.get(LIMIT), session.conf.get(fields)) == ("65535", "100")
+
+
+def test_the_sessions_the_sdk_starts_compile_any_method(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JVM a session of the SDK's starts compiles methods of any size, with the quick
+    compiler alone or both (what it is started with, stopped before it starts)."""
+    sql = pytest.importorskip("pyspark.sql")
+    from tabhyper_update.local import spark as module
+
+    seen: dict[str, str] = {}
+
+    class Builder:
+        def appName(self, name: str) -> Builder:
+            return self
+
+        def master(self, master: str) -> Builder:
+            return self
+
+        def config(self, key: str, value: str) -> Builder:
+            seen[key] = value
+            return self
+
+        def getOrCreate(self) -> Any:
+            raise RuntimeError("not started")
+
+    monkeypatch.setattr(sql.SparkSession, "getActiveSession", staticmethod(lambda: None))
+    monkeypatch.setattr(sql.SparkSession, "builder", Builder())
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    for quick in (False, True):
+        started = module.own_spark("t", quick_jit=quick)
+        with pytest.raises(RuntimeError, match="not started"), started:
+            pass
+        options = seen["spark.driver.extraJavaOptions"].split()
+        assert HUGE in options
+        assert ("-XX:TieredStopAtLevel=1" in options) is quick
 
 
 def test_a_decimal_with_more_places_than_declared_is_refused_not_rounded(

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["local_spark", "own_spark"]
+__all__ = ["COMPILE_HUGE_METHODS", "local_spark", "own_spark"]
 
 
 @contextlib.contextmanager
@@ -59,6 +59,12 @@ def _workers_python(conf: Mapping[str, str]) -> Iterator[None]:
 #: compiler than that compiler's code saves: the quick compiler alone (the demo, 2 cores:
 #: 43 -> 23 CPU seconds, 26 -> 20 s).
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
+#: HotSpot leaves any method over 8,000 bytes of bytecode interpreted. Spark fuses a stage's
+#: operators into one generated method, which a few decoded columns take past that size
+#: (a Debezium decoding: 14 KB); compiled, such a stage runs fused at full speed, where
+#: Spark's advice (``spark.sql.codegen.hugeMethodLimit=8000``) unfuses it, copying each row
+#: from operator to operator (measured: ``benchmarks/debezium_decoding.py``).
+COMPILE_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 
 
 @contextlib.contextmanager
@@ -71,8 +77,9 @@ def own_spark(
     quick_jit: bool = False,
 ) -> Iterator[Any]:
     """The application's active session, or a new quiet local one (stopped at the end),
-    with ``conf`` on top of the SDK's own settings; ``quick_jit``: a JVM this call starts
-    compiles with its quick compiler only (:data:`QUICK_JIT`)."""
+    with ``conf`` on top of the SDK's own settings. A JVM this call starts compiles methods
+    of any size (:data:`COMPILE_HUGE_METHODS`); ``quick_jit``: with its quick compiler only
+    (:data:`QUICK_JIT`)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
@@ -94,7 +101,9 @@ def own_spark(
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
-            **({"spark.driver.extraJavaOptions": QUICK_JIT} if quick_jit else {}),
+            "spark.driver.extraJavaOptions": " ".join(
+                [COMPILE_HUGE_METHODS, *([QUICK_JIT] if quick_jit else [])]
+            ),
             **(conf or {}),
         }
     for key, value in settings.items():

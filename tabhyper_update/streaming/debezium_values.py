@@ -280,6 +280,9 @@ def _value_steps(raw: str, declared: DataType, enc: str, scale: str, prefix: str
     # The value as a whole number (NULL where it is not one), read once. Checked first: a
     # try_cast that fails costs a thrown exception (measured: 40 times the check).
     counted = [(f"{prefix}int", _integer(raw))] if kind in _COUNTED else []
+    if kind == "StringType":
+        # A text column is a number only as a time of day: any other text is not read.
+        counted = [(f"{prefix}int", f"CASE WHEN {enc} IN {_TIMES} THEN {_integer(raw)} END")]
     if kind == "DecimalType":
         return _decimal(raw, declared, enc, scale, prefix)
     value = {
@@ -453,6 +456,10 @@ def _binary(raw: str, encoding: str) -> str:
     )
 
 
+#: The encodings of a time of day as a number, as a Spark SQL list.
+_TIMES = "('time-millis', 'time-micros', 'time-nanos')"
+
+
 def _time_of_day(raw: str, number: str, encoding: str) -> str:
     """A time since midnight as ``HH:MM:SS.ffffff`` text; any other value as it is."""
     micros = (
@@ -461,7 +468,7 @@ def _time_of_day(raw: str, number: str, encoding: str) -> str:
         f"WHEN 'time-nanos' THEN {_floor_div(number, 1000)} END"
     )
     return (
-        f"CASE WHEN {encoding} IN ('time-millis', 'time-micros', 'time-nanos') THEN "
+        f"CASE WHEN {encoding} IN {_TIMES} THEN "
         f"format_string('%02d:%02d:%02d.%06d', CAST({micros} div 3600000000 AS INT), "
         f"CAST({micros} div 60000000 % 60 AS INT), CAST({micros} div 1000000 % 60 AS INT), "
         f"CAST({micros} % 1000000 AS INT)) ELSE {raw} END"
