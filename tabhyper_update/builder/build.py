@@ -273,15 +273,10 @@ def _plan_frames(
                     f"on_bad_rows='quarantine' sets aside changes of a change set, and table "
                     f"{name!r} is a plain table (build it with a ChangeSet)"
                 )
-            planned.append(
-                _Frame(
-                    name,
-                    df,
-                    plan_columns(
-                        df, name, df.columns, options.database_version, options.complex_as_json
-                    ),
-                )
+            columns = plan_columns(
+                df, name, df.columns, options.database_version, options.complex_as_json
             )
+            planned.append(_Frame(name, df, columns))
             continue
         spec = CdcSpec.create(
             df.columns,
@@ -298,14 +293,7 @@ def _plan_frames(
         )
         added = added_columns(spec, df, cs.upsert_table, options.database_version)
         if options.on_bad_rows == "quarantine":
-            if cs.history is not None:
-                raise PayloadArgumentError(
-                    "on_bad_rows='quarantine' does not combine with history mode yet: every "
-                    "change of a key is a version there, and one set aside would leave a gap "
-                    "in its history"
-                )
-            checks = bad_rows(plans, options.target, spec.key, name)
-            spec = replace(spec, quarantine=True, bad_rows=checks)
+            spec = _with_quarantine(spec, plans, options, name)
         quarantine = options.quarantine if spec.quarantine else None
         planned.append(
             _Frame(
@@ -320,6 +308,20 @@ def _plan_frames(
             )
         )
     return planned
+
+
+def _with_quarantine(
+    spec: CdcSpec, plans: list[ColumnPlan], options: BuildSettings, name: str
+) -> CdcSpec:
+    """``spec`` checking each upsert's row against the target's types, to set aside the
+    rows that do not fit (``on_bad_rows="quarantine"``)."""
+    if spec.history is not None:
+        raise PayloadArgumentError(
+            "on_bad_rows='quarantine' does not combine with history mode yet: every "
+            "change of a key is a version there, and one set aside would leave a gap "
+            "in its history"
+        )
+    return replace(spec, quarantine=True, bad_rows=bad_rows(plans, options.target, spec.key, name))
 
 
 def _build_parts(

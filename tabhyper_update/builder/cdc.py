@@ -530,16 +530,7 @@ class CdcSpec:
 
         null_key = " OR ".join(f"{sql_name(k)} IS NULL" for k in self.key)
         order_sql = self.order_sql or tuple(sql_name(o) for o in self.order_by)
-        # No position: the first order_by value is NULL, or a value is there but cannot be
-        # read as the position it should be. A later NULL only ranks lowest (a tie-breaker).
-        unread = [
-            f"({sql_name(raw)} IS NOT NULL AND ({o}) IS NULL)"
-            for raw, o in zip(self.order_by, order_sql, strict=True)
-            if o != sql_name(raw)
-        ]
-        # History dated by a column of its own: a change without a date is no version either.
-        undated = [f"{self.history_at} IS NULL"] if self.history and self.history.at else []
-        null_order = " OR ".join([f"({order_sql[0]}) IS NULL", *unread, *undated])
+        null_order = self._unpositioned(order_sql)
         upsert, delete = among(by_meaning["upsert"]), among(by_meaning["delete"])
         preimage = among(by_meaning["preimage"])
         bad = self._bad_rows(null_key, upsert)
@@ -575,6 +566,19 @@ class CdcSpec:
                 ),
             ],
         )
+
+    def _unpositioned(self, order_sql: Sequence[str]) -> str:
+        """Spark SQL: whether a change has no position (``order_sql``: its values' SQL). The
+        first ``order_by`` value is NULL, or a value is there but cannot be read as the
+        position it should be; a later NULL only ranks lowest (a tie-breaker). In history
+        mode dated by a column of its own, a change without a date is no version either."""
+        unread = [
+            f"({sql_name(raw)} IS NOT NULL AND ({o}) IS NULL)"
+            for raw, o in zip(self.order_by, order_sql, strict=True)
+            if o != sql_name(raw)
+        ]
+        undated = [f"{self.history_at} IS NULL"] if self.history and self.history.at else []
+        return " OR ".join([f"({order_sql[0]}) IS NULL", *unread, *undated])
 
     def _bad_rows(self, null_key: str, upsert: str) -> tuple[str, str] | None:
         """Spark SQL of why a change is set aside and the column it names (NULL: it is not),

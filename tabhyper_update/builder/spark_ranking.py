@@ -49,39 +49,26 @@ def rank_in_spark(
     kind = sql_name(KIND_COLUMN)
     types = spec.position_types or (None,) * len(spec.order_by)
     read, greatest_of = _observe_positions(df, spec, types)
-    query, flags, more = spec.latest_query(df.columns), [], {}
+    query, flags = spec.latest_query(df.columns), []
+    # What is counted as the rows are written: each kind, and the errors.
+    tallies = {k: f"{kind} = '{k}'" for k in (KIND_UPSERT, KIND_DELETE, KIND_QUARANTINED)}
+    tallies["errors"] = f"substr({kind}, 1, 2) = 'E_'"
     if spec.history is not None:
         # Every change a version; the first of each key ends the data source's version.
         query = versions_query(spec, df.columns)
         flags = [sql_name(FIRST_COLUMN), sql_name(LAST_COLUMN)]
-        more = {FIRST_COLUMN: F.expr(f"sum(CASE WHEN {flags[0]} THEN 1 ELSE 0 END)")}
+        tallies[FIRST_COLUMN] = flags[0]
+    staged = [*columns, *change_identity_sql(spec, values, kind), kind]
+    staged += [sql_name(OP_TEXT_COLUMN), sql_name(ORDER_TEXT_COLUMN), *flags]
     rows, counted = observe(
-        selected(
-            read,
-            [
-                *columns,
-                *change_identity_sql(spec, values, kind),
-                kind,
-                sql_name(OP_TEXT_COLUMN),
-                sql_name(ORDER_TEXT_COLUMN),
-                *flags,
-            ],
-            query,
-        ),
-        U=F.expr(f"sum(CASE WHEN {kind} = '{KIND_UPSERT}' THEN 1 ELSE 0 END)"),
-        D=F.expr(f"sum(CASE WHEN {kind} = '{KIND_DELETE}' THEN 1 ELSE 0 END)"),
-        Q=F.expr(f"sum(CASE WHEN {kind} = '{KIND_QUARANTINED}' THEN 1 ELSE 0 END)"),
-        errors=F.expr(f"sum(CASE WHEN substr({kind}, 1, 2) = 'E_' THEN 1 ELSE 0 END)"),
-        **more,
+        selected(read, staged, query),
+        **{k: F.expr(f"sum(CASE WHEN {c} THEN 1 ELSE 0 END)") for k, c in tallies.items()},
     )
     # One data set with the kind beside each row, not a folder per kind: a partitioned
     # write makes Spark sort every row by the kind first. Hyper reads each kind apart.
     write(rows)
     found = counted()
-    counts = {
-        k: int(found.get(k) or 0)
-        for k in (KIND_UPSERT, KIND_DELETE, KIND_QUARANTINED, "errors", *more)
-    }
+    counts = {k: int(found.get(k) or 0) for k in tallies}
     if not any(counts.values()):
         # No change came through (Spark may then drop the observed step): no position.
         return counts, None, None

@@ -158,85 +158,117 @@ def _add_schema(sub: Any) -> None:
     p.set_defaults(func=_Command("schema"))
 
 
+#: The build command's options: each flag with its argparse settings.
+_BUILD_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--input", {"nargs": "+", "help": "Parquet (or CSV) files or directories"}),
+    (
+        "--format",
+        {"choices": ["parquet", "csv"], "default": "parquet", "help": "format of --input"},
+    ),
+    ("--spark-table", {"help": "a table in the Spark catalog instead of files"}),
+    ("--name", {"default": "Extract", "help": "payload table name (plain mode)"}),
+    ("--key", {"nargs": "+", "help": "key column(s): read the input as a change set"}),
+    ("--op-column", {"help": "the change set's operation column"}),
+    ("--order-by", {"nargs": "+", "help": "column(s) ordering changes per key"}),
+    (
+        "--op-map",
+        {
+            "nargs": "+",
+            "metavar": "VALUE=MEANING",
+            "help": "op values and their meaning (upsert, delete, preimage, ignore)",
+        },
+    ),
+    (
+        "--order-as",
+        {
+            "nargs": "+",
+            "metavar": "COLUMN=HOW",
+            "help": "how a text --order-by column orders: number, text, binlog-file, hex-lsn or "
+            "number-list (text columns are refused without it)",
+        },
+    ),
+    (
+        "--history",
+        {
+            "action": "store_true",
+            "help": "keep every change as a version (_valid_from, _valid_to, _is_current)",
+        },
+    ),
+    (
+        "--soft-delete",
+        {
+            "action": "store_true",
+            "help": "flag a deleted row (_deleted, _deleted_at) instead of removing it",
+        },
+    ),
+    (
+        "--quarantine",
+        {
+            "metavar": "DIR",
+            "help": "set aside the changes the target would refuse (by --target-columns) as "
+            "Parquet in DIR, and build the rest",
+        },
+    ),
+    (
+        "--quarantine-format",
+        {
+            "choices": ["parquet", "delta"],
+            "default": "parquet",
+            "help": "--quarantine DIR holds Parquet files, or a Delta table (delta-rs)",
+        },
+    ),
+    (
+        "--target-columns",
+        {
+            "metavar": "DDL",
+            "help": "the target's columns, e.g. 'id BIGINT NOT NULL, amount NUMERIC(12,2)'",
+        },
+    ),
+    (
+        "--database-version",
+        {
+            "type": int,
+            "default": 2,
+            "help": "Hyper file format (2 is read by every supported Tableau release)",
+        },
+    ),
+    (
+        "--max-payload-mb",
+        {
+            "type": float,
+            "default": 100,
+            "help": "split the payload into parts under this size (the server's update cap)",
+        },
+    ),
+    (
+        "--complex-as-json",
+        {
+            "action": "store_true",
+            "help": "write array, map and struct columns as JSON text (refused without it)",
+        },
+    ),
+    (
+        "--staging-dir",
+        {
+            "help": "where Spark stages the rows (default: the temporary folder); on a "
+            "cluster, a path the driver and every executor see"
+        },
+    ),
+    (
+        "--output-dir",
+        {
+            "default": "payload",
+            "help": "a new or empty folder: the parts and manifest.json are written there",
+        },
+    ),
+    ("--json", {"action": "store_true", "help": "machine-readable output"}),
+)
+
+
 def _add_build(sub: Any) -> None:
     p = sub.add_parser("build", help="build a .hyper payload from files or a Spark table")
-    p.add_argument("--input", nargs="+", help="Parquet (or CSV) files or directories")
-    p.add_argument(
-        "--format", choices=["parquet", "csv"], default="parquet", help="format of --input"
-    )
-    p.add_argument("--spark-table", help="a table in the Spark catalog instead of files")
-    p.add_argument("--name", default="Extract", help="payload table name (plain mode)")
-    p.add_argument("--key", nargs="+", help="key column(s): read the input as a change set")
-    p.add_argument("--op-column", help="the change set's operation column")
-    p.add_argument("--order-by", nargs="+", help="column(s) ordering changes per key")
-    p.add_argument(
-        "--op-map",
-        nargs="+",
-        metavar="VALUE=MEANING",
-        help="op values and their meaning (upsert, delete, preimage, ignore)",
-    )
-    p.add_argument(
-        "--order-as",
-        nargs="+",
-        metavar="COLUMN=HOW",
-        help="how a text --order-by column orders: number, text, binlog-file, hex-lsn or "
-        "number-list (text columns are refused without it)",
-    )
-    p.add_argument(
-        "--history",
-        action="store_true",
-        help="keep every change as a version (_valid_from, _valid_to, _is_current)",
-    )
-    p.add_argument(
-        "--soft-delete",
-        action="store_true",
-        help="flag a deleted row (_deleted, _deleted_at) instead of removing it",
-    )
-    p.add_argument(
-        "--quarantine",
-        metavar="DIR",
-        help="set aside the changes the target would refuse (by --target-columns) as Parquet "
-        "in DIR, and build the rest",
-    )
-    p.add_argument(
-        "--quarantine-format",
-        choices=["parquet", "delta"],
-        default="parquet",
-        help="--quarantine DIR holds Parquet files, or a Delta table (delta-rs)",
-    )
-    p.add_argument(
-        "--target-columns",
-        metavar="DDL",
-        help="the target's columns, e.g. 'id BIGINT NOT NULL, amount NUMERIC(12,2)'",
-    )
-    p.add_argument(
-        "--database-version",
-        type=int,
-        default=2,
-        help="Hyper file format (2 is read by every supported Tableau release)",
-    )
-    p.add_argument(
-        "--max-payload-mb",
-        type=float,
-        default=100,
-        help="split the payload into parts under this size (the server's update cap)",
-    )
-    p.add_argument(
-        "--complex-as-json",
-        action="store_true",
-        help="write array, map and struct columns as JSON text (refused without it)",
-    )
-    p.add_argument(
-        "--staging-dir",
-        help="where Spark stages the rows (default: the temporary folder); on a cluster, a "
-        "path the driver and every executor see",
-    )
-    p.add_argument(
-        "--output-dir",
-        default="payload",
-        help="a new or empty folder: the parts and manifest.json are written there",
-    )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    for flag, settings in _BUILD_OPTIONS:
+        p.add_argument(flag, **settings)
     _add_verbosity(p, argparse.SUPPRESS)
     p.set_defaults(func=_Command("build"))
 

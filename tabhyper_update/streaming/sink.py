@@ -119,6 +119,14 @@ def _sink_build(build: BuildOptions | None) -> BuildSettings:
     return replace(BuildSettings.of(options, "TableauSink(build=...)"), progress=False)
 
 
+#: What became of a batch, by its result's ``deduplicated``.
+_OUTCOMES: dict[bool | None, str] = {
+    None: "applied by this batch or an earlier request with its RequestID (cannot tell)",
+    True: "skipped (applied before)",
+    False: "applied",
+}
+
+
 class TableauSink:
     """A ``foreachBatch`` function: each micro-batch becomes one update of ``target``.
 
@@ -183,15 +191,9 @@ class TableauSink:
         self.on_full_refresh = on_full_refresh
         #: Every batch's update options, checked once here (each batch sets its own
         #: ``request_id`` and ``position``).
-        self.update = ApplySettings.of(
-            {
-                "target_table": target_table,
-                "target_schema": target_schema,
-                "timeout": timeout,
-                "on_schema_change": on_schema_change,
-            },
-            "TableauSink()",
-        )
+        update: dict[str, Any] = {"target_table": target_table, "target_schema": target_schema}
+        update |= {"timeout": timeout, "on_schema_change": on_schema_change}
+        self.update = ApplySettings.of(update, "TableauSink()")
         self._claim: Claim | None = None
         self.sink_id = sink_id
         #: How each batch's payload is built (without ``progress`` and ``keep_files``: a
@@ -202,9 +204,8 @@ class TableauSink:
         self._lock = threading.Lock()
         #: The last batch's result (``None`` for an empty batch).
         self.last_result: UpdateResult | None = None
-        #: Batches this sink applied, found applied before (replays), and found empty.
-        #: Batches by what became of them ("cannot tell" appears once a batch's answer
-        #: could not tell whether it was applied by it or by an earlier request).
+        #: Batches by what became of them: applied, found applied before (replays), found
+        #: empty ("cannot tell" appears once an answer could not tell which request applied it).
         self.counts = {"applied": 0, "replayed": 0, "empty": 0}
         #: The SDK's error that failed the last batch (``None`` once a batch succeeds).
         self.error: TabHyperError | None = None
@@ -393,24 +394,12 @@ class TableauSink:
         labels["sink_id"] = sink_id  # on the batch's metrics line, to find it in Spark's UI
         frames = self.prepare(batch) if self.prepare is not None else batch
         source, change_sets = self._source(frames)
-        if self._claim is None or (query_id is not None and self._claim.query_id != query_id):
-            # Before anything is built or sent: one query per sink id (a new query at batch
-            # 0 is a stream started over: refused, or its first batch replaces the tables).
-            refreshed: list[DataSourceRef] = []
-
-            def refresh() -> None:
-                refreshed.append(self._replace_from(source, change_sets, batch_id))
-
-            self._claim = claim_sink(
-                self._sinks_folder(),
-                sink_id,
-                query_id,
-                reset=self.reset,
-                batch_id=batch_id,
-                refresh=refresh if self.on_full_refresh == "replace" else None,
-            )
-            if refreshed:
-                self._target = refreshed[0]
+        claim = self._claim
+        if claim is None or (query_id is not None and claim.query_id != query_id):
+            claim, refreshed = self._claimed(sink_id, query_id, batch_id, source, change_sets)
+            self._claim = claim
+            if refreshed is not None:
+                self._target = refreshed
                 return None
         payload = build_with(source, change_sets, self.build)
         with payload:
@@ -423,9 +412,7 @@ class TableauSink:
             if payload.is_empty and actions is None:
                 log.info("batch %d: no changes; nothing sent", batch_id)
                 return None
-            request_id = batch_request_id(
-                sink_id, batch_id, payload.digest, self._claim.epoch, query_id
-            )
+            request_id = batch_request_id(sink_id, batch_id, payload.digest, claim.epoch, query_id)
             uploaded = bind_payload(
                 payload,
                 self._target,
@@ -445,15 +432,36 @@ class TableauSink:
             )
             # Later batches need no lookup.
             self._target = uploaded.target
-        how = (
-            "applied by this batch or an earlier request with its RequestID (cannot tell)"
-            if result.deduplicated is None
-            else "skipped (applied before)"
-            if result.deduplicated
-            else "applied"
-        )
+        how = _OUTCOMES[result.deduplicated]
         log.info("batch %d of sink %s: %s (RequestID %s)", batch_id, sink_id, how, request_id)
         return result
+
+    def _claimed(
+        self,
+        sink_id: str,
+        query_id: str | None,
+        batch_id: int,
+        source: DataFrame | Mapping[str, DataFrame],
+        change_sets: ChangeSet | dict[str, ChangeSet] | None,
+    ) -> tuple[Claim, DataSourceRef | None]:
+        """The sink id claimed for this query, before anything is built or sent (one query
+        per sink id), and the data source a full refresh replaced its tables in (a new query
+        at batch 0 is a stream started over: refused, or under ``on_full_refresh="replace"``
+        its first batch replaces the tables; ``None`` otherwise)."""
+        refreshed: list[DataSourceRef] = []
+
+        def refresh() -> None:
+            refreshed.append(self._replace_from(source, change_sets, batch_id))
+
+        claim = claim_sink(
+            self._sinks_folder(),
+            sink_id,
+            query_id,
+            reset=self.reset,
+            batch_id=batch_id,
+            refresh=refresh if self.on_full_refresh == "replace" else None,
+        )
+        return claim, refreshed[0] if refreshed else None
 
     def _replace_from(
         self,
