@@ -279,10 +279,11 @@ def _value_steps(raw: str, declared: DataType, enc: str, scale: str, prefix: str
     number = _q(f"{prefix}int")
     # The value as a whole number (NULL where it is not one), read once. Checked first: a
     # try_cast that fails costs a thrown exception (measured: 40 times the check).
-    counted = [(f"{prefix}int", _integer(raw))] if kind in _COUNTED else []
+    integer = _integer(raw)
     if kind == "StringType":
         # A text column is a number only as a time of day: any other text is not read.
-        counted = [(f"{prefix}int", f"CASE WHEN {enc} IN {_TIMES} THEN {_integer(raw)} END")]
+        integer = f"CASE WHEN {enc} IN {_TIMES} THEN {integer} END"
+    counted = [(f"{prefix}int", integer)] if kind in _COUNTED else []
     if kind == "DecimalType":
         return _decimal(raw, declared, enc, scale, prefix)
     value = {
