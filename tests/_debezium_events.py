@@ -261,6 +261,8 @@ def event(
         "ts_ns": (1_714_554_000_500 + n) * 1_000_000,
         "transaction": None,
     }
+    # Compact, the schema first: as the converter's Jackson writer lays it out.
     if not schemas:
-        return json.dumps(payload)
-    return json.dumps({"schema": envelope_schema(columns, table, connector), "payload": payload})
+        return json.dumps(payload, separators=(",", ":"))
+    wrapped = {"schema": envelope_schema(columns, table, connector), "payload": payload}
+    return json.dumps(wrapped, separators=(",", ":"))

@@ -38,6 +38,12 @@ from ..values.changeset import MISSING_OP, PARTIAL_UPDATE_OP, ChangeSet
 from ..values.errors import ArgumentTypeError, InvalidArgumentError, PayloadError
 from ..values.positions import OrderAs
 from ..values.spark_sql import sql_name, sql_text
+from .debezium_schemas import (
+    encodings_named,
+    known_encodings,
+    schema_encoding,
+    schema_info_type,
+)
 from .debezium_values import (
     BinaryHandling,
     DecimalHandling,
@@ -48,7 +54,6 @@ from .debezium_values import (
     decoding_steps,
     mongo_unwrapped_sql,
     needs_decoding,
-    schema_encoding_sql,
 )
 
 if TYPE_CHECKING:
@@ -139,7 +144,8 @@ _METADATA_FIELDS = ("status", "ddl", "tableChanges", "databaseName")
 class _Read(NamedTuple):
     """Events as read: each one's envelope (``env``: before, after, op, ts_ms, source), which
     are tombstones, the types the row's columns arrive as (``actual``), the schema wrapper's
-    field schemas (``meta``, where a column is decoded) and a MongoDB message's key."""
+    field schemas (``meta``, where a column is decoded), a MongoDB message's key and whether
+    the encodings of an event's schema were worked out ahead (``__known``)."""
 
     events: DataFrame
     env: Column
@@ -147,6 +153,8 @@ class _Read(NamedTuple):
     actual: Mapping[str, DataType]
     meta: Column | None = None
     key_json: Column | None = None
+    #: Whether the events carry ``__known``: their schema's encodings, worked out ahead.
+    known: bool = False
 
 
 class Debezium:
@@ -350,32 +358,6 @@ class Debezium:
                 taken.add(name)
         return found
 
-    @staticmethod
-    def _schema_info_type() -> StructType:
-        """The part of a schema wrapper's ``schema`` that says how each column is encoded
-        (only what is read: a field's parameters other than ``scale`` are skipped, not
-        parsed)."""
-        from pyspark.sql.types import ArrayType, StringType, StructType
-
-        column = (
-            StructType()
-            .add("field", StringType())
-            .add("type", StringType())
-            .add("name", StringType())
-            .add("parameters", StructType().add("scale", StringType()))
-        )
-        # An envelope's field (an image: its columns in ``fields``), or, in a flattened
-        # row's schema, a column itself.
-        image = (
-            StructType()
-            .add("field", StringType())
-            .add("type", StringType())
-            .add("name", StringType())
-            .add("parameters", StructType().add("scale", StringType()))
-            .add("fields", ArrayType(column))
-        )
-        return StructType().add("fields", ArrayType(image))
-
     # -- the change rows ---------------------------------------------------------------------
     def changes(self, events: DataFrame) -> DataFrame:
         """One row per change of ``events``: a Kafka-style DataFrame (a ``value`` column of
@@ -421,49 +403,63 @@ class Debezium:
 
         wire = self._wire_row(row)
         top = self._top_type(wire)
-        value = F.col("value")
+        actual = {f.name: f.dataType for f in wire.fields}
+        text = F.col("value")
         if isinstance(events.schema["value"].dataType, BinaryType):
-            value = value.cast("string")
+            text = text.cast("string")
         # A tombstone: a null value (Kafka), or an empty or ``null`` line (a file).
-        value = F.when(~F.trim(value).isin("", "null"), value)
+        value = F.when(~F.trim(text).isin("", "null"), text)
+        events = events.filter(value.isNotNull())
         # StructType.add changes the struct in place: the wrapper is a struct of its own.
         wrapped = self._top_type(wire).add("payload", top)
         decoding = any(needs_decoding(f.dataType) for f in row.fields)
+        known = None
         if decoding:
-            wrapped = wrapped.add("schema", self._schema_info_type())
+            wrapped = self._top_type(wire).add("payload", top).add("schema", schema_info_type())
+            known = known_encodings(events, text, self._decoded(row, actual, True)[1])
         # Each step a column of its own: the envelope reads the body many times, and
         # an expression read many times would be parsed (and analysed) as often.
-        events = events.filter(value.isNotNull()).select(
-            "*", F.from_json(value, wrapped, {"mode": "FAILFAST"}).alias("__parsed")
-        )
         parsed = F.col("__parsed")
-        events = events.select("*", _payload_or_top(parsed, top.fields).alias("__body"))
-        meta = parsed["schema"] if decoding else None
+        if known is None:
+            events = events.select(
+                "*", F.from_json(value, wrapped, {"mode": "FAILFAST"}).alias("__parsed")
+            )
+            body = _payload_or_top(parsed, top.fields)
+        else:
+            # An event whose schema's encodings were worked out ahead is parsed without its
+            # schema (skipped, not parsed), any other one with it.
+            events = events.select("*", known.alias("__known"))
+            ahead = F.col("__known").isNotNull()
+            lean = self._top_type(wire).add("payload", top)
+            events = events.select(
+                "*",
+                F.when(ahead, F.from_json(value, lean, {"mode": "FAILFAST"})).alias("__lean"),
+                F.when(~ahead, F.from_json(value, wrapped, {"mode": "FAILFAST"})).alias("__parsed"),
+            )
+            body = F.when(ahead, _payload_or_top(F.col("__lean"), top.fields)).otherwise(
+                _payload_or_top(parsed, top.fields)
+            )
+        events = events.select("*", body.alias("__body"))
         flat_fields = self._flat_fields(wire)
         flat = None
         if flat_fields:
-            events, flat, flat_parsed = self._flattened_json(events, value, flat_fields, decoding)
-            if meta is not None:
-                # A flattened row's own schema, else the envelope's.
-                meta = F.when(flat_parsed.isNotNull(), flat_parsed["schema"]).otherwise(meta)
+            events, flat = self._flattened_json(events, value, flat_fields)
         env = self._envelope_of(F.col("__body"), top, wire, flat, flat_fields)
         key_json = F.col("key").cast("string") if "key" in events.columns and self._mongo else None
-        actual = {f.name: f.dataType for f in wire.fields}
-        return _Read(events, env, F.lit(False), actual, meta, key_json)
+        meta = parsed["schema"] if decoding else None
+        return _Read(events, env, F.lit(False), actual, meta, key_json, known is not None)
 
     def _flattened_json(
-        self, events: DataFrame, value: Column, flat_fields: Sequence[StructField], decoding: bool
-    ) -> tuple[DataFrame, Column, Column]:
-        """A flattened row's columns, parsed only where the markers say it is one, and that
-        parse (NULL for any other event)."""
+        self, events: DataFrame, value: Column, flat_fields: Sequence[StructField]
+    ) -> tuple[DataFrame, Column]:
+        """A flattened row's columns, parsed only where the markers say it is one (NULL for
+        any other event)."""
         from pyspark.sql import functions as F
 
         flat_top = _struct_of([(f.name, f.dataType) for f in flat_fields])
         flat_wrapped = _struct_of([(f.name, f.dataType) for f in flat_fields]).add(
             "payload", flat_top
         )
-        if decoding:
-            flat_wrapped = flat_wrapped.add("schema", self._schema_info_type())
         body = F.col("__body")
         marked = body["__op"].isNotNull() | body["__deleted"].isNotNull()
         is_flat = body["op"].isNull() & body["before"].isNull() & body["after"].isNull()
@@ -471,7 +467,7 @@ class Debezium:
         events = events.select("*", F.when(is_flat & marked, whole).alias("__flat_parsed"))
         parsed = F.col("__flat_parsed")
         events = events.select("*", _payload_or_top(parsed, flat_fields).alias("__flat"))
-        return events, F.col("__flat"), parsed
+        return events, F.col("__flat")
 
     def _from_envelope_columns(self, events: DataFrame) -> _Read:
         """Events parsed already into ``op`` / ``before`` / ``after`` (/ ``source`` /
@@ -649,24 +645,16 @@ class Debezium:
         from pyspark.sql import functions as F
 
         meta = read.meta
+        plans, found = self._decoded(row, read.actual, meta is not None)
         kept = events.select(
             read.env.alias("e"),
             *([meta.alias("__schema")] if meta is not None else []),
+            *([F.col("__known")] if read.known else []),
             *([read.key_json.alias("__key")] if read.key_json is not None else []),
             *[c.alias(f"p{i}") for i, c in enumerate(extra.values())],
         )
-        plans = [
-            self._steps(i, f, read.actual.get(f.name), meta is not None)
-            for i, f in enumerate(row.fields)
-        ]
-        # What each decoded column's encoding and scale are by the event's own schema.
-        found = {
-            i: _schema_encoding(f, self._static(f), self.encodings)
-            for i, (f, plan) in enumerate(zip(row.fields, plans, strict=True))
-            if plan is not None and meta is not None
-        }
         if meta is not None:
-            kept = _encodings_named(kept, found)
+            kept = encodings_named(kept, found)
         op = F.coalesce(F.col("e.op"), F.lit(MISSING_OP))
         table = _table_of(kept)
         before, after = self._images(row, op, read.key_json is not None)
@@ -697,6 +685,21 @@ class Debezium:
         )
         carried = [OP_COLUMN, *self.order_columns]
         return self._deduplicated(_decoded(raws, plans, row, carried), row)
+
+    def _decoded(
+        self, row: StructType, actual: Mapping[str, DataType], meta: bool
+    ) -> tuple[list[list[Step] | None], dict[int, tuple[str, str]]]:
+        """Each of ``row``'s columns' decoding steps from the types they arrive as
+        (``actual``; ``None``: taken as it is), and where the events may carry the schema
+        wrapper (``meta``), the SQL of each decoded column's encoding and scale by the
+        event's own schema (by column index)."""
+        plans = [self._steps(i, f, actual.get(f.name), meta) for i, f in enumerate(row.fields)]
+        found = {
+            i: schema_encoding(f, self._static(f), self.encodings)
+            for i, (f, plan) in enumerate(zip(row.fields, plans, strict=True))
+            if plan is not None and meta
+        }
+        return plans, found
 
     def _images(self, row: StructType, op: Column, keyed: bool) -> tuple[Column, Column]:
         """The event's before and after images, as struct columns of ``e`` (a MongoDB
@@ -797,7 +800,7 @@ class Debezium:
         the decoding's steps (:func:`~.debezium_values.decoding_steps`), or ``None`` when it
         arrives as it is declared. Where the events may carry the schema wrapper (``meta``),
         the steps read the encoding and the scale it names as ``__enc<index>`` and
-        ``__sc<index>`` (:func:`_encodings_named`)."""
+        ``__sc<index>`` (:func:`~.debezium_schemas.encodings_named`)."""
         raw = f"__raw{index}"
         declared = column.dataType
         settings = self.encodings
@@ -893,17 +896,6 @@ def _op_map(truncate: str) -> dict[str, str]:
     return ops
 
 
-#: The ``after`` image's field schemas in the schema wrapper's ``schema`` (``__schema``), the
-#: ``before`` image's where there is no ``after``; NULL for a row ExtractNewRecordState
-#: flattened (the schema's own fields are its columns). Safe under ANSI mode: a missing
-#: field is NULL.
-_IMAGE = (
-    "coalesce(get(`__schema`.fields, array_position(`__schema`.fields.field, 'after') - 1)"
-    ".fields, get(`__schema`.fields, array_position(`__schema`.fields.field, 'before') - 1)"
-    ".fields)"
-)
-
-
 def _table_of(kept: DataFrame) -> Column:
     """The event's table: ``source.table`` (MongoDB's ``source.collection``), where the
     events' source has it (NULL where it has neither)."""
@@ -966,49 +958,6 @@ def _payload_or_top(parsed: Column, fields: Sequence[StructField]) -> Column:
 
     top = F.struct(*[parsed[f.name].alias(f.name) for f in fields])
     return F.when(parsed["payload"].isNotNull(), parsed["payload"]).otherwise(top)
-
-
-def _schema_encoding(column: StructField, static: str, settings: Encodings) -> tuple[str, str]:
-    """Spark SQL of ``column``'s encoding and of the decimal scale the event's schema
-    wrapper names (``static`` where it names none), over the image's field schemas
-    (``__mimg``) and the schema's own (``__mtop``: a flattened row's).
-
-    The field schema is found by position: no lambda, no map per row."""
-    name = column.name
-    at_image = _field_index("`__mimg`", name)
-    at_top = f"CASE WHEN `__mimg` IS NULL THEN {_field_index('`__mtop`', name)} END"
-
-    def info(part: str) -> str:
-        return f"coalesce(get(`__mimg`, {at_image}){part}, get(`__mtop`, {at_top}){part})"
-
-    encoding = schema_encoding_sql(info(".type"), info(".name"), static, column.dataType, settings)
-    return encoding, f"CAST({info('.parameters.scale')} AS INT)"
-
-
-def _encodings_named(kept: DataFrame, found: Mapping[int, tuple[str, str]]) -> DataFrame:
-    """``kept`` with each decoded column's encoding and scale as the event's schema names
-    them (``found``: column index → their SQL) as ``__enc<i>`` and ``__sc<i>``, in place of
-    the schema wrapper ``__schema``: worked out once per event, before the event becomes one
-    row per image, so that no row carries the whole schema through the decoding's steps."""
-    from pyspark.sql import functions as F
-
-    fields = kept.select(
-        "*", F.expr(_IMAGE).alias("__mimg"), F.expr("`__schema`.fields").alias("__mtop")
-    )
-    return fields.select(
-        *[F.col(c) for c in kept.columns if c != "__schema"],
-        *[
-            F.expr(sql).alias(f"__{part}{i}")
-            for i, pair in found.items()
-            for part, sql in zip(("enc", "sc"), pair, strict=True)
-        ],
-    )
-
-
-def _field_index(fields: str, name: str) -> str:
-    """Spark SQL: the 0-based index of field ``name`` in the array of field schemas
-    ``fields`` (-1 where it is missing: ``get`` gives NULL there)."""
-    return f"array_position({fields}.field, {sql_text(name)}) - 1"
 
 
 def _image_types(schema: DataType) -> dict[str, DataType]:

@@ -1,0 +1,202 @@
+"""What an event's own schema (the JSON converter's schema wrapper) says about how each
+column is encoded, worked out once per distinct schema rather than once per event.
+
+With ``schemas.enable`` on, every Kafka value is ``{"schema": …, "payload": …}``, and the
+schema (every field's Connect type, semantic name and parameters, for both images) is
+usually several times the size of the payload; parsing it into arrays for every event cost
+more than all the rest of the decoding. A topic's events share one schema per table
+version, so :func:`known_encodings` reads the text of the first events once, ahead of the
+build, and works out each decoded column's encoding for the schemas found there. An event
+is then matched to its schema by the text it starts with, and parsed with its schema
+skipped; an event whose schema is not among them (or whose text is not laid out as the
+converter writes it: schema first, no spaces) has its schema parsed as before. Either way,
+each event's encodings are those its own schema names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from ..values.spark_sql import sql_text
+from .debezium_values import Encodings, schema_encoding_sql
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructField, StructType
+
+__all__ = [
+    "SAMPLE_EVENTS",
+    "encodings_named",
+    "known_encodings",
+    "schema_encoding",
+    "schema_info_type",
+]
+
+#: How many of the first events the schemas are looked for in.
+SAMPLE_EVENTS = 200
+#: At most this many distinct schemas (the most frequent in the sample) are matched by their
+#: text, and at most this many characters of schema text in all.
+MOST_SCHEMAS = 16
+MOST_SCHEMA_TEXT = 1 << 20
+#: What follows the schema in the converter's output: the payload's key.
+_PAYLOAD_KEY = ',"payload":'
+
+#: Spark SQL over ``__schema`` (the schema wrapper's ``schema``): the ``after`` image's field
+#: schemas, the ``before`` image's where there is no ``after``; NULL for a row
+#: ExtractNewRecordState flattened (the schema's own fields are its columns). Safe under ANSI
+#: mode: a missing field is NULL.
+_IMAGE = (
+    "coalesce(get(`__schema`.fields, array_position(`__schema`.fields.field, 'after') - 1)"
+    ".fields, get(`__schema`.fields, array_position(`__schema`.fields.field, 'before') - 1)"
+    ".fields)"
+)
+
+
+def schema_info_type() -> StructType:
+    """The part of a schema wrapper's ``schema`` that says how each column is encoded (only
+    what is read: a field's parameters other than ``scale`` are skipped, not parsed)."""
+    from pyspark.sql.types import ArrayType, StringType, StructType
+
+    column = (
+        StructType()
+        .add("field", StringType())
+        .add("type", StringType())
+        .add("name", StringType())
+        .add("parameters", StructType().add("scale", StringType()))
+    )
+    # An envelope's field (an image: its columns in ``fields``), or, in a flattened row's
+    # schema, a column itself.
+    image = StructType(list(column.fields)).add("fields", ArrayType(column))
+    return StructType().add("fields", ArrayType(image))
+
+
+def schema_encoding(column: StructField, static: str, settings: Encodings) -> tuple[str, str]:
+    """Spark SQL of ``column``'s encoding and of the decimal scale the event's schema
+    wrapper names (``static`` where it names none), over the image's field schemas
+    (``__mimg``) and the schema's own (``__mtop``: a flattened row's).
+
+    The field schema is found by position: no lambda, no map per row."""
+    name = column.name
+    at_image = _field_index("`__mimg`", name)
+    at_top = f"CASE WHEN `__mimg` IS NULL THEN {_field_index('`__mtop`', name)} END"
+
+    def info(part: str) -> str:
+        return f"coalesce(get(`__mimg`, {at_image}){part}, get(`__mtop`, {at_top}){part})"
+
+    encoding = schema_encoding_sql(info(".type"), info(".name"), static, column.dataType, settings)
+    return encoding, f"CAST({info('.parameters.scale')} AS INT)"
+
+
+def encodings_named(kept: DataFrame, found: Mapping[int, tuple[str, str]]) -> DataFrame:
+    """``kept`` with each decoded column's encoding and scale as the event's schema names
+    them (``found``: column index → their SQL) as ``__enc<i>`` and ``__sc<i>``, in place of
+    the schema wrapper ``__schema``: worked out once per event, before the event becomes one
+    row per image, so that no row carries the whole schema through the decoding's steps.
+
+    Where ``kept`` has ``__known`` (:func:`known_encodings`: the encodings of the event's
+    schema, worked out ahead), they are taken from it, and ``__schema`` is read only for an
+    event without them."""
+    from pyspark.sql import functions as F
+
+    known = "__known" in kept.columns
+    fields = kept.select(
+        "*", F.expr(_IMAGE).alias("__mimg"), F.expr("`__schema`.fields").alias("__mtop")
+    )
+
+    def named(i: int, part: str, sql: str) -> Column:
+        if not known:
+            return F.expr(sql)
+        return F.when(F.col("__known").isNotNull(), F.col(f"__known.{part}{i}")).otherwise(
+            F.expr(sql)
+        )
+
+    return fields.select(
+        *[F.col(c) for c in kept.columns if c not in ("__schema", "__known")],
+        *[
+            named(i, part, sql).alias(f"__{part}{i}")
+            for i, pair in found.items()
+            for part, sql in zip(("enc", "sc"), pair, strict=True)
+        ],
+    )
+
+
+def known_encodings(
+    events: DataFrame, value: Column, found: Mapping[int, tuple[str, str]]
+) -> Column | None:
+    """Each event's decoded columns' encodings and scales (``found``'s, as a struct of
+    ``enc<i>`` and ``sc<i>``) where its schema is one of those the first
+    :data:`SAMPLE_EVENTS` of ``events`` carry, NULL where it is not; ``None`` where no
+    schema was found (schemas off, a stream, nothing decoded). ``value``: each event's JSON
+    text.
+
+    Runs one small Spark job (the first events' text); the encodings are worked out on the
+    driver. A schema is matched by the text it is written as, exactly: an event whose text
+    starts with it and the payload's key. The text before an event's first payload key is
+    taken as a schema only where it closes as a JSON object holding a ``schema`` object: a
+    key so named inside the schema (a parameter) leaves its objects open, so such a text is
+    never taken, and a JSON string cannot hold the key unescaped."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    if not found or events.isStreaming:
+        return None
+    first = events.select(F.substring_index(value, _PAYLOAD_KEY, 1)).limit(SAMPLE_EVENTS)
+    chosen = _schema_texts([row[0] for row in first.collect()])
+    if not chosen:
+        return None
+    wrapper = StructType().add("schema", schema_info_type())
+    closed = F.concat(F.col("__stext"), F.lit("}"))
+    schemas = events.sparkSession.createDataFrame([(t,) for t in chosen], "__stext string").select(
+        "__stext", F.from_json(closed, wrapper, {"mode": "FAILFAST"})["schema"].alias("__schema")
+    )
+    entries: list[tuple[str, list[Column]]] = []
+    for row in encodings_named(schemas, found).collect():
+        schema_text = row["__stext"]
+        made = [
+            F.lit(row[f"__{part}{i}"]).cast(kind).alias(f"{part}{i}")
+            for i in found
+            for part, kind in (("enc", "string"), ("sc", "int"))
+        ]
+        entries.append((schema_text, made))
+    # A CASE of constant structs, not an array indexed by a CASE: under ANSI mode Spark 4
+    # failed an event matching none (its NULL index) as out of bounds (-1).
+    found_for: Column | None = None
+    for schema_text, made in entries:
+        starts = value.startswith(schema_text + _PAYLOAD_KEY)
+        these = F.struct(*made)
+        found_for = F.when(starts, these) if found_for is None else found_for.when(starts, these)
+    return found_for
+
+
+def _schema_texts(texts: Sequence[str | None]) -> list[str]:
+    """The schema texts among ``texts`` (each event's text before its first payload key),
+    the most frequent first, at most :data:`MOST_SCHEMAS` of them and
+    :data:`MOST_SCHEMA_TEXT` characters in all."""
+    chosen: list[str] = []
+    size = 0
+    for text, _ in Counter(t for t in texts if t).most_common():
+        if len(chosen) == MOST_SCHEMAS:
+            break
+        if _is_schema_text(text) and size + len(text) <= MOST_SCHEMA_TEXT:
+            chosen.append(text)
+            size += len(text)
+    return chosen
+
+
+def _is_schema_text(text: str) -> bool:
+    """Whether ``text`` followed by ``}`` is a JSON object holding a ``schema`` object (the
+    text of a schema wrapper up to its payload's key)."""
+    try:
+        parsed = json.loads(text + "}")
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and isinstance(parsed.get("schema"), dict)
+
+
+def _field_index(fields: str, name: str) -> str:
+    """Spark SQL: the 0-based index of field ``name`` in the array of field schemas
+    ``fields`` (-1 where it is missing: ``get`` gives NULL there)."""
+    return f"array_position({fields}.field, {sql_text(name)}) - 1"
