@@ -420,37 +420,48 @@ def sweep_leftovers(parent: str | os.PathLike[str] | None) -> int:
         return 0
     now = time.time()
     for entry in entries:
-        match = _LEFTOVER.match(entry.name)
-        if match is None:
-            continue
-        try:
-            info = entry.lstat()
-        except OSError:
-            continue
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-            continue
-        if not is_dead(entry, now):
-            continue
-        if match.group(1) == "tabhyper-stage":
-            shutil.rmtree(entry, ignore_errors=True)
-            removed += 1
-            continue
-        manifest = entry / "manifest.json"
-        if not manifest.exists() and now - info.st_mtime > PAYLOAD_RETENTION_SECONDS:
-            shutil.rmtree(entry, ignore_errors=True)
-            removed += 1
-            continue
-        for tmp in entry.glob(".part-*.hyper.tmp"):
-            with contextlib.suppress(OSError):
-                if tmp.is_file() and not tmp.is_symlink():
-                    tmp.unlink()
-                    removed += 1
-        with contextlib.suppress(OSError):
-            if [p.name for p in entry.iterdir()] == [LEASE_NAME]:  # a kept payload stays
-                (entry / LEASE_NAME).unlink()
-                entry.rmdir()
+        found = _dead_build(entry, now)
+        if found is not None:
+            removed += _swept(entry, *found, now)
     if removed:
         log.info("removed %d leftover(s) of dead builds in %s", removed, folder)
+    return removed
+
+
+def _dead_build(entry: Path, now: float) -> tuple[str, os.stat_result] | None:
+    """What ``entry`` is (``tabhyper-stage`` or a payload folder) and its ``lstat``, where it
+    is a real folder of this user's, of a build that is dead; ``None`` for anything else."""
+    match = _LEFTOVER.match(entry.name)
+    if match is None:
+        return None
+    try:
+        info = entry.lstat()
+    except OSError:
+        return None
+    ours = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+    return (match.group(1), info) if ours and is_dead(entry, now) else None
+
+
+def _swept(entry: Path, kind: str, info: os.stat_result, now: float) -> int:
+    """Remove what a dead build left in its folder ``entry``: a staging folder whole, a
+    payload folder whole where it holds no manifest past the retention, else its unfinished
+    part files (and the folder, where only its lease is left). How many were removed."""
+    manifest = entry / "manifest.json"
+    if kind == "tabhyper-stage" or (
+        not manifest.exists() and now - info.st_mtime > PAYLOAD_RETENTION_SECONDS
+    ):
+        shutil.rmtree(entry, ignore_errors=True)
+        return 1
+    removed = 0
+    for tmp in entry.glob(".part-*.hyper.tmp"):
+        with contextlib.suppress(OSError):
+            if tmp.is_file() and not tmp.is_symlink():
+                tmp.unlink()
+                removed += 1
+    with contextlib.suppress(OSError):
+        if [p.name for p in entry.iterdir()] == [LEASE_NAME]:  # a kept payload stays
+            (entry / LEASE_NAME).unlink()
+            entry.rmdir()
     return removed
 
 

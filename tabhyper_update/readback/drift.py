@@ -135,14 +135,7 @@ class DriftReport:
         if not self.drift and not self.unresolved:
             text = f"{head}, no drift" + (" in what was read" if self.stopped else "")
         else:
-            counts = ", ".join(f"{n} {kind}" for kind, n in self.counts().items() if n)
-            text = f"{head}: DRIFT, {counts or 'not pinned to keys'}"
-            for kind, items in self.sample(3).items():
-                if items:
-                    keys = ", ".join(_show_key(d) for d in items)
-                    text += f"; {kind} e.g. {keys}"
-            if self.unresolved:
-                text += "; unresolved: " + "; ".join(self.unresolved[:3])
+            text = f"{head}: DRIFT, {self._drift_said()}"
         if self.stopped is not None:
             text += (
                 f"; NOT CHECKED: {self.unchecked} left unread, the read-back stopped "
@@ -151,6 +144,20 @@ class DriftReport:
         if self.confidence:
             text += f" ({self.confidence})"
         return text
+
+    def _drift_said(self) -> str:
+        """The drift found: how many keys of each kind, a few of each, and the first
+        differences not pinned to keys."""
+        counts = ", ".join(f"{n} {kind}" for kind, n in self.counts().items() if n)
+        said = [counts or "not pinned to keys"]
+        said += [
+            f"{kind} e.g. {', '.join(_show_key(d) for d in items)}"
+            for kind, items in self.sample(3).items()
+            if items
+        ]
+        if self.unresolved:
+            said.append("unresolved: " + "; ".join(self.unresolved[:3]))
+        return "; ".join(said)
 
 
 def _show_key(d: KeyDrift) -> str:

@@ -467,30 +467,16 @@ class Transport:
         self, response: requests.Response, method: str, url: str, body: dict[str, Any] | None = None
     ) -> ApiError:
         status = response.status_code
-        code = summary = detail = None
+        unreadable = None
         if body is None:
             try:
                 body = parse_body(response)
             except ValueError as err:
-                summary = f"unreadable error body: {err}"
-        err_obj = (body or {}).get("error")
-        if isinstance(err_obj, dict):
-            code = str(err_obj["code"]) if err_obj.get("code") is not None else None
-            summary = _text(err_obj.get("summary"))
-            detail = _text(err_obj.get("detail"))
-        elif body is not None and ("errorCode" in body or "tab-error-code" in body):
-            # The VizQL Data Service's shape: {"errorCode", "message", "tab-error-code"}.
-            code = _text(body.get("errorCode")) or _text(body.get("tab-error-code"))
-            summary = _text(body.get("message")) or response.reason or None
-        elif summary is None:
-            summary = response.reason or None
+                unreadable = f"unreadable error body: {err}"
+        code, summary, detail = _error_fields(body, unreadable or response.reason or None)
         if status < 400:
             status = int(code[:3]) if code and code[:3].isdigit() else 500
-        cls: type[ApiError] = ApiError
-        if status == 401:
-            cls = AuthenticationError
-        elif status == 404:
-            cls = NotFoundError
+        cls = _ERROR_CLASSES.get(status, ApiError)
         error = cls(
             status=status, code=code, summary=summary, detail=detail, method=method, url=url
         )
@@ -551,6 +537,31 @@ class Transport:
             err.attempts = attempts
             raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: The error raised for an answer's status (any other: ApiError).
+_ERROR_CLASSES: dict[int, type[ApiError]] = {401: AuthenticationError, 404: NotFoundError}
+
+
+def _error_fields(
+    body: dict[str, Any] | None, fallback: str | None
+) -> tuple[str | None, str | None, str | None]:
+    """An error answer's code, summary and detail: Tableau's ``{"error": {"code",
+    "summary", "detail"}}``, or the VizQL Data Service's ``{"errorCode", "message",
+    "tab-error-code"}``; ``fallback`` the summary where the body names none (a body of
+    neither shape, or a Data Service error without a message)."""
+    found = (body or {}).get("error")
+    if isinstance(found, dict):
+        code = found.get("code")
+        return (
+            str(code) if code is not None else None,
+            _text(found.get("summary")),
+            _text(found.get("detail")),
+        )
+    if body is not None and ("errorCode" in body or "tab-error-code" in body):
+        code_text = _text(body.get("errorCode")) or _text(body.get("tab-error-code"))
+        return code_text, _text(body.get("message")) or fallback, None
+    return None, fallback, None
 
 
 def _text(value: Any) -> str | None:

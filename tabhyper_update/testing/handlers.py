@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from ..values.actions import ActionBatch
@@ -17,6 +18,7 @@ from .profiles import SERVICE_OPTIONS
 from .wire import (
     ApiFailure,
     MultipartError,
+    Part,
     Request,
     Response,
     bad_request,
@@ -223,35 +225,10 @@ class Handlers:
         a ``tableau_datasource`` file part or ``uploadSessionId=`` of a chunked upload."""
         self._auth(request, site)
         query = request.query
-        kind = query.get("datasourceType", "")
-        if kind != "hyper":
-            raise bad_request(f"datasourceType must be hyper for this server, got {kind!r}")
-        flags = {k for k in ("overwrite", "append") if query.get(k, "").lower() == "true"}
-        if len(flags) > 1:
-            raise bad_request("overwrite and append cannot both be true")
-        mode = flags.pop() if flags else "create"
-        if len(request.body) > MAX_REQUEST_BYTES:
-            raise ApiFailure(
-                413, "413000", "Payload Too Large", "one request may carry at most 64 MB"
-            )
-        try:
-            parts = parse_parts(request.body, request.headers.get("content-type", ""))
-        except MultipartError as err:
-            raise bad_request(str(err)) from None
-        names = [p.name for p in parts]
+        mode = _publish_mode(query)
         upload_id = query.get("uploadSessionId")
-        expected = ["request_payload"] if upload_id else ["request_payload", "tableau_datasource"]
-        if names != expected:
-            raise bad_request(f"the parts must be {expected}, got {names}")
-        try:
-            document = parse_xml_request(bytes(parts[0].data).decode("utf-8"))
-        except (ValueError, SyntaxError):
-            raise bad_request("request_payload is not a tsRequest XML document") from None
-        item = document.get("datasource") or {}
-        name = item.get("name")
-        if not name:
-            raise bad_request("the datasource element needs a name")
-        project_id = (item.get("project") or {}).get("id")
+        parts = _publish_parts(request, bool(upload_id))
+        name, project_id = _published_datasource(parts[0].data)
         if upload_id:
             file = self.backend.uploads.consume(upload_id, capped=False)
         else:
@@ -279,10 +256,7 @@ class Handlers:
     def append(self, request: Request, site: str, upload: str) -> Response:
         self._auth(request, site)
         self.backend.uploads.open(upload)
-        if len(request.body) > MAX_REQUEST_BYTES:
-            raise ApiFailure(
-                413, "413000", "Payload Too Large", "one request may carry at most 64 MB"
-            )
+        _check_size(request)
         try:
             chunk = parse_multipart(request.body, request.headers.get("content-type", ""))
         except MultipartError as err:
@@ -415,3 +389,49 @@ class Handlers:
         if cut is not None:
             rows = rows[:cut]  # as a capped answer comes back: short, with no signal
         return Response(200, {"data": rows})
+
+
+def _check_size(request: Request) -> None:
+    """Refuse a request over the server's 64 MB, as Tableau does (413)."""
+    if len(request.body) > MAX_REQUEST_BYTES:
+        raise ApiFailure(413, "413000", "Payload Too Large", "one request may carry at most 64 MB")
+
+
+def _publish_mode(query: Mapping[str, str]) -> str:
+    """A publish's mode by its query: ``create``, ``overwrite`` or ``append``; refused for a
+    data source other than a ``.hyper`` file, or both flags."""
+    kind = query.get("datasourceType", "")
+    if kind != "hyper":
+        raise bad_request(f"datasourceType must be hyper for this server, got {kind!r}")
+    flags = {k for k in ("overwrite", "append") if query.get(k, "").lower() == "true"}
+    if len(flags) > 1:
+        raise bad_request("overwrite and append cannot both be true")
+    return flags.pop() if flags else "create"
+
+
+def _publish_parts(request: Request, uploaded: bool) -> list[Part]:
+    """A publish's multipart parts: the ``request_payload``, and the file unless it was
+    ``uploaded`` in chunks; refused when too large or otherwise."""
+    _check_size(request)
+    try:
+        parts = parse_parts(request.body, request.headers.get("content-type", ""))
+    except MultipartError as err:
+        raise bad_request(str(err)) from None
+    names = [p.name for p in parts]
+    expected = ["request_payload"] if uploaded else ["request_payload", "tableau_datasource"]
+    if names != expected:
+        raise bad_request(f"the parts must be {expected}, got {names}")
+    return parts
+
+
+def _published_datasource(payload: bytes | memoryview) -> tuple[str, str | None]:
+    """The name and project id a publish's ``tsRequest`` names (a name is required)."""
+    try:
+        document = parse_xml_request(bytes(payload).decode("utf-8"))
+    except (ValueError, SyntaxError):
+        raise bad_request("request_payload is not a tsRequest XML document") from None
+    item = document.get("datasource") or {}
+    name = item.get("name")
+    if not name:
+        raise bad_request("the datasource element needs a name")
+    return name, (item.get("project") or {}).get("id")

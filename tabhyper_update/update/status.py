@@ -157,43 +157,43 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
 
 def describe_status(found: dict[str, Any]) -> str:
     """:func:`status` as lines for a person."""
-    lines: list[str] = []
-    for ds in found["datasources"]:
-        last = ds["last_applied"]
-        name = (
-            f"{ds['datasource']!r} ({ds['datasource_id']})"
-            if ds["datasource"]
-            else ds["datasource_id"]
-        )
-        at = f", position {json.dumps(last['position'])}" if last and last["position"] else ""
-        kept = (last or {}).get("quarantined")
+    lines = [line for ds in found["datasources"] for line in _datasource_lines(ds)]
+    lines += [_sink_line(sink) for sink in found["sinks"]]
+    lines += [f"could not read {p['path']}: {p['reason']}" for p in found["problems"]]
+    return "\n".join(lines) or f"nothing recorded in {found['directory']}"
+
+
+def _datasource_lines(ds: dict[str, Any]) -> list[str]:
+    """A data source's record for a person: its last update applied, then each unfinished
+    one."""
+    last = ds["last_applied"]
+    name = (
+        f"{ds['datasource']!r} ({ds['datasource_id']})" if ds["datasource"] else ds["datasource_id"]
+    )
+    said = "nothing applied on record"
+    if last:
+        at = f", position {json.dumps(last['position'])}" if last["position"] else ""
+        kept = last.get("quarantined")
         if kept:
             at += f"; {counted(kept['rows'], 'change')} set aside in {kept['written_to']}"
-        lines.append(
-            f"data source {name}: "
-            + (
-                f"last applied {last['label']}{at} at {last['when']} "
-                f"(jobs {', '.join(last['jobs'])})"
-                if last
-                else "nothing applied on record"
-            )
+        said = (
+            f"last applied {last['label']}{at} at {last['when']} (jobs {', '.join(last['jobs'])})"
         )
-        for u in ds["unfinished"]:
-            lines.append(
-                f"  unfinished: {u['label']}, {u['applied']}/{u['parts']} part(s) applied "
-                f"({', '.join(u['statuses'])}), last touched {u['when']}: a re-run resumes it"
-            )
-    for sink in found["sinks"]:
-        counts = sink.get("counts") or {}
-        shown = ", ".join(f"{n} {k}" for k, n in counts.items())
-        line = (
-            f"sink {sink.get('sink_id')}: batch {sink.get('last_batch')} "
-            f"{sink.get('last_kind')} at {sink.get('updated_at')} ({shown})"
-        )
-        error = sink.get("error")
-        if error:
-            line += f"; failed: {error.get('message') if isinstance(error, dict) else error}"
-        lines.append(line)
-    for problem in found["problems"]:
-        lines.append(f"could not read {problem['path']}: {problem['reason']}")
-    return "\n".join(lines) or f"nothing recorded in {found['directory']}"
+    return [f"data source {name}: {said}"] + [
+        f"  unfinished: {u['label']}, {u['applied']}/{u['parts']} part(s) applied "
+        f"({', '.join(u['statuses'])}), last touched {u['when']}: a re-run resumes it"
+        for u in ds["unfinished"]
+    ]
+
+
+def _sink_line(sink: dict[str, Any]) -> str:
+    """A sink's progress record for a person: its last batch, what it counted, its failure."""
+    shown = ", ".join(f"{n} {k}" for k, n in (sink.get("counts") or {}).items())
+    line = (
+        f"sink {sink.get('sink_id')}: batch {sink.get('last_batch')} "
+        f"{sink.get('last_kind')} at {sink.get('updated_at')} ({shown})"
+    )
+    error = sink.get("error")
+    if error:
+        line += f"; failed: {error.get('message') if isinstance(error, dict) else error}"
+    return line

@@ -232,32 +232,11 @@ class Const(_Model):
             return value
         if value is None:
             return cls(type=type or "string", v=None)
-        if isinstance(value, bool):
-            return cls(type="boolean", v="true" if value else "false")
-        if isinstance(value, int):
-            if type == "double":
-                return cls(type="double", v=float(value))
-            return cls(type="integer", v=value)
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                raise InvalidArgumentError(f"a constant must be finite, got {value!r}")
-            return cls(type="double", v=value)
-        if isinstance(value, Decimal):
-            as_float = float(value)
-            if not value.is_finite() or Decimal(repr(as_float)) != value:
-                raise InvalidArgumentError(
-                    f"Decimal {value} cannot be sent exactly: Tableau's numeric constants are "
-                    "doubles; round it to at most 15 significant digits"
-                )
-            return cls(type="double", v=as_float)
-        if isinstance(value, str):
-            return cls(type="string", v=value)
-        if isinstance(value, datetime):
-            return cls(type="datetime", v=_format_datetime(value))
-        if isinstance(value, date):
-            return cls(
-                type="datetime", v=_format_datetime(datetime(value.year, value.month, value.day))
-            )
+        # The first kind the value is (a bool is an int, a datetime a date).
+        for kind, made in _CONSTANTS:
+            if isinstance(value, kind):
+                wire_type, wire_value = made(value, type)
+                return cls(type=wire_type, v=wire_value)
         raise ArgumentTypeError(
             f"cannot make a Tableau constant from {type_name(value)}: {value!r}"
         )
@@ -571,3 +550,42 @@ def key_pairs(condition: Condition | bool) -> list[tuple[str, str]] | None:
             pairs += sub
         return pairs
     return None
+
+
+def _integer(value: int, asked: ConstType | None) -> tuple[ConstType, object]:
+    """An int: an integer, or a double where ``type="double"`` asks for one."""
+    return ("double", float(value)) if asked == "double" else ("integer", value)
+
+
+def _double(value: float, asked: ConstType | None) -> tuple[ConstType, object]:
+    if not math.isfinite(value):
+        raise InvalidArgumentError(f"a constant must be finite, got {value!r}")
+    return "double", value
+
+
+def _decimal(value: Decimal, asked: ConstType | None) -> tuple[ConstType, object]:
+    """A Decimal a double holds exactly (Tableau's numeric constants are doubles)."""
+    as_float = float(value)
+    if not value.is_finite() or Decimal(repr(as_float)) != value:
+        raise InvalidArgumentError(
+            f"Decimal {value} cannot be sent exactly: Tableau's numeric constants are "
+            "doubles; round it to at most 15 significant digits"
+        )
+    return "double", as_float
+
+
+def _day(value: date, asked: ConstType | None) -> tuple[ConstType, object]:
+    return "datetime", _format_datetime(datetime(value.year, value.month, value.day))
+
+
+#: How each kind of Python value becomes a constant's wire type and value, in the order
+#: tried (a bool before an int, a datetime before a date).
+_CONSTANTS: tuple[tuple[type, Callable[[Any, ConstType | None], tuple[ConstType, object]]], ...] = (
+    (bool, lambda v, _: ("boolean", "true" if v else "false")),
+    (int, _integer),
+    (float, _double),
+    (Decimal, _decimal),
+    (str, lambda v, _: ("string", v)),
+    (datetime, lambda v, _: ("datetime", _format_datetime(v))),
+    (date, _day),
+)
