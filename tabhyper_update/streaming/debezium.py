@@ -363,8 +363,10 @@ class Debezium:
         """One row per change of ``events``: a Kafka-style DataFrame (a ``value`` column of
         JSON text or bytes, with or without the schema wrapper), already-parsed ``before`` /
         ``after`` / ``op`` / ``source`` / ``ts_ms`` columns (or a ``payload`` struct holding
-        them), or rows flattened by ``ExtractNewRecordState``. Lazy: nothing runs until the
-        payload is built."""
+        them), or rows flattened by ``ExtractNewRecordState``. Lazy but for one small job
+        where JSON events have values to decode: their first events' schemas read ahead
+        (:func:`~.debezium_schemas.known_encodings`; none for a stream); the rest runs when
+        the payload is built."""
         require_supported_pyspark(events)
         row = self._row_type(events.sparkSession)
         extra = self._extra_positions(events)
