@@ -123,12 +123,18 @@ def expected_changes(payload: PayloadLike, sample: int = 0) -> ExpectedChanges:
                 if name == change_set.upsert_table:
                     columns = tuple(table.column_names)
                 picked = key if name == change_set.delete_table else table.column_names
-                text = f"SELECT {', '.join(quote_name(c) for c in picked)} "
-                text += f"FROM {table_ref(schema, name)}"
-                if share < 1.0:
-                    text += f" ORDER BY RANDOM() LIMIT {math.ceil(table.row_count * share)}"
+                text = _read_query(table_ref(schema, name), picked, table.row_count, share)
                 rows.extend(tuple(row) for row in conn.execute_list_query(text))
     return ExpectedChanges(key, columns or key, upserts, deletes, touched)
+
+
+def _read_query(table: str, columns: Sequence[str], rows: int, share: float) -> str:
+    """SQL reading ``columns`` of ``table`` (of ``rows`` rows): all of them, or a random
+    ``share`` of them."""
+    text = f"SELECT {', '.join(quote_name(c) for c in columns)} FROM {table}"
+    if share < 1.0:
+        text += f" ORDER BY RANDOM() LIMIT {math.ceil(rows * share)}"
+    return text
 
 
 def _filter_value(value: Any) -> Any:

@@ -133,15 +133,20 @@ def same(a: Any, b: Any, data_type: str, tolerance: Tolerance | None = None) -> 
     if isinstance(a, Decimal) or isinstance(b, Decimal):
         return _same_decimal(a, b)
     if kind in ("REAL", "INTEGER") and (isinstance(a, float) or isinstance(b, float)):
-        x, y = float(a), float(b)
-        if math.isnan(x) or math.isnan(y):
-            return math.isnan(x) and math.isnan(y)
-        if math.isinf(x) or math.isinf(y):
-            return x == y
-        return abs(x - y) <= max(tol.absolute, tol.relative * max(abs(x), abs(y)))
+        return _same_float(float(a), float(b), tol)
     if kind == "DATETIME" and isinstance(a, int) and isinstance(b, int):
         return abs(a - b) <= tol.seconds * 1_000_000
     return bool(a == b)
+
+
+def _same_float(x: float, y: float, tol: Tolerance) -> bool:
+    """Two doubles the same within ``tol`` (NaN the same as NaN only, an infinity as
+    itself)."""
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    if math.isinf(x) or math.isinf(y):
+        return x == y
+    return abs(x - y) <= max(tol.absolute, tol.relative * max(abs(x), abs(y)))
 
 
 def _same_decimal(a: Any, b: Any) -> bool:

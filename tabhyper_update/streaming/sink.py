@@ -549,36 +549,52 @@ def _checked_arguments(
             f"TableauSink's target is a data source name or a DataSourceRef, got {target!r}"
         )
     tables = _check_changes(changes)
-    if tables is None and actions is None:
-        raise InvalidArgumentError(
+    bad_id = sink_id is not None and not (isinstance(sink_id, str) and _SINK_ID.fullmatch(sink_id))
+    # Each refusal in the order they are checked: whether it applies, its error, its words.
+    refusals: tuple[tuple[bool, type[Exception], str], ...] = (
+        (
+            tables is None and actions is None,
+            InvalidArgumentError,
             "TableauSink needs changes= (a ChangeSet, a Debezium, or a mapping of table "
-            "name → either) or actions= for a plain stream"
-        )
-    if tables is not None and actions is not None:
-        raise InvalidArgumentError(
-            "TableauSink takes changes= (whose actions are derived) or actions=, not both"
-        )
-    if tables is not None and len(tables) > 1 and target_table is not None:
-        raise InvalidArgumentError(
+            "name → either) or actions= for a plain stream",
+        ),
+        (
+            tables is not None and actions is not None,
+            InvalidArgumentError,
+            "TableauSink takes changes= (whose actions are derived) or actions=, not both",
+        ),
+        (
+            tables is not None and len(tables) > 1 and target_table is not None,
+            InvalidArgumentError,
             "target_table= does not apply to a multi-table change set: each table's "
-            "changes go to the table of its name"
-        )
-    if prepare is not None and not callable(prepare):
-        raise ArgumentTypeError(f"prepare= takes a function, got {prepare!r}")
-    if sink_id is not None and (not isinstance(sink_id, str) or not _SINK_ID.fullmatch(sink_id)):
-        raise InvalidArgumentError(
+            "changes go to the table of its name",
+        ),
+        (
+            prepare is not None and not callable(prepare),
+            ArgumentTypeError,
+            f"prepare= takes a function, got {prepare!r}",
+        ),
+        (
+            bad_id,
+            InvalidArgumentError,
             f"sink_id must be 1-128 letters, digits, '.', '_', ':' or '-' (starting with a "
-            f"letter or digit), got {sink_id!r}"
-        )
-    if on_full_refresh not in ("refuse", "replace"):
-        raise InvalidArgumentError(
-            f"on_full_refresh is 'refuse' or 'replace', got {on_full_refresh!r}"
-        )
-    if on_full_refresh == "replace" and tables is None:
-        raise InvalidArgumentError(
+            f"letter or digit), got {sink_id!r}",
+        ),
+        (
+            on_full_refresh not in ("refuse", "replace"),
+            InvalidArgumentError,
+            f"on_full_refresh is 'refuse' or 'replace', got {on_full_refresh!r}",
+        ),
+        (
+            on_full_refresh == "replace" and tables is None,
+            InvalidArgumentError,
             "on_full_refresh='replace' replaces the data source's tables from a change "
-            "set's first batch: a plain stream (actions=) has none to replace them from"
-        )
+            "set's first batch: a plain stream (actions=) has none to replace them from",
+        ),
+    )
+    for refused, error, message in refusals:
+        if refused:
+            raise error(message)
     return tables
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -303,6 +303,28 @@ def check_schema(
     overflows: dict[str, str] = {}
     lacking: dict[str, list[str]] = {}
     faults: dict[str, list[str]] = {}
+    for target_table, table, column, columns in _columns_sent(schema, payload, batches):
+        found = columns.get(column.name)
+        if found is None:
+            lacking.setdefault(target_table, []).append(column.name)
+            continue
+        fault = _fault(column, found, allow_narrowing, payload, table)
+        if fault is not None:
+            faults.setdefault(target_table, []).append(fault)
+        elif _can_overflow(column.hyper_type, found.hyper_type or ""):
+            overflows[column.name] = f"{column.hyper_type} into {found.hyper_type}"
+    if lacking or faults:
+        raise SchemaDriftError(lacking, faults=faults, origin=schema.origin)
+    return overflows
+
+
+def _columns_sent(
+    schema: TargetSchema, payload: PayloadLike, batches: Sequence[ActionBatch]
+) -> Iterator[tuple[str, TableInfo, ColumnInfo, Mapping[str, Column]]]:
+    """Each payload column an action sends into a target table whose columns are known,
+    once per target, source and column (the guard's own columns left out): its target
+    table, its payload table, the column and the target table's columns. A target table
+    the data source lacks, where its tables are known by name, is refused naming them."""
     seen: set[tuple[str, str, str]] = set()
     for batch in batches:
         for action in batch.actions:
@@ -322,21 +344,9 @@ def check_schema(
             table = payload.tables[str(source)]
             for column in table.columns:
                 mark = (action.target_table, str(source), column.name)
-                if mark in seen or _is_guard(action, column.name):
-                    continue
-                seen.add(mark)
-                found = columns.get(column.name)
-                if found is None:
-                    lacking.setdefault(action.target_table, []).append(column.name)
-                    continue
-                fault = _fault(column, found, allow_narrowing, payload, table)
-                if fault is not None:
-                    faults.setdefault(action.target_table, []).append(fault)
-                elif _can_overflow(column.hyper_type, found.hyper_type or ""):
-                    overflows[column.name] = f"{column.hyper_type} into {found.hyper_type}"
-    if lacking or faults:
-        raise SchemaDriftError(lacking, faults=faults, origin=schema.origin)
-    return overflows
+                if mark not in seen and not _is_guard(action, column.name):
+                    seen.add(mark)
+                    yield action.target_table, table, column, columns
 
 
 def _fault(
