@@ -412,12 +412,14 @@ class Debezium:
         # A tombstone: a null value (Kafka), or an empty or ``null`` line (a file).
         value = F.when(~F.trim(text).isin("", "null"), text)
         events = events.filter(value.isNotNull())
-        # StructType.add changes the struct in place: the wrapper is a struct of its own.
-        wrapped = self._top_type(wire).add("payload", top)
+        # StructType.add changes the struct in place: each wrapper is a struct of its own.
+        lean = self._top_type(wire).add("payload", top)
         decoding = any(needs_decoding(f.dataType) for f in row.fields)
+        wrapped = lean
         known = None
         if decoding:
-            wrapped = self._top_type(wire).add("payload", top).add("schema", schema_info_type())
+            wrapped = _struct_of([(f.name, f.dataType) for f in lean.fields])
+            wrapped = wrapped.add("schema", schema_info_type())
             known = known_encodings(events, text, self._decoded(row, actual, True)[1])
         # Each step a column of its own: the envelope reads the body many times, and
         # an expression read many times would be parsed (and analysed) as often.
@@ -432,7 +434,6 @@ class Debezium:
             # schema (skipped, not parsed), any other one with it.
             events = events.select("*", known.alias("__known"))
             ahead = F.col("__known").isNotNull()
-            lean = self._top_type(wire).add("payload", top)
             events = events.select(
                 "*",
                 F.when(ahead, F.from_json(value, lean, {"mode": "FAILFAST"})).alias("__lean"),
