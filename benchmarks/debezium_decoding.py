@@ -5,8 +5,11 @@
     python benchmarks/debezium_decoding.py --schemas off    # one form of the events only
     python benchmarks/debezium_decoding.py --spark-defaults  # a JVM as Spark starts it
 
-The same 1,000,000 change events (one create each, a key, a name, and three columns) in two
-forms, each with the JSON converter's schemas off and on: *encoded* as a PostgreSQL connector
+The same 1,000,000 change events (one create each, a key, a name, and three columns, laid out
+as the PostgreSQL connector writes them: its whole ``source`` block, the event's times, and
+with schemas on the envelope's whole schema, both images, the source's and the
+transaction's fields) in two forms, each with the JSON converter's schemas off and on:
+*encoded* as a PostgreSQL connector
 with default settings writes a ``NUMERIC(10, 2)``, a ``DATE`` and a ``TIMESTAMP(6)``
 (``Decimal`` as base64 bytes, ``Date`` as days, ``MicroTimestamp`` as microseconds), declared
 ``DECIMAL(10, 2)``, ``DATE`` and ``TIMESTAMP``; and *plain*: the same columns as a JSON number,
@@ -24,6 +27,7 @@ it as Spark does (a build then runs the decoding's stage operator by operator).
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import sys
@@ -53,57 +57,139 @@ ROWS = {
     "encoded": "id BIGINT, name STRING, amount DECIMAL(10, 2), day DATE, created TIMESTAMP",
     "plain": "id BIGINT, name STRING, amount DOUBLE, day STRING, created BIGINT",
 }
-#: The field schemas a schema wrapper carries, per form.
-SCHEMAS: dict[str, list[tuple[str, str | None, str]]] = {
+#: The columns' field schemas a schema wrapper carries, per form: Connect type, semantic
+#: type, parameters.
+SCHEMAS: dict[str, list[tuple[str, str, str | None, dict[str, str] | None]]] = {
     "encoded": [
-        ("bytes", "org.apache.kafka.connect.data.Decimal", "amount"),
-        ("int32", "io.debezium.time.Date", "day"),
-        ("int64", "io.debezium.time.MicroTimestamp", "created"),
+        ("id", "int64", None, None),
+        ("name", "string", None, None),
+        (
+            "amount",
+            "bytes",
+            "org.apache.kafka.connect.data.Decimal",
+            {"scale": "2", "connect.decimal.precision": "10"},
+        ),
+        ("day", "int32", "io.debezium.time.Date", None),
+        ("created", "int64", "io.debezium.time.MicroTimestamp", None),
     ],
-    "plain": [("double", None, "amount"), ("string", None, "day"), ("int64", None, "created")],
+    "plain": [
+        ("id", "int64", None, None),
+        ("name", "string", None, None),
+        ("amount", "double", None, None),
+        ("day", "string", None, None),
+        ("created", "int64", None, None),
+    ],
 }
+#: The PostgreSQL connector's ``source`` block: its fields' Connect types, and the Spark SQL
+#: of each value (``id`` is the event's number).
+SOURCE = [
+    ("version", "string", "'2.7.0.Final'"),
+    ("connector", "string", "'postgresql'"),
+    ("name", "string", "'pg'"),
+    ("ts_ms", "int64", "1714554000000 + id"),
+    ("snapshot", "string", "'false'"),
+    ("db", "string", "'shop'"),
+    ("sequence", "string", "concat('[\"', 24000000 + id, '\",\"', 24000100 + id, '\"]')"),
+    ("ts_us", "int64", "(1714554000000 + id) * 1000"),
+    ("ts_ns", "int64", "(1714554000000 + id) * 1000000"),
+    ("schema", "string", "'public'"),
+    ("table", "string", "'orders'"),
+    ("txId", "int64", "500 + id"),
+    ("lsn", "int64", "24000100 + id"),
+    ("xmin", "int64", "CAST(NULL AS BIGINT)"),
+]
+
+
+def schema_text(form: str) -> str:
+    """The schema wrapper's ``schema`` as the PostgreSQL connector's JSON converter writes
+    it: both images with every column, the ``source`` block, ``op``, the event times and
+    ``transaction`` (compact, in the converter's key order)."""
+
+    def column(name: str, kind: str, semantic: str | None, parameters: Any) -> dict[str, Any]:
+        found: dict[str, Any] = {"type": kind, "optional": name != "id"}
+        if semantic:
+            found["name"] = semantic
+            found["version"] = 1
+        if parameters:
+            found["parameters"] = parameters
+        found["field"] = name
+        return found
+
+    image = {
+        "type": "struct",
+        "fields": [column(*c) for c in SCHEMAS[form]],
+        "optional": True,
+        "name": "pg.public.orders.Value",
+    }
+    source = {
+        "type": "struct",
+        "fields": [
+            column(n, k, None, None) | {"optional": n in ("sequence", "txId", "lsn", "xmin")}
+            for n, k, _ in SOURCE
+        ],
+        "optional": False,
+        "name": "io.debezium.connector.postgresql.Source",
+        "field": "source",
+    }
+    block = {
+        "type": "struct",
+        "fields": [
+            {"type": "string", "optional": False, "field": "id"},
+            {"type": "int64", "optional": False, "field": "total_order"},
+            {"type": "int64", "optional": False, "field": "data_collection_order"},
+        ],
+        "optional": True,
+        "name": "event.block",
+        "version": 1,
+        "field": "transaction",
+    }
+    envelope = {
+        "type": "struct",
+        "fields": [
+            {**image, "field": "before"},
+            {**image, "field": "after"},
+            source,
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+            {"type": "int64", "optional": True, "field": "ts_us"},
+            {"type": "int64", "optional": True, "field": "ts_ns"},
+            block,
+        ],
+        "optional": False,
+        "name": "pg.public.orders.Envelope",
+        "version": 2,
+    }
+    return json.dumps(envelope, separators=(",", ":"))
 
 
 def events(spark: Any, form: str, count: int, wrapped: bool) -> Any:
-    """``count`` events of ``form`` as a DataFrame of one ``value`` column of JSON text."""
+    """``count`` events of ``form`` as a DataFrame of one ``value`` column of JSON text,
+    laid out as the PostgreSQL connector and the JSON converter write them."""
     columns = ENCODED if form == "encoded" else PLAIN
     after = (
         "named_struct('id', id, 'name', concat('item-', id), "
         + ", ".join(f"'{name}', {sql}" for name, sql in columns.items())
         + ")"
     )
+    source = ", ".join(f"'{name}', {sql}" for name, _, sql in SOURCE)
     envelope = (
-        f"named_struct('before', CAST(NULL AS STRING), 'after', {after}, 'op', 'c', "
-        "'ts_ms', 1714554000000 + id, 'source', named_struct('lsn', 24000000 + id, "
-        "'table', 'orders'))"
+        f"named_struct('before', CAST(NULL AS STRING), 'after', {after}, "
+        f"'source', named_struct({source}), 'op', 'c', 'ts_ms', 1714554000500 + id, "
+        "'ts_us', (1714554000500 + id) * 1000, 'ts_ns', (1714554000500 + id) * 1000000, "
+        "'transaction', CAST(NULL AS STRING))"
     )
     df = spark.range(count).selectExpr(
         "id", "conv(CAST(id * 7 % 1000000000 AS STRING), 10, 16) AS h0"
     )
     df = df.selectExpr("id", "CASE WHEN length(h0) % 2 = 1 THEN concat('0', h0) ELSE h0 END AS h")
+    # Nulls written, as the converter writes them ("before":null).
+    payload = f"to_json({envelope}, map('ignoreNullFields', 'false'))"
     if not wrapped:
-        return df.selectExpr(f"to_json({envelope}) AS value")
-    # One struct type for every field (Spark's arrays hold one type): a field without a
-    # semantic name or parameters holds NULLs there, which to_json leaves out.
-    fields = ", ".join(
-        f"named_struct('type', '{kind}', 'optional', true, 'field', '{field}', "
-        + (f"'name', '{name}', " if name else "'name', CAST(NULL AS STRING), ")
-        + (
-            "'parameters', map('scale', '2'))"
-            if field == "amount" and name
-            else "'parameters', CAST(NULL AS MAP<STRING, STRING>))"
-        )
-        for kind, name, field in SCHEMAS[form]
-    )
-    # The envelope's schema: before and after each with the columns' field schemas.
-    schema = (
-        "named_struct('type', 'struct', 'fields', array("
-        f"named_struct('type', 'struct', 'field', 'before', 'fields', array({fields})), "
-        f"named_struct('type', 'struct', 'field', 'after', 'fields', array({fields}))))"
-    )
-    return df.selectExpr(
-        f"to_json(named_struct('schema', {schema}, 'payload', {envelope})) AS value"
-    )
+        return df.selectExpr(f"{payload} AS value")
+    from tabhyper_update.values.spark_sql import sql_text
+
+    prefix = '{"schema":' + schema_text(form) + ',"payload":'
+    return df.selectExpr(f"concat({sql_text(prefix)}, {payload}, '}}') AS value")
 
 
 def build(

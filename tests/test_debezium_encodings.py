@@ -789,8 +789,13 @@ def _laid_out(line: str, layout: str) -> str:
     """An event's value as the converter writes it (``compact``), or as something else
     re-wrote it: ``spaced`` (Python's default separators), ``payload-first`` (the keys in
     the other order), ``payload-parameter`` (a field's parameters holding a key named
-    ``payload`` after another, so that the schema's text holds ``,"payload":``)."""
+    ``payload`` after another, so that the schema's text holds ``,"payload":``); or
+    ``non-ascii``: compact, with text outside ASCII in the schema, written as UTF-8 as the
+    converter writes it (its length in bytes is not its length in characters)."""
     wrapped = json.loads(line)
+    if layout == "non-ascii":
+        wrapped["schema"]["name"] = "café.boutique.commandes.Enveloppe"
+        return json.dumps(wrapped, separators=(",", ":"), ensure_ascii=False)
     if layout == "spaced":
         return json.dumps(wrapped)
     if layout == "payload-first":
@@ -802,7 +807,8 @@ def _laid_out(line: str, layout: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "layout", ["compact", "spaced", "payload-first", "payload-parameter", "past-the-sample"]
+    "layout",
+    ["compact", "non-ascii", "spaced", "payload-first", "payload-parameter", "past-the-sample"],
 )
 def test_each_event_is_decoded_by_its_own_schema_however_it_is_laid_out(
     spark: SparkSession,
@@ -827,9 +833,28 @@ def test_each_event_is_decoded_by_its_own_schema_however_it_is_laid_out(
     debezium = Debezium(ROW, key="id")
     events = spark.createDataFrame([(line,) for line in lines], "value string")
     found = {4: ("'micros'", "CAST(NULL AS INT)")}
-    matched = debezium_schemas.known_encodings(events, events["value"], found)
+    matched = debezium_schemas.known_schemas(events, events["value"], found)
     # Matched ahead only where the text is as the converter writes it.
-    assert (matched is not None) == (layout in ("compact", "past-the-sample"))
+    assert (matched is not None) == (layout in ("compact", "non-ascii", "past-the-sample"))
     got = apply_events(spark, client, server, lines, debezium)
     want = [expected(i, "micros") for i in range(3)] + [expected(i, "millis") for i in range(3, 6)]
     assert normal(landed(got)) == normal(want)
+
+
+def test_events_with_nothing_to_decode_are_read_from_their_payload_on(
+    spark: SparkSession, client: TableauClient, server: FakeTableauServer
+) -> None:
+    """Columns declared as they arrive (nothing to decode), schemas on, text outside ASCII
+    in the schema and in the values: the schema found in the first events is cut off each
+    event's text by its length in bytes, and every value lands as sent."""
+    from tabhyper_update.streaming import debezium_schemas
+
+    columns = [Column("id", "int64"), Column("nom", "string"), Column("prix", "double")]
+    rows = [{"id": i, "nom": f"crème brûlée n°{i} — ☕", "prix": 2.5 * i} for i in range(5)]
+    lines = [_laid_out(event(columns, "c", None, row, 30 + row["id"]), "non-ascii") for row in rows]
+    events = spark.createDataFrame([(line,) for line in lines], "value string")
+    assert debezium_schemas.known_schemas(events, events["value"], {}) is not None
+    debezium = Debezium("id BIGINT, nom STRING, prix DOUBLE", key="id")
+    with build_payload(debezium.changes(events), debezium.change_set) as payload:
+        got = sorted(read_table(payload.parts[0].path, "upserts"))
+    assert got == [(r["id"], r["nom"], r["prix"]) for r in rows]

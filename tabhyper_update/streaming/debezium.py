@@ -40,7 +40,7 @@ from ..values.positions import OrderAs
 from ..values.spark_sql import sql_name, sql_text
 from .debezium_schemas import (
     encodings_named,
-    known_encodings,
+    known_schemas,
     schema_encoding,
     schema_info_type,
 )
@@ -139,6 +139,10 @@ _FLAT_MARKERS = ("__op", "__deleted", "__ts_ms", "__source_ts_ms", "__table", "_
 #: Top-level fields of events that change no row: a transaction's metadata (``status``),
 #: a schema change (``ddl``, ``tableChanges``).
 _METADATA_FIELDS = ("status", "ddl", "tableChanges", "databaseName")
+
+
+#: A substring's length that takes the rest of any text.
+_WHOLE = 2**31 - 1
 
 
 class _Read(NamedTuple):
@@ -364,8 +368,8 @@ class Debezium:
         JSON text or bytes, with or without the schema wrapper), already-parsed ``before`` /
         ``after`` / ``op`` / ``source`` / ``ts_ms`` columns (or a ``payload`` struct holding
         them), or rows flattened by ``ExtractNewRecordState``. Lazy but for one small job
-        where JSON events have values to decode: their first events' schemas read ahead
-        (:func:`~.debezium_schemas.known_encodings`; none for a stream); the rest runs when
+        where the events are JSON text: their first events' schemas read ahead
+        (:func:`~.debezium_schemas.known_schemas`; none for a stream); the rest runs when
         the payload is built."""
         require_supported_pyspark(events)
         row = self._row_type(events.sparkSession)
@@ -416,11 +420,11 @@ class Debezium:
         lean = self._top_type(wire).add("payload", top)
         decoding = any(needs_decoding(f.dataType) for f in row.fields)
         wrapped = lean
-        known = None
         if decoding:
             wrapped = _struct_of([(f.name, f.dataType) for f in lean.fields])
             wrapped = wrapped.add("schema", schema_info_type())
-            known = known_encodings(events, text, self._decoded(row, actual, True)[1])
+        found = self._decoded(row, actual, True)[1] if decoding else {}
+        known = known_schemas(events, text, found)
         # Each step a column of its own: the envelope reads the body many times, and
         # an expression read many times would be parsed (and analysed) as often.
         parsed = F.col("__parsed")
@@ -430,16 +434,21 @@ class Debezium:
             )
             body = _payload_or_top(parsed, top.fields)
         else:
-            # An event whose schema's encodings were worked out ahead is parsed without its
-            # schema (skipped, not parsed), any other one with it.
+            # An event whose schema was found ahead is parsed from its payload on (the
+            # schema cut off by its length in bytes, not read), any other one whole.
             events = events.select("*", known.alias("__known"))
             ahead = F.col("__known").isNotNull()
+            raw = F.col("value")
+            if not isinstance(events.schema["value"].dataType, BinaryType):
+                raw = raw.cast("binary")
+            rest = raw.substr(F.col("__known.skip"), F.lit(_WHOLE))
+            payload = F.concat(F.lit("{"), rest.cast("string"))
             events = events.select(
                 "*",
-                F.when(ahead, F.from_json(value, lean, {"mode": "FAILFAST"})).alias("__lean"),
+                F.when(ahead, F.from_json(payload, lean, {"mode": "FAILFAST"})).alias("__lean"),
                 F.when(~ahead, F.from_json(value, wrapped, {"mode": "FAILFAST"})).alias("__parsed"),
             )
-            body = F.when(ahead, _payload_or_top(F.col("__lean"), top.fields)).otherwise(
+            body = F.when(ahead, F.col("__lean.payload")).otherwise(
                 _payload_or_top(parsed, top.fields)
             )
         events = events.select("*", body.alias("__body"))
@@ -450,7 +459,9 @@ class Debezium:
         env = self._envelope_of(F.col("__body"), top, wire, flat, flat_fields)
         key_json = F.col("key").cast("string") if "key" in events.columns and self._mongo else None
         meta = parsed["schema"] if decoding else None
-        return _Read(events, env, F.lit(False), actual, meta, key_json, known is not None)
+        return _Read(
+            events, env, F.lit(False), actual, meta, key_json, bool(found) and known is not None
+        )
 
     def _flattened_json(
         self, events: DataFrame, value: Column, flat_fields: Sequence[StructField]

@@ -2,15 +2,17 @@
 column is encoded, worked out once per distinct schema rather than once per event.
 
 With ``schemas.enable`` on, every Kafka value is ``{"schema": …, "payload": …}``, and the
-schema (every field's Connect type, semantic name and parameters, for both images) is
-usually several times the size of the payload; parsing it into arrays for every event cost
-more than all the rest of the decoding. A topic's events share one schema per table
-version, so :func:`known_encodings` reads the text of the first events once, ahead of the
-build, and works out each decoded column's encoding for the schemas found there. An event
-is then matched to its schema by the text it starts with, and parsed with its schema
-skipped; an event whose schema is not among them (or whose text is not laid out as the
-converter writes it: schema first, no spaces) has its schema parsed as before. Either way,
-each event's encodings are those its own schema names.
+schema (every field's Connect type, semantic name and parameters, for both images, the
+source block's fields) is usually several times the size of the payload: parsing it into
+arrays for every event cost more than all the rest of the decoding, and even skipping it
+token by token cost more than reading the payload. A topic's events share one schema per
+table version, so :func:`known_schemas` reads the text of the first events once, ahead of
+the build, and works out each decoded column's encoding for the schemas found there. An
+event is then matched to its schema by the text it starts with, and only its payload is
+parsed (the schema cut off by its length in bytes); an event whose schema is not among
+them (or whose text is not laid out as the converter writes it: schema first, no spaces)
+is parsed whole, its schema with it, as before. Either way, each event's encodings are
+those its own schema names.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SAMPLE_EVENTS",
     "encodings_named",
-    "known_encodings",
+    "known_schemas",
     "schema_encoding",
     "schema_info_type",
 ]
@@ -96,22 +98,33 @@ def encodings_named(kept: DataFrame, found: Mapping[int, tuple[str, str]]) -> Da
     the schema wrapper ``__schema``: worked out once per event, before the event becomes one
     row per image, so that no row carries the whole schema through the decoding's steps.
 
-    Where ``kept`` has ``__known`` (:func:`known_encodings`: the encodings of the event's
+    Where ``kept`` has ``__known`` (:func:`known_schemas`: the encodings of the event's
     schema, worked out ahead), they are taken from it, and ``__schema`` is read only for an
     event without them."""
     from pyspark.sql import functions as F
 
     known = "__known" in kept.columns
+    ahead: list[Column] = []
+    if known:
+        # The known encodings read apart in the same step as the schema's fields: a struct
+        # carried through a step and read once in the next keeps Spark from putting that next
+        # step's code in a method of its own, and the loop's method then outgrows the JIT.
+        ahead = [F.col("__known").isNotNull().alias("__kahead")] + [
+            F.col("__known")[f"{part}{i}"].alias(f"__k{part}{i}")
+            for i in found
+            for part in ("enc", "sc")
+        ]
     fields = kept.select(
-        "*", F.expr(_IMAGE).alias("__mimg"), F.expr("`__schema`.fields").alias("__mtop")
+        "*",
+        F.expr(_IMAGE).alias("__mimg"),
+        F.expr("`__schema`.fields").alias("__mtop"),
+        *ahead,
     )
 
     def named(i: int, part: str, sql: str) -> Column:
         if not known:
             return F.expr(sql)
-        return F.when(F.col("__known").isNotNull(), F.col(f"__known.{part}{i}")).otherwise(
-            F.expr(sql)
-        )
+        return F.when(F.col("__kahead"), F.col(f"__k{part}{i}")).otherwise(F.expr(sql))
 
     return fields.select(
         *[F.col(c) for c in kept.columns if c not in ("__schema", "__known")],
@@ -123,17 +136,17 @@ def encodings_named(kept: DataFrame, found: Mapping[int, tuple[str, str]]) -> Da
     )
 
 
-def known_encodings(
+def known_schemas(
     events: DataFrame, value: Column, found: Mapping[int, tuple[str, str]]
 ) -> Column | None:
-    """Each event's decoded columns' encodings and scales (``found``'s, as a struct of
-    ``enc<i>`` and ``sc<i>``) where its schema is one of those the first
-    :data:`SAMPLE_EVENTS` of ``events`` carry, NULL where it is not; ``None`` where no
-    schema was found (schemas off, a stream, nothing decoded). ``value``: each event's JSON
-    text.
+    """For an event whose schema is one of those the first :data:`SAMPLE_EVENTS` of
+    ``events`` carry, a struct of where its payload starts (``skip``: the 1-based byte
+    position of its ``"payload":`` key) and its decoded columns' encodings and scales
+    (``found``'s, as ``enc<i>`` and ``sc<i>``); NULL for any other event. ``None`` where no
+    schema was found (schemas off, a stream). ``value``: each event's JSON text.
 
-    Runs one small Spark job (the first events' text); the encodings are worked out on the
-    driver. A schema is matched by the text it is written as, exactly: an event whose text
+    Runs one small Spark job (the first events' schema texts, with the encodings each
+    names). A schema is matched by the text it is written as, exactly: an event whose text
     starts with it and the payload's key. The text before an event's first payload key is
     taken as a schema only where it closes as a JSON object holding a ``schema`` object: a
     key so named inside the schema (a parameter) leaves its objects open, so such a text is
@@ -141,32 +154,35 @@ def known_encodings(
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
-    if not found or events.isStreaming:
+    if events.isStreaming:
         return None
-    first = events.select(F.substring_index(value, _PAYLOAD_KEY, 1)).limit(SAMPLE_EVENTS)
-    chosen = _schema_texts([row[0] for row in first.collect()])
-    if not chosen:
-        return None
+    # One small job: the first events' schema texts, each with the encodings it names
+    # (worked out by the same SQL as an event's own; a text that is no schema parses as
+    # nothing and is not taken).
     wrapper = StructType().add("schema", schema_info_type())
-    closed = F.concat(F.col("__stext"), F.lit("}"))
-    schemas = events.sparkSession.createDataFrame([(t,) for t in chosen], "__stext string").select(
-        "__stext", F.from_json(closed, wrapper, {"mode": "FAILFAST"})["schema"].alias("__schema")
+    texts = events.limit(SAMPLE_EVENTS).select(
+        F.substring_index(value, _PAYLOAD_KEY, 1).alias("__stext")
     )
-    entries: list[tuple[str, list[Column]]] = []
-    for row in encodings_named(schemas, found).collect():
-        schema_text = row["__stext"]
-        made = [
-            F.lit(row[f"__{part}{i}"]).cast(kind).alias(f"{part}{i}")
-            for i in found
-            for part, kind in (("enc", "string"), ("sc", "int"))
-        ]
-        entries.append((schema_text, made))
+    closed = F.concat(F.col("__stext"), F.lit("}"))
+    schemas = texts.select(
+        "__stext", F.from_json(closed, wrapper, {"mode": "PERMISSIVE"})["schema"].alias("__schema")
+    )
+    rows = encodings_named(schemas, found).collect()
+    sampled = {row["__stext"]: row for row in rows}
     # A CASE of constant structs, not an array indexed by a CASE: under ANSI mode Spark 4
     # failed an event matching none (its NULL index) as out of bounds (-1).
     found_for: Column | None = None
-    for schema_text, made in entries:
+    for schema_text in _schema_texts([row["__stext"] for row in rows]):
+        skip = len(schema_text.encode("utf-8")) + 2  # past the schema and the comma
+        these = F.struct(
+            F.lit(skip).alias("skip"),
+            *[
+                F.lit(sampled[schema_text][f"__{part}{i}"]).cast(kind).alias(f"{part}{i}")
+                for i in found
+                for part, kind in (("enc", "string"), ("sc", "int"))
+            ],
+        )
         starts = value.startswith(schema_text + _PAYLOAD_KEY)
-        these = F.struct(*made)
         found_for = F.when(starts, these) if found_for is None else found_for.when(starts, these)
     return found_for
 
