@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from ..values.errors import (
     InvalidArgumentError,
@@ -36,7 +36,6 @@ log = get_logger("tabhyper_update")
 FINISH_SUCCESS = 0
 FINISH_FAILED = 1
 FINISH_CANCELLED = 2
-_TEXT_FIELDS = ("id", "mode", "type", "progress", "createdAt", "startedAt", "completedAt")
 
 
 class JobSource(Protocol):
@@ -63,14 +62,6 @@ class JobSource(Protocol):
     def cancel_job(self, job_id: str) -> None: ...
 
 
-def _int_or_none(value: Any) -> int | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"finishCode {value!r} is not a number")
-    return int(value)
-
-
 class Job(BaseModel):
     """A server job as last seen. Unknown server fields are kept (``model_extra``)."""
 
@@ -90,6 +81,31 @@ class Job(BaseModel):
         default=None, alias="updateUploadedFileJob"
     )
     status_notes: Any = Field(default=None, alias="statusNotes")
+
+    @field_validator(
+        "id", "mode", "type", "progress", "created_at", "started_at", "completed_at", mode="before"
+    )
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        """A text field as text (a number the server sent as one, too); not a bool or an
+        object."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise ValueError(f"{value!r} is not text")
+        return str(value)
+
+    @field_validator("finish_code", mode="before")
+    @classmethod
+    def _finish_code(cls, value: Any) -> int | None:
+        """A finish code as a number (text of one too); empty or missing: not finished."""
+        if value is None or value == "":
+            return None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        raise ValueError(f"{value!r} is not a number")
 
     _client: JobSource | None = PrivateAttr(default=None)
     _answered_at: float | None = PrivateAttr(default=None)
@@ -123,22 +139,13 @@ class Job(BaseModel):
         if not data.get("id"):
             raise TransportError("the server answered without a job id")
         try:
-            if "finishCode" in data:
-                data["finishCode"] = _int_or_none(data["finishCode"])
-            for key in _TEXT_FIELDS:
-                value = data.get(key)
-                if value is None:
-                    continue
-                if isinstance(value, bool) or not isinstance(value, (str, int)):
-                    raise ValueError(f"{key} {value!r} is not text")
-                data[key] = str(value)
-            for key in ("updateUploadedFileJob",):
-                if data.get(key) is not None and not isinstance(data[key], dict):
-                    raise ValueError(f"{key} is not an object")
             job = cls.model_validate(data)
-        except (ValueError, ValidationError) as err:
-            first = str(err).splitlines()[0]
-            raise TransportError(f"the server's job answer is malformed: {first}") from None
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise TransportError(
+                f"the server's job answer is malformed: {where}: {first['msg']}"
+            ) from None
         job._client = client
         return job
 

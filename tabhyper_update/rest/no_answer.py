@@ -8,6 +8,8 @@ import http.client
 import ipaddress
 import socket
 import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import requests
@@ -33,7 +35,7 @@ def no_answer(
     cut_off: bool,
 ) -> TransportError:
     """Our error for a request that got no (complete) answer: ``cut_off`` when the whole
-    exchange outlived ``deadline``; else by what ``err`` wraps."""
+    exchange outlived ``deadline``; else by what ``err`` wraps (:data:`_BY_CAUSE`)."""
     where = f"{method} {shown}"
     if cut_off:
         message = f"{where}: no complete answer within {deadline:g} s"
@@ -42,68 +44,106 @@ def no_answer(
         message = f"{where}: no answer within {limit:g} s"
         return RequestTimeoutError(message, method=method, url=shown)
     parts = urlsplit(url)
-    host = parts.hostname or "?"
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    check = "check the server URL (TABLEAU_SERVER_URL, or the server= you passed)"
+    failed = _Failed(method, shown, parts.hostname or "?", port, err)
     causes = causes_of(err)
-    if isinstance(err, (requests.exceptions.SSLError, ssl.SSLError)) or any(
-        isinstance(c, ssl.SSLError) for c in causes
-    ):
-        return _tls_failure(method, shown, f"{host}:{port}", err, check)
-    if any(isinstance(c, socket.gaierror) for c in causes):
-        return UnknownHostError(
-            f"{where}: the host {host!r} does not resolve (unknown host); {check}",
-            method=method,
-            url=shown,
-        )
-    if any(isinstance(c, ConnectionRefusedError) for c in causes):
-        return ConnectionFailedError(
-            f"{where}: connection refused by {host}:{port} (nothing listens there); {check}"
-            " and that the server is running",
-            method=method,
-            url=shown,
-            refused_locally=_is_loopback(host),
-        )
-    if isinstance(err, requests.exceptions.ChunkedEncodingError) or any(
-        isinstance(c, (ConnectionResetError, http.client.RemoteDisconnected)) for c in causes
-    ):
-        # The server was reached: the connection broke before its answer was whole.
-        return ConnectionFailedError(
-            f"{where}: the connection to {host}:{port} broke before the answer was complete "
-            f"({type(err).__name__}); whether the server acted on the request is not known",
-            method=method,
-            url=shown,
-        )
+    for types, made in _BY_CAUSE:
+        if any(isinstance(c, types) for c in causes):
+            return made(failed)
     # requests' own messages repeat the URL with its query; a bare OSError says more.
     detail = type(err).__name__
     if not isinstance(err, requests.RequestException):
         detail += f": {err}"
     return ConnectionFailedError(
-        f"{where}: connection failed ({detail}); {check}", method=method, url=shown
+        f"{where}: connection failed ({detail}); {_CHECK}", method=method, url=shown
     )
 
 
-def _tls_failure(
-    method: str, shown: str, address: str, err: BaseException, check: str
-) -> TlsVerificationError:
-    """A TLS failure: a server that does not speak TLS at ``address``, or a certificate
+_CHECK = "check the server URL (TABLEAU_SERVER_URL, or the server= you passed)"
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A request that got no answer: what its error names."""
+
+    method: str
+    shown: str
+    host: str
+    port: int
+    err: BaseException
+
+    @property
+    def where(self) -> str:
+        return f"{self.method} {self.shown}"
+
+
+def _unknown_host(f: _Failed) -> TransportError:
+    return UnknownHostError(
+        f"{f.where}: the host {f.host!r} does not resolve (unknown host); {_CHECK}",
+        method=f.method,
+        url=f.shown,
+    )
+
+
+def _refused(f: _Failed) -> TransportError:
+    return ConnectionFailedError(
+        f"{f.where}: connection refused by {f.host}:{f.port} (nothing listens there); "
+        f"{_CHECK} and that the server is running",
+        method=f.method,
+        url=f.shown,
+        refused_locally=_is_loopback(f.host),
+    )
+
+
+def _broke(f: _Failed) -> TransportError:
+    # The server was reached: the connection broke before its answer was whole.
+    return ConnectionFailedError(
+        f"{f.where}: the connection to {f.host}:{f.port} broke before the answer was complete "
+        f"({type(f.err).__name__}); whether the server acted on the request is not known",
+        method=f.method,
+        url=f.shown,
+    )
+
+
+def _tls_failure(f: _Failed) -> TransportError:
+    """A TLS failure: a server that does not speak TLS where ``f`` went, or a certificate
     refused (with what to set for a private certificate authority)."""
-    where = f"{method} {shown}"
-    if "WRONG_VERSION_NUMBER" in str(err) or "wrong version number" in str(err):
+    said = str(f.err)
+    if "WRONG_VERSION_NUMBER" in said or "wrong version number" in said:
         return TlsVerificationError(
-            f"{where}: the server at {address} does not speak TLS (https) there: "
-            "use an http:// URL for it, or the port it serves https on; " + check,
-            method=method,
-            url=shown,
+            f"{f.where}: the server at {f.host}:{f.port} does not speak TLS (https) there: "
+            "use an http:// URL for it, or the port it serves https on; " + _CHECK,
+            method=f.method,
+            url=f.shown,
         )
     return TlsVerificationError(
-        f"{where}: TLS verification failed ({tls_reason(err)}); if the server uses a private "
-        "certificate authority, set TABLEAU_VERIFY_TLS to its CA bundle's path (or "
+        f"{f.where}: TLS verification failed ({tls_reason(f.err)}); if the server uses a "
+        "private certificate authority, set TABLEAU_VERIFY_TLS to its CA bundle's path (or "
         "pass verify='/path/to/ca-bundle.pem'); only for a test server, "
         "TABLEAU_VERIFY_TLS=false",
-        method=method,
-        url=shown,
+        method=f.method,
+        url=f.shown,
     )
+
+
+#: What a request that got no answer failed on, by the first rule one of its causes'
+#: types meets, in order: TLS, a host that does not resolve, a refused connection, a
+#: connection broken before the answer was whole.
+_BY_CAUSE: tuple[
+    tuple[tuple[type[BaseException], ...], Callable[[_Failed], TransportError]], ...
+] = (
+    ((requests.exceptions.SSLError, ssl.SSLError), _tls_failure),
+    ((socket.gaierror,), _unknown_host),
+    ((ConnectionRefusedError,), _refused),
+    (
+        (
+            requests.exceptions.ChunkedEncodingError,
+            ConnectionResetError,
+            http.client.RemoteDisconnected,
+        ),
+        _broke,
+    ),
+)
 
 
 def _is_loopback(host: str) -> bool:

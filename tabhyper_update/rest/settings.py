@@ -77,40 +77,59 @@ def client_settings(env: Mapping[str, str] | None, overrides: dict[str, Any]) ->
     return {"server": server, "site": site, "auth": auth, **settings}
 
 
-def credentials_from_env(e: Mapping[str, str]) -> Credentials:
-    """The one set of credentials the environment holds, or an error naming what is missing."""
-    user = e.get("TABLEAU_IMPERSONATE_USER_ID") or None
-    if e.get("TABLEAU_PAT_NAME") or e.get("TABLEAU_PAT_SECRET"):
-        if not (e.get("TABLEAU_PAT_NAME") and e.get("TABLEAU_PAT_SECRET")):
-            raise ConfigurationError("set both TABLEAU_PAT_NAME and TABLEAU_PAT_SECRET")
-        return PersonalAccessToken(
-            e["TABLEAU_PAT_NAME"], e["TABLEAU_PAT_SECRET"], impersonate_user_id=user
-        )
-    if e.get("TABLEAU_USERNAME") or e.get("TABLEAU_PASSWORD"):
-        if not (e.get("TABLEAU_USERNAME") and e.get("TABLEAU_PASSWORD")):
-            raise ConfigurationError("set both TABLEAU_USERNAME and TABLEAU_PASSWORD")
-        return UsernamePassword(
-            e["TABLEAU_USERNAME"], e["TABLEAU_PASSWORD"], impersonate_user_id=user
-        )
-    if e.get("TABLEAU_JWT"):
-        return ConnectedAppJWT(jwt=e["TABLEAU_JWT"], impersonate_user_id=user)
-    if e.get("TABLEAU_JWT_CLIENT_ID"):
-        names = (
+#: The credentials the environment can hold, in the order they are looked for: the
+#: variables that say a kind is meant (any one set), those it needs (all set), what to say
+#: when some are missing, and how it is made from their values and the user to impersonate.
+_FROM_ENV: tuple[tuple[tuple[str, ...], tuple[str, ...], str, Callable[..., Credentials]], ...] = (
+    (
+        ("TABLEAU_PAT_NAME", "TABLEAU_PAT_SECRET"),
+        ("TABLEAU_PAT_NAME", "TABLEAU_PAT_SECRET"),
+        "set both TABLEAU_PAT_NAME and TABLEAU_PAT_SECRET",
+        lambda name, secret, user: PersonalAccessToken(name, secret, impersonate_user_id=user),
+    ),
+    (
+        ("TABLEAU_USERNAME", "TABLEAU_PASSWORD"),
+        ("TABLEAU_USERNAME", "TABLEAU_PASSWORD"),
+        "set both TABLEAU_USERNAME and TABLEAU_PASSWORD",
+        lambda name, password, user: UsernamePassword(name, password, impersonate_user_id=user),
+    ),
+    (
+        ("TABLEAU_JWT",),
+        ("TABLEAU_JWT",),
+        "set TABLEAU_JWT",
+        lambda jwt, user: ConnectedAppJWT(jwt=jwt, impersonate_user_id=user),
+    ),
+    (
+        ("TABLEAU_JWT_CLIENT_ID",),
+        (
             "TABLEAU_JWT_CLIENT_ID",
             "TABLEAU_JWT_SECRET_ID",
             "TABLEAU_JWT_SECRET_VALUE",
             "TABLEAU_JWT_USERNAME",
-        )
-        missing = [n for n in names if not e.get(n)]
-        if missing:
-            raise ConfigurationError(f"set {', '.join(missing)} for a connected app")
-        return ConnectedAppJWT(
-            client_id=e["TABLEAU_JWT_CLIENT_ID"],
-            secret_id=e["TABLEAU_JWT_SECRET_ID"],
-            secret_value=e["TABLEAU_JWT_SECRET_VALUE"],
-            username=e["TABLEAU_JWT_USERNAME"],
+        ),
+        "set {missing} for a connected app",
+        lambda client_id, secret_id, secret_value, username, user: ConnectedAppJWT(
+            client_id=client_id,
+            secret_id=secret_id,
+            secret_value=secret_value,
+            username=username,
             impersonate_user_id=user,
-        )
+        ),
+    ),
+)
+
+
+def credentials_from_env(e: Mapping[str, str]) -> Credentials:
+    """The one set of credentials the environment holds (:data:`_FROM_ENV`), or an error
+    naming what is missing."""
+    user = e.get("TABLEAU_IMPERSONATE_USER_ID") or None
+    for meant, needed, say, made in _FROM_ENV:
+        if not any(e.get(name) for name in meant):
+            continue
+        missing = [name for name in needed if not e.get(name)]
+        if missing:
+            raise ConfigurationError(say.format(missing=", ".join(missing)))
+        return made(*(e[name] for name in needed), user)
     raise ConfigurationError(
         "no Tableau credentials in the environment: set TABLEAU_PAT_NAME and "
         "TABLEAU_PAT_SECRET (or TABLEAU_USERNAME/TABLEAU_PASSWORD, or the "

@@ -628,7 +628,7 @@ def _first_cause(text: str) -> str:
         for line in lines
         if not line.startswith(("An error occurred while calling", "at ", "Traceback"))
     ]
-    first = named[0] if named else plain[0] if plain else lines[0] if lines else ""
+    first = next(iter([*named, *plain, *lines]), "")
     deepest = [line for line in lines if line.startswith("Caused by: ")]
     if _wraps(first) and deepest:
         return _JAVA_CLASS.sub("", deepest[-1].removeprefix("Caused by: "))
