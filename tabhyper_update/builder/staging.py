@@ -292,21 +292,23 @@ def staging_for(
             counted = None if rows else counted_rows(df)
         if counted is not None:
             mode, small = "driver", True
+    placement = Placement(mode, small, rows)
+    log.debug("table %r: %s", table, _placement_said(placement, size, counted, change_set))
+    return placement
+
+
+def _placement_said(
+    placement: Placement, size: int | None, counted: int | None, change_set: bool
+) -> str:
+    """What the debug log says of a table's placement and why."""
     estimate = "no size" if size is None else f"{size:,} bytes"
     if counted is not None:
         estimate += f"; its sources' rows make at most {counted:,}"
-    log.debug(
-        "table %r: Spark estimates %s; staged %s%s",
-        table,
-        estimate,
-        f"through the driver if at most {rows:,} rows, else in the shared folder"
-        if rows
-        else "through the driver"
-        if mode == "driver"
-        else "in the shared folder",
-        ", ranked in one partition" if small and change_set else "",
-    )
-    return Placement(mode, small, rows)
+    where = "through the driver" if placement.mode == "driver" else "in the shared folder"
+    if placement.probe:
+        where = f"through the driver if at most {placement.probe:,} rows, else in the shared folder"
+    ranked = ", ranked in one partition" if placement.small and change_set else ""
+    return f"Spark estimates {estimate}; staged {where}{ranked}"
 
 
 def probe_rows(df: DataFrame) -> int:

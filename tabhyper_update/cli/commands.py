@@ -280,20 +280,14 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     except PayloadAppliedError as err:
         return _applied_before(args, err)
     actions = _apply_actions(args)
-    if payload is None:
-        if actions is None:
-            raise UsageError("give --payload, --actions or both")
-        if actions.reads_source:
-            raise UsageError("these actions read payload tables: give --payload")
-        payload = Payload([])
-    if not args.datasource and not os.environ.get("TABLEAU_DATASOURCE"):
-        raise UsageError("give --datasource NAME (or set TABLEAU_DATASOURCE)")
+    payload = _payload_sent(payload, actions)
+    datasource = _datasource(args)
     if args.dry_run:
-        return _dry_run(args, payload, actions)
+        return _dry_run(args, datasource, payload, actions)
     with _client(args) as client:
         # The verb checks the actions and the target before the first request.
         result = client.update_datasource(
-            args.datasource or os.environ["TABLEAU_DATASOURCE"],
+            datasource,
             payload,
             actions=actions,
             target_table=args.target_table,
@@ -312,7 +306,29 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _dry_run(args: argparse.Namespace, payload: Payload, actions: ActionBatch | None) -> int:
+def _payload_sent(payload: Payload | None, actions: ActionBatch | None) -> Payload:
+    """The payload ``apply`` sends: the one given, else none (an empty one) for actions that
+    read no payload table."""
+    if payload is not None:
+        return payload
+    if actions is None:
+        raise UsageError("give --payload, --actions or both")
+    if actions.reads_source:
+        raise UsageError("these actions read payload tables: give --payload")
+    return Payload([])
+
+
+def _datasource(args: argparse.Namespace) -> str:
+    """The data source ``--datasource`` (else ``TABLEAU_DATASOURCE``) names."""
+    name = args.datasource or os.environ.get("TABLEAU_DATASOURCE")
+    if not name:
+        raise UsageError("give --datasource NAME (or set TABLEAU_DATASOURCE)")
+    return str(name)
+
+
+def _dry_run(
+    args: argparse.Namespace, datasource: str, payload: Payload, actions: ActionBatch | None
+) -> int:
     """``apply --dry-run``: everything ``apply`` checks, nothing sent that changes data."""
     from ..update.chain import bind_payload
     from ..update.options import BindSettings
@@ -320,7 +336,7 @@ def _dry_run(args: argparse.Namespace, payload: Payload, actions: ActionBatch | 
     with _client(args) as client:
         bound = bind_payload(
             payload,
-            args.datasource or os.environ["TABLEAU_DATASOURCE"],
+            datasource,
             client,
             BindSettings(progress=False, state_dir=args.state_dir),
             upload_first=False,

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -210,33 +210,33 @@ def _fields(manifest: Path, doc: Any) -> dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("parts"), list):
         raise PayloadError(f"{str(manifest)!r} is not a payload manifest: no 'parts' list")
     parts = [_read_part(manifest, doc, item) for item in doc["parts"]]
-    change_set = ChangeSet.from_dict(doc["change_set"]) if doc.get("change_set") else None
-    change_sets = (
-        {str(name): ChangeSet.from_dict(cs) for name, cs in doc["change_sets"].items()}
-        if doc.get("change_sets")
-        else None
-    )
     return {
         "parts": parts,
         "schema": str(doc["schema"]),
-        "change_set": change_set,
-        "change_sets": change_sets,
-        "positions": {
-            str(t): dict(cols)
-            for t, cols in (doc.get("positions") or {}).items()
-            if isinstance(cols, dict)
-        },
-        "committed_at": _committed_at(doc.get("committed_at")),
-        "quarantined": (
-            QuarantineReport.from_dict(doc["quarantined"]) if doc.get("quarantined") else None
+        "change_set": _given(doc.get("change_set"), ChangeSet.from_dict),
+        "change_sets": _given(
+            doc.get("change_sets"),
+            lambda sets: {str(name): ChangeSet.from_dict(cs) for name, cs in sets.items()},
         ),
-        "checked_types": {
-            str(t): {str(c): str(v) for c, v in cols.items()}
-            for t, cols in (doc.get("checked_types") or {}).items()
-            if isinstance(cols, dict)
-        },
+        "positions": _per_table(doc.get("positions"), dict),
+        "committed_at": _committed_at(doc.get("committed_at")),
+        "quarantined": _given(doc.get("quarantined"), QuarantineReport.from_dict),
+        "checked_types": _per_table(
+            doc.get("checked_types"), lambda cols: {str(c): str(v) for c, v in cols.items()}
+        ),
         "_manifest": manifest,
     }
+
+
+def _given(value: Any, read: Callable[[Any], Any]) -> Any:
+    """An optional entry of a manifest, read; ``None`` where it is missing or empty."""
+    return read(value) if value else None
+
+
+def _per_table(value: Any, read: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+    """A manifest's entry of one object per table, each read (anything but an object is
+    left out; a missing entry: none)."""
+    return {str(t): read(cols) for t, cols in (value or {}).items() if isinstance(cols, dict)}
 
 
 def _committed_at(value: Any) -> float | None:

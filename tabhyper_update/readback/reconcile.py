@@ -260,22 +260,10 @@ class _Reconciler:
             return
         lows: list[Any] = [v["lo0"] for v in (top_mine, top_theirs) if v and v["lo0"] is not None]
         highs: list[Any] = [v["hi0"] for v in (top_mine, top_theirs) if v and v["hi0"] is not None]
-        key_type = self.fields[self.key[0]].data_type
-        if len(self.key) > 1 or key_type not in INTEGER_UNITS:
-            types = {f.name: f.dataType.simpleString() for f in self.source.schema.fields}
-            self.buckets = RangeBuckets(self.key, self.fields, self.fan_out, types)
         if not lows:  # both sides empty of keys: the difference is in NULL keys
             report.unresolved.append("the sides differ only in rows whose key is NULL")
             return
-        if self.buckets is None:
-            self.buckets = IntegerBuckets(
-                self.key[0],
-                self.fields[self.key[0]].caption,
-                min(lows),
-                max(highs),
-                self.fan_out,
-                INTEGER_UNITS[key_type],
-            )
+        self.buckets = self._buckets(lows, highs)
         # Every level reads the source again: keep it rather than recompute it.
         cached = not self.source.is_cached
         if cached:
@@ -287,6 +275,19 @@ class _Reconciler:
                 region.unpersist()
             if cached:
                 self.source.unpersist()
+
+    def _buckets(self, lows: list[Any], highs: list[Any]) -> IntegerBuckets | RangeBuckets:
+        """How the key's range (from the least of ``lows`` to the greatest of ``highs``) is
+        cut: in equal spans of a single whole-number key, else in ranges of the key's values
+        as Spark orders them."""
+        key_type = self.fields[self.key[0]].data_type
+        if len(self.key) > 1 or key_type not in INTEGER_UNITS:
+            types = {f.name: f.dataType.simpleString() for f in self.source.schema.fields}
+            return RangeBuckets(self.key, self.fields, self.fan_out, types)
+        caption = self.fields[self.key[0]].caption
+        return IntegerBuckets(
+            self.key[0], caption, min(lows), max(highs), self.fan_out, INTEGER_UNITS[key_type]
+        )
 
     def _narrow(self, report: DriftReport) -> None:
         """Cut the differing ranges level by level; compare small ones row by row."""

@@ -421,8 +421,9 @@ class Debezium:
         decoding = any(needs_decoding(f.dataType) for f in row.fields)
         wrapped = lean
         if decoding:
-            wrapped = _struct_of([(f.name, f.dataType) for f in lean.fields])
-            wrapped = wrapped.add("schema", schema_info_type())
+            wrapped = _struct_of([(f.name, f.dataType) for f in lean.fields]).add(
+                "schema", schema_info_type()
+            )
         found = self._decoded(row, actual, True)[1] if decoding else {}
         known = known_schemas(events, text, found)
         # Each step a column of its own: the envelope reads the body many times, and
@@ -438,10 +439,8 @@ class Debezium:
             # schema cut off by its length in bytes, not read), any other one whole.
             events = events.select("*", known.alias("__known"))
             ahead = F.col("__known").isNotNull()
-            raw = F.col("value")
-            if not isinstance(events.schema["value"].dataType, BinaryType):
-                raw = raw.cast("binary")
-            rest = raw.substr(F.col("__known.skip"), F.lit(_WHOLE))
+            # Bytes, not characters: a position in text is found by walking the text.
+            rest = F.col("value").cast("binary").substr(F.col("__known.skip"), F.lit(_WHOLE))
             payload = F.concat(F.lit("{"), rest.cast("string"))
             events = events.select(
                 "*",

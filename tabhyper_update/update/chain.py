@@ -168,16 +168,7 @@ class BoundPayload:
                 if getattr(a, "target_table", None) and a.target_table not in named
             }
         )
-        parts = [
-            PlannedPart(
-                n,
-                None if unit.part is None else unit.part.path.name,
-                0 if unit.part is None else unit.part.size_bytes,
-                {} if unit.part is None else {t: i.row_count for t, i in unit.part.tables.items()},
-                unit.batch,
-            )
-            for n, unit in enumerate(units, 1)
-        ]
+        parts = [PlannedPart.of(n, unit.part, unit.batch) for n, unit in enumerate(units, 1)]
         return UpdatePlan(
             target.label,
             target.id,

@@ -276,23 +276,28 @@ def open_record(
     fresh.quarantined = None if report is None else report.as_dict()
     state.sweep_if_due()
     record = state.load(fresh.key)
-    if record is None:
-        state.save(fresh)
-        return fresh
-    if planned(record) == plan:
-        seen = (target.name, position, fresh.quarantined)
-        if (record.datasource_name, record.position, record.quarantined) != seen:
-            record.datasource_name, record.position, record.quarantined = seen
-            state.save(record)
-        if record.finished and record.kind == "run":
-            log.info("%s finished before its record was removed: nothing to resend", label)
-        elif record.started:
-            log.info("%s was interrupted: resuming it", label)
-        return record
-    if not record.started:
+    if record is not None and planned(record) == plan:
+        return _resumed(state, record, fresh, label)
+    if record is None or not record.started:
         state.save(fresh)
         return fresh
     return _planned_otherwise(state, record, label, len(plan))
+
+
+def _resumed(
+    state: StateStore, record: UpdateRecord, fresh: UpdateRecord, label: str
+) -> UpdateRecord:
+    """The record an earlier run of the same plan left, with what ``status`` shows of it
+    (name, position, quarantine) taken from this run's ``fresh`` one where they differ."""
+    seen = (fresh.datasource_name, fresh.position, fresh.quarantined)
+    if (record.datasource_name, record.position, record.quarantined) != seen:
+        record.datasource_name, record.position, record.quarantined = seen
+        state.save(record)
+    if record.finished and record.kind == "run":
+        log.info("%s finished before its record was removed: nothing to resend", label)
+    elif record.started:
+        log.info("%s was interrupted: resuming it", label)
+    return record
 
 
 def _label(kind: RecordKind, request_id: str | None, digest: str) -> str:

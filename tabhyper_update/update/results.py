@@ -17,6 +17,7 @@ from ..readback.drift import DriftReport
 from ..rest.jobs import Job
 from ..values.actions import ActionBatch, bookkeeping_role
 from ..values.errors import InvalidArgumentError
+from ..values.parts import PayloadPart
 from ..values.quarantine import QuarantineReport
 from ..values.redaction import get_logger
 from ..values.wording import counted
@@ -80,6 +81,15 @@ class PlannedPart:
     size_bytes: int
     rows: dict[str, int]
     actions: ActionBatch
+
+    @classmethod
+    def of(cls, number: int, part: PayloadPart | None, actions: ActionBatch) -> PlannedPart:
+        """Part ``number`` of a plan: payload ``part``'s file (none: actions only) with
+        ``actions``."""
+        if part is None:
+            return cls(number, None, 0, {}, actions)
+        rows = {table: info.row_count for table, info in part.tables.items()}
+        return cls(number, part.path.name, part.size_bytes, rows, actions)
 
     def as_dict(self) -> dict[str, Any]:
         return {

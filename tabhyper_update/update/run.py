@@ -103,15 +103,8 @@ class UpdateRun:
                     self.sent.append(self.part_run(state, part, batch))
                     index += 1
                     continue
-                cap = self.client.update_cap_bytes
-                if (
-                    part is not None
-                    and cap is not None
-                    and part.size_bytes > cap
-                    and keys
-                    and splittable(part, state.digest, cap)
-                ):
-                    k = parts_needed(part.size_bytes, cap)
+                # Split ahead only a change set's part (its keys say how).
+                if keys and (k := self._parts_ahead(part, state.digest)):
                     self.splitter.split(record, units, index, keys, k)
                     continue
                 one = self.part_run(state, part, batch)
@@ -138,6 +131,14 @@ class UpdateRun:
         finally:
             self.uploader.stop()
         return [one.update for one in self.sent]
+
+    def _parts_ahead(self, part: PayloadPart | None, digest: str) -> int:
+        """How many parts ``part`` is split into before it is sent: 0 unless the server's
+        cap is known, the part is over it, and its rows can be split."""
+        cap = self.client.update_cap_bytes
+        if part is None or cap is None or part.size_bytes <= cap:
+            return 0
+        return parts_needed(part.size_bytes, cap) if splittable(part, digest, cap) else 0
 
     def part_run(self, state: PartState, part: PayloadPart | None, batch: ActionBatch) -> PartRun:
         """One part to send, with the result's entry for it (one applied before: marked
