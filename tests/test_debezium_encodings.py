@@ -850,7 +850,9 @@ def test_events_with_nothing_to_decode_are_read_from_their_payload_on(
     from tabhyper_update.streaming import debezium_schemas
 
     columns = [Column("id", "int64"), Column("nom", "string"), Column("prix", "double")]
-    rows = [{"id": i, "nom": f"crème brûlée n°{i} — ☕", "prix": 2.5 * i} for i in range(5)]
+    rows: list[dict[str, Any]] = [
+        {"id": i, "nom": f"crème brûlée n°{i} — ☕", "prix": 2.5 * i} for i in range(5)
+    ]
     lines = [_laid_out(event(columns, "c", None, row, 30 + row["id"]), "non-ascii") for row in rows]
     events = spark.createDataFrame([(line,) for line in lines], "value string")
     assert debezium_schemas.known_schemas(events, events["value"], {}) is not None
