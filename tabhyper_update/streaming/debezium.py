@@ -157,7 +157,8 @@ class _Read(NamedTuple):
     actual: Mapping[str, DataType]
     meta: Column | None = None
     key_json: Column | None = None
-    #: Whether the events carry ``__known``: their schema's encodings, worked out ahead.
+    #: Whether the rows take their encodings from ``__known`` (their schema's, worked out
+    #: ahead): a column is decoded and the events' schemas were found ahead.
     known: bool = False
 
 
