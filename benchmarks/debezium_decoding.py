@@ -1,6 +1,6 @@
 """Benchmark: what decoding Debezium's encodings costs a build.
 
-    python benchmarks/debezium_decoding.py                 # 1M events, 3 rounds
+    python benchmarks/debezium_decoding.py                 # 1M events, 5 rounds
     python benchmarks/debezium_decoding.py --events 200000 --rounds 5
     python benchmarks/debezium_decoding.py --schemas off    # one form of the events only
     python benchmarks/debezium_decoding.py --spark-defaults  # a JVM as Spark starts it
@@ -16,10 +16,13 @@ with default settings writes a ``NUMERIC(10, 2)``, a ``DATE`` and a ``TIMESTAMP(
 a text and a number, declared ``DOUBLE``, ``STRING`` and ``BIGINT`` (nothing to decode). The
 events are written once as Parquet files of a ``value`` column (as a Kafka source gives
 them), then each form's ``build_payload(Debezium(...).changes(events), ...)`` is timed in the
-same Spark session (``local[2]``), alternating, after a warm-up of each; the median of each
-and the ratio encoded / plain are printed, and the decoded values are checked against the
-plain ones. Beside the wall time, each build's CPU seconds (the JVM, ``hyperd`` and this
-process: steadier than wall time on a busy machine) and their ratio. The session's JVM
+same Spark session (``local[2]``), alternating, after two warm-ups of each; the median of
+each and the ratio of the medians encoded / plain are printed, and the decoded values are
+checked against the plain ones. Beside them, the median of each round's own ratio (its
+encoded build over the plain build run right after it: a machine that slows down for a
+while slows both), with the lowest and highest, which say how far one round can be trusted.
+Beside the wall time, each build's CPU seconds (the JVM, ``hyperd`` and this process:
+steadier than wall time on a busy machine) and their ratios. The session's JVM
 compiles methods of any size, as the sessions the SDK starts do; ``--spark-defaults`` starts
 it as Spark does (a build then runs the decoding's stage operator by operator).
 """
@@ -215,10 +218,21 @@ def build(
     return took, cpu, sample
 
 
+def paired(what: str, taken: dict[str, list[float]]) -> str:
+    """The median, lowest and highest of each round's ratio encoded / plain."""
+    ratios = [e / p for e, p in zip(taken["encoded"], taken["plain"], strict=True) if p]
+    if not ratios:
+        return f"{what}: no round to pair"
+    return (
+        f"encoded / plain, {what}, round by round: median {statistics.median(ratios):.2f}x "
+        f"({min(ratios):.2f}-{max(ratios):.2f}x over {len(ratios)} rounds)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--schemas", choices=["off", "on", "both"], default="both")
     parser.add_argument(
         "--spark-defaults",
@@ -242,7 +256,9 @@ def main() -> None:
                 for form in ("encoded", "plain"):
                     folders[form] = work / f"{form}-{wrapped}"
                     events(spark, form, args.events, wrapped).write.parquet(str(folders[form]))
-                    build(spark, folders[form], form, work, clock)  # warm-up
+                for _ in range(2):  # warm-ups: the first builds compile most of the code
+                    for form in ("encoded", "plain"):
+                        build(spark, folders[form], form, work, clock)
                 seconds: dict[str, list[float]] = {"encoded": [], "plain": []}
                 cpu: dict[str, list[float]] = {"encoded": [], "plain": []}
                 samples: dict[str, list[Any]] = {}
@@ -262,9 +278,11 @@ def main() -> None:
                         f"CPU {cpu_median[form]:.2f} s"
                     )
                 print(f"  encoded / plain: {median['encoded'] / median['plain']:.2f}x")
+                print(f"  {paired('wall seconds', seconds)}")
                 if cpu_median["plain"]:
                     ratio = cpu_median["encoded"] / cpu_median["plain"]
                     print(f"  encoded / plain, CPU seconds: {ratio:.2f}x")
+                    print(f"  {paired('CPU seconds', cpu)}")
                 for enc, plain in zip(samples["encoded"], samples["plain"], strict=True):
                     same_amount = abs(float(enc[2]) - plain[2]) < 0.005
                     same_day = str(enc[3]) == plain[3]
