@@ -541,6 +541,33 @@ def test_a_value_that_cannot_be_decoded_names_table_column_type_and_value(
     assert "MALFORMED" not in said
 
 
+def test_a_day_count_sent_as_text_is_read_as_spark_casts_it_and_a_fraction_is_refused(
+    spark: SparkSession,
+) -> None:
+    columns = connector_columns()
+    columns[2] = Column("day", "string", encode=str)
+    lines = [event(columns, "c", None, values(i), 10 + i, schemas=False) for i in range(3)]
+    texts = [" 19844", "+19844 ", "19844"]
+    edited = []
+    for line, text in zip(lines, texts, strict=True):
+        parsed = json.loads(line)
+        parsed["after"]["day"] = text
+        edited.append(json.dumps(parsed))
+    target = Debezium(CONNECTOR_ROW, key="id", time_precision="microseconds")
+    events = spark.createDataFrame([(line,) for line in edited], "value string")
+    with build_payload(target.changes(events), target.change_set) as payload:
+        got = sorted(read_table(payload.parts[0].path, "upserts"))
+    assert [str(row[2]) for row in got] == ["2024-05-01"] * 3
+    parsed = json.loads(lines[0])
+    parsed["after"]["day"] = "19844.5"
+    events = spark.createDataFrame([(json.dumps(parsed),)], "value string")
+    with pytest.raises(PayloadError) as caught:
+        build_payload(target.changes(events), target.change_set)
+    said = str(caught.value)
+    assert "column day" in said, said
+    assert "19844.5" in said, said
+
+
 LIMIT = "spark.sql.codegen.hugeMethodLimit"
 HUGE = "-XX:-DontCompileHugeMethods"
 
