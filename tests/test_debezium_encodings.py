@@ -887,3 +887,108 @@ def test_events_with_nothing_to_decode_are_read_from_their_payload_on(
     with build_payload(debezium.changes(events), debezium.change_set) as payload:
         got = sorted(read_table(payload.parts[0].path, "upserts"))
     assert got == [(r["id"], r["nom"], r["prix"]) for r in rows]
+
+
+#: A wide table's text columns (what most tables have many of), two of them times of day.
+TEXT_COLUMNS = [f"note{k}" for k in range(10)]
+WIDE_ROW = (
+    "id BIGINT, amount DECIMAL(10, 2), "
+    + ", ".join(f"{name} STRING" for name in TEXT_COLUMNS)
+    + ", opens STRING, closes STRING"
+)
+
+
+def wide_columns(opens: str) -> list[Column]:
+    """A PostgreSQL table with a ``NUMERIC(10, 2)``, ten text columns, a ``TIME(6)``
+    (``MicroTime``, or ``NanoTime`` under ``time.precision.mode=nanoseconds``: ``opens``)
+    and a ``TIME(0)`` (``Time``, milliseconds), as "Data type mappings" of the PostgreSQL
+    connector shows them."""
+    semantic = {"micros": "MicroTime", "nanos": "NanoTime"}[opens]
+    return [
+        Column("id", "int64"),
+        Column(
+            "amount",
+            "bytes",
+            f"{CONNECT}.Decimal",
+            {"scale": "2", "connect.decimal.precision": "10"},
+            lambda v: decimal_bytes(v, 2),
+        ),
+        *[Column(name, "string") for name in TEXT_COLUMNS],
+        Column("opens", "int64", f"{DBZ}.time.{semantic}", encode=lambda v: of_day(v, opens)),
+        Column("closes", "int32", f"{DBZ}.time.Time", encode=lambda v: of_day(v, "millis")),
+    ]
+
+
+def wide_values(i: int) -> dict[str, Any]:
+    # Text that reads as a number stays text: only a column whose encoding is a time is read.
+    notes = {
+        name: [f"{k}:{i}", "123456", "", None][(i + k) % 4] for k, name in enumerate(TEXT_COLUMNS)
+    }
+    return {
+        "id": i,
+        "amount": AMOUNTS[i % 4],
+        **notes,
+        "opens": TIMES[i % 4],
+        "closes": TIMES[(i + 1) % 4].replace(microsecond=0),
+    }
+
+
+@pytest.mark.parametrize("layout", ["ahead", "parsed", "changed-past-the-sample", "schemas-off"])
+def test_times_of_day_among_a_wide_tables_text_columns_land_as_text(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    """Ten text columns and two times of day: each time lands as ``HH:MM:SS.ffffff`` and
+    every other text as sent (a text that reads as a number too), whether the events'
+    schema was worked out ahead (``ahead``), parsed with each event (``parsed``: laid out
+    otherwise than the converter writes it), changed past the events looked at (``opens``
+    from micro- to nanoseconds), or absent (``units=`` names the times)."""
+    from tabhyper_update.streaming import debezium_schemas
+
+    if layout == "changed-past-the-sample":
+        monkeypatch.setattr(debezium_schemas, "SAMPLE_EVENTS", 2)
+    lines = []
+    for i in range(6):
+        opens = "nanos" if layout == "changed-past-the-sample" and i >= 3 else "micros"
+        line = event(
+            wide_columns(opens), "c", None, wide_values(i), 10 + i, schemas=layout != "schemas-off"
+        )
+        lines.append(json.dumps(json.loads(line)) if layout == "parsed" else line)
+    settings: dict[str, Any] = (
+        {"units": {"opens": "micros", "closes": "millis"}} if layout == "schemas-off" else {}
+    )
+    debezium = Debezium(WIDE_ROW, key="id", **settings)
+    events = spark.createDataFrame([(line,) for line in lines], "value string")
+    with build_payload(debezium.changes(events), debezium.change_set) as payload:
+        got = sorted(read_table(payload.parts[0].path, "upserts", order_by="1"))
+    want = []
+    for i in range(6):
+        v = wide_values(i)
+        want.append(
+            (
+                i,
+                v["amount"],
+                *[v[name] for name in TEXT_COLUMNS],
+                v["opens"].strftime("%H:%M:%S.%f"),
+                v["closes"].strftime("%H:%M:%S.%f"),
+            )
+        )
+    assert got == want
+
+
+def test_a_time_of_day_that_is_no_whole_number_fails_naming_the_column(
+    spark: SparkSession,
+) -> None:
+    """A value its schema calls a ``MicroTime`` that is no whole number fails the build,
+    naming the table, the column, its encoding and the value (never lands as text made of
+    nothing)."""
+    columns = wide_columns("micros")
+    bad = json.loads(event(columns, "c", None, wide_values(1), 2))
+    bad["payload"]["after"]["opens"] = "soon"
+    lines = [event(columns, "c", None, wide_values(0), 1), json.dumps(bad, separators=(",", ":"))]
+    events = spark.createDataFrame([(line,) for line in lines], "value string")
+    target = Debezium(WIDE_ROW, key="id")
+    with pytest.raises(PayloadError) as caught:
+        build_payload(target.changes(events), target.change_set)
+    said = str(caught.value)
+    for words in ("table orders", "column opens", "time-micros", "soon"):
+        assert words in said, said

@@ -39,6 +39,7 @@ from ..values.errors import ArgumentTypeError, InvalidArgumentError, PayloadErro
 from ..values.positions import OrderAs
 from ..values.spark_sql import sql_name, sql_text
 from .debezium_schemas import (
+    clock_sql,
     encodings_named,
     known_schemas,
     schema_encoding,
@@ -49,6 +50,7 @@ from .debezium_values import (
     DecimalHandling,
     Encodings,
     Step,
+    TextColumns,
     TimePrecision,
     TimeUnit,
     decoding_steps,
@@ -160,6 +162,19 @@ class _Read(NamedTuple):
     #: Whether the rows take their encodings from ``__known`` (their schema's, worked out
     #: ahead): a column is decoded and the events' schemas were found ahead.
     known: bool = False
+
+
+class _Plan(NamedTuple):
+    """How a row's columns are made from the values as they arrive: each column's steps
+    (``None``: as it is), where the events may carry the schema wrapper the SQL of each
+    decoded column's encoding and scale by the event's schema (by column index), and the
+    SQL of the text columns' encodings (``clock``: :func:`~.debezium_schemas.clock_sql` or
+    a constant; ``None`` where no text column can hold a time of day)."""
+
+    steps: list[list[Step] | None]
+    found: dict[int, tuple[str, str]]
+    text: TextColumns | None
+    clock: str | None
 
 
 class Debezium:
@@ -425,8 +440,9 @@ class Debezium:
             wrapped = _struct_of([(f.name, f.dataType) for f in lean.fields]).add(
                 "schema", schema_info_type()
             )
-        found = self._decoded(row, actual, True)[1] if decoding else {}
-        known = known_schemas(events, text, found)
+        plan = self._decoded(row, actual, True) if decoding else None
+        found = plan.found if plan is not None else {}
+        known = known_schemas(events, text, found, plan.clock if plan is not None else None)
         # Each step a column of its own: the envelope reads the body many times, and
         # an expression read many times would be parsed (and analysed) as often.
         parsed = F.col("__parsed")
@@ -659,7 +675,8 @@ class Debezium:
         from pyspark.sql import functions as F
 
         meta = read.meta
-        plans, found = self._decoded(row, read.actual, meta is not None)
+        plan = self._decoded(row, read.actual, meta is not None)
+        found = plan.found
         kept = events.select(
             read.env.alias("e"),
             *([meta.alias("__schema")] if meta is not None else []),
@@ -668,7 +685,7 @@ class Debezium:
             *[c.alias(f"p{i}") for i, c in enumerate(extra.values())],
         )
         if meta is not None:
-            kept = encodings_named(kept, found)
+            kept = encodings_named(kept, found, plan.clock)
         op = F.coalesce(F.col("e.op"), F.lit(MISSING_OP))
         table = _table_of(kept)
         before, after = self._images(row, op, read.key_json is not None)
@@ -696,24 +713,30 @@ class Debezium:
             F.col("e.ts_ms").alias(TS_COLUMN),
             table.alias("__table"),
             *[F.col(f"__{part}{i}") for i in found for part in ("enc", "sc")],
+            *_clock_column(plan, meta is not None),
         )
         carried = [OP_COLUMN, *self.order_columns]
-        return self._deduplicated(_decoded(raws, plans, row, carried), row)
+        if plan.text is None or plan.clock is None:
+            return self._deduplicated(_decoded(raws, plan.steps, row, carried), row)
+        out = _decoded(raws, plan.steps, row, [*carried, "__clock", "__table"])
+        return self._deduplicated(_timed_text(out, plan.text), row)
 
-    def _decoded(
-        self, row: StructType, actual: Mapping[str, DataType], meta: bool
-    ) -> tuple[list[list[Step] | None], dict[int, tuple[str, str]]]:
-        """Each of ``row``'s columns' decoding steps from the types they arrive as
-        (``actual``; ``None``: taken as it is), and where the events may carry the schema
-        wrapper (``meta``), the SQL of each decoded column's encoding and scale by the
-        event's own schema (by column index)."""
+    def _decoded(self, row: StructType, actual: Mapping[str, DataType], meta: bool) -> _Plan:
+        """How ``row``'s columns are made from the types they arrive as (``actual``), where
+        the events may carry the schema wrapper (``meta``) or not."""
         plans = [self._steps(i, f, actual.get(f.name), meta) for i, f in enumerate(row.fields)]
         found = {
             i: schema_encoding(f, self._static(f), self.encodings)
             for i, (f, plan) in enumerate(zip(row.fields, plans, strict=True))
-            if plan is not None and meta
+            if plan is not None and meta and not _is_text(f.dataType)
         }
-        return plans, found
+        texts = [f for f in row.fields if _is_text(f.dataType)]
+        text = TextColumns(tuple(f.name for f in texts), tuple(self._static(f) for f in texts))
+        if not texts:
+            return _Plan(plans, found, None, None)
+        if meta:
+            return _Plan(plans, found, text, clock_sql(text))
+        return _Plan(plans, found, text, text.static_clock() if text.static_times else None)
 
     def _images(self, row: StructType, op: Column, keyed: bool) -> tuple[Column, Column]:
         """The event's before and after images, as struct columns of ``e`` (a MongoDB
@@ -819,13 +842,12 @@ class Debezium:
         declared = column.dataType
         settings = self.encodings
         name = column.name
-        as_string = type(declared).__name__ == "StringType"
-        timed = as_string and (meta or name in settings.units)
-        if arrived == declared and not self._mongo and not timed:
-            # As declared (a string decodes only a time of day its schema or units= names).
-            return None
+        if arrived == declared and not self._mongo:
+            return None  # as declared (a text column's time of day: _timed_text)
         prefix = f"__d{index}_"
         steps, text = self._as_text(f"`{raw}`", arrived, prefix)
+        if _is_text(declared):
+            return [*steps, (name, text)]
         encoding, scale = sql_text(self._static(column)), "NULL"
         if meta:
             encoding, scale = f"`__enc{index}`", f"`__sc{index}`"
@@ -839,6 +861,43 @@ class Debezium:
             scale=scale,
             settings=settings,
         )
+
+
+def _is_text(kind: DataType) -> bool:
+    return type(kind).__name__ == "StringType"
+
+
+def _clock_column(plan: _Plan, meta: bool) -> list[Column]:
+    """The text columns' encodings of each event as ``__clock`` (none where no text column
+    can hold a time): by the event's schema (``meta``: made by ``encodings_named``), else
+    the constant the connector's settings give."""
+    from pyspark.sql import functions as F
+
+    if plan.clock is None:
+        return []
+    return [F.col("__clock") if meta else F.expr(plan.clock).alias("__clock")]
+
+
+def _timed_text(out: DataFrame, text: TextColumns) -> DataFrame:
+    """``out`` with its text columns' times of day decoded where its ``__clock`` names one,
+    all in one expression run only for those rows (``__clock`` and ``__table`` dropped)."""
+    from pyspark.sql import functions as F
+
+    values = "array(" + ", ".join(sql_name(n) for n in text.names) + ")"
+    decoded = text.decoded_sql(values, "`__clock`", "`__table`", "string")
+    tdec = F.expr(f"CASE WHEN `__clock` IS NOT NULL THEN {decoded} END")
+    out = out.select("*", tdec.alias("__tdec"))
+    at = {name: k for k, name in enumerate(text.names)}
+
+    def column(name: str) -> Column:
+        if name not in at:
+            return F.col(sql_name(name))
+        timed = F.expr(f"`__tdec`[{at[name]}]")
+        return F.when(F.col("__clock").isNull(), F.col(sql_name(name))).otherwise(timed).alias(name)
+
+    return out.select(
+        *[column(c) for c in out.columns if c not in ("__clock", "__table", "__tdec")]
+    )
 
 
 def _check_arguments(row_schema: object, truncate: object, table: object, units: object) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..values.spark_sql import sql_text
-from .debezium_values import Encodings, schema_encoding_sql
+from .debezium_values import TIMES, Encodings, TextColumns, by_name_sql, schema_encoding_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SAMPLE_EVENTS",
+    "clock_sql",
     "encodings_named",
     "known_schemas",
     "schema_encoding",
@@ -92,11 +93,39 @@ def schema_encoding(column: StructField, static: str, settings: Encodings) -> tu
     return encoding, f"CAST({info('.parameters.scale')} AS INT)"
 
 
-def encodings_named(kept: DataFrame, found: Mapping[int, tuple[str, str]]) -> DataFrame:
+def clock_sql(text: TextColumns) -> str:
+    """Spark SQL over the image's field schemas (``__mimg``, ``__mtop``, as for
+    :func:`schema_encoding`): the encodings of ``text``'s columns the event's schema names
+    (each column's static one where it names none), NULL where none of them is a time of
+    day. One expression for every text column, evaluated only for an event whose schema
+    was not worked out ahead."""
+    names = "array(" + ", ".join(sql_text(n) for n in text.names) + ")"
+    statics = "array(" + ", ".join(sql_text(e) for e in text.statics) + ")"
+
+    def info(part: str) -> str:
+        at_image = "array_position(`__mimg`.field, c) - 1"
+        at_top = "CASE WHEN `__mimg` IS NULL THEN array_position(`__mtop`.field, c) - 1 END"
+        return f"coalesce(get(`__mimg`, {at_image}){part}, get(`__mtop`, {at_top}){part})"
+
+    named = (
+        f"transform({names}, (c, i) -> coalesce(try_element_at({by_name_sql()}, "
+        f"{info('.name')}), get({statics}, i)))"
+    )
+    times = "array(" + ", ".join(sql_text(t) for t in TIMES) + ")"
+    return (
+        f"CASE WHEN `__mimg` IS NULL AND `__mtop` IS NULL THEN {text.static_clock()} "
+        f"WHEN arrays_overlap({named}, {times}) THEN {named} END"
+    )
+
+
+def encodings_named(
+    kept: DataFrame, found: Mapping[int, tuple[str, str]], clock: str | None = None
+) -> DataFrame:
     """``kept`` with each decoded column's encoding and scale as the event's schema names
     them (``found``: column index → their SQL) as ``__enc<i>`` and ``__sc<i>``, in place of
     the schema wrapper ``__schema``: worked out once per event, before the event becomes one
     row per image, so that no row carries the whole schema through the decoding's steps.
+    With ``clock`` (:func:`clock_sql`), the text columns' encodings too, as ``__clock``.
 
     Where ``kept`` has ``__known`` (:func:`known_schemas`: the encodings of the event's
     schema, worked out ahead), they are taken from it, and ``__schema`` is read only for an
@@ -114,6 +143,8 @@ def encodings_named(kept: DataFrame, found: Mapping[int, tuple[str, str]]) -> Da
             for i in found
             for part in ("enc", "sc")
         ]
+        if clock is not None:
+            ahead.append(F.col("__known")["clock"].alias("__kclock"))
     fields = kept.select(
         "*",
         F.expr(_IMAGE).alias("__mimg"),
@@ -121,28 +152,34 @@ def encodings_named(kept: DataFrame, found: Mapping[int, tuple[str, str]]) -> Da
         *ahead,
     )
 
-    def named(i: int, part: str, sql: str) -> Column:
+    def named(name: str, sql: str) -> Column:
         if not known:
-            return F.expr(sql)
-        return F.when(F.col("__kahead"), F.col(f"__k{part}{i}")).otherwise(F.expr(sql))
+            return F.expr(sql).alias(name)
+        ahead = F.col(f"__k{name.removeprefix('__')}")
+        return F.when(F.col("__kahead"), ahead).otherwise(F.expr(sql)).alias(name)
 
     return fields.select(
         *[F.col(c) for c in kept.columns if c not in ("__schema", "__known")],
         *[
-            named(i, part, sql).alias(f"__{part}{i}")
+            named(f"__{part}{i}", sql)
             for i, pair in found.items()
             for part, sql in zip(("enc", "sc"), pair, strict=True)
         ],
+        *([named("__clock", clock)] if clock is not None else []),
     )
 
 
 def known_schemas(
-    events: DataFrame, value: Column, found: Mapping[int, tuple[str, str]]
+    events: DataFrame,
+    value: Column,
+    found: Mapping[int, tuple[str, str]],
+    clock: str | None = None,
 ) -> Column | None:
     """For an event whose schema is one of those the first :data:`SAMPLE_EVENTS` of
     ``events`` carry, a struct of where its payload starts (``skip``: the 1-based byte
     position of its ``"payload":`` key) and its decoded columns' encodings and scales
-    (``found``'s, as ``enc<i>`` and ``sc<i>``); NULL for any other event. ``None`` where no
+    (``found``'s, as ``enc<i>`` and ``sc<i>``), with ``clock`` its text columns' encodings
+    (:func:`clock_sql`, as ``clock``); NULL for any other event. ``None`` where no
     schema was found (schemas off, a stream). ``value``: each event's JSON text.
 
     Runs one small Spark job (the first events' schema texts, with the encodings each
@@ -167,24 +204,36 @@ def known_schemas(
     schemas = texts.select(
         "__stext", F.from_json(closed, wrapper, {"mode": "PERMISSIVE"})["schema"].alias("__schema")
     )
-    rows = encodings_named(schemas, found).collect()
+    rows = encodings_named(schemas, found, clock).collect()
     sampled = {row["__stext"]: row for row in rows}
     # A CASE of constant structs, not an array indexed by a CASE: under ANSI mode Spark 4
     # failed an event matching none (its NULL index) as out of bounds (-1).
     found_for: Column | None = None
     for schema_text in _schema_texts([row["__stext"] for row in rows]):
         skip = len(schema_text.encode("utf-8")) + 2  # past the schema and the comma
+        row = sampled[schema_text]
+        times = row["__clock"] if clock is not None else None
         these = F.struct(
             F.lit(skip).alias("skip"),
             *[
-                F.lit(sampled[schema_text][f"__{part}{i}"]).cast(kind).alias(f"{part}{i}")
+                F.lit(row[f"__{part}{i}"]).cast(kind).alias(f"{part}{i}")
                 for i in found
                 for part, kind in (("enc", "string"), ("sc", "int"))
             ],
+            *([_constant_clock(times).alias("clock")] if clock is not None else []),
         )
         starts = value.startswith(schema_text + _PAYLOAD_KEY)
         found_for = F.when(starts, these) if found_for is None else found_for.when(starts, these)
     return found_for
+
+
+def _constant_clock(times: Sequence[str] | None) -> Column:
+    """The text columns' encodings a schema found ahead names, as a constant (or NULL)."""
+    from pyspark.sql import functions as F
+
+    if not times:
+        return F.lit(None).cast("array<string>")
+    return F.array(*[F.lit(t) for t in times])
 
 
 def _schema_texts(texts: Sequence[str | None]) -> list[str]:

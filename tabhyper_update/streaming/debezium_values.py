@@ -43,7 +43,7 @@ type and the value, and what to set when a setting would have told.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -59,6 +59,8 @@ __all__ = [
     "SEMANTIC_TYPES",
     "TIME_PRECISION",
     "Encodings",
+    "TextColumns",
+    "by_name_sql",
     "decoding_steps",
     "mongo_unwrapped_sql",
     "needs_decoding",
@@ -183,6 +185,14 @@ class Encodings:
         return "as-is"
 
 
+def by_name_sql() -> str:
+    """Spark SQL: the constant map of each semantic type to its encoding. One lookup in a
+    constant map, not a CASE of every name: the code Spark generates for a long CASE, once
+    per column, outgrows what the JVM compiles."""
+    pairs = (f"{sql_text(name)}, {sql_text(enc)}" for name, enc in SEMANTIC_TYPES.items())
+    return "map(" + ", ".join(pairs) + ")"
+
+
 def needs_decoding(declared: DataType) -> bool:
     """Whether a column of ``declared`` type is parsed as its raw text and decoded."""
     return type(declared).__name__ in _DECODED
@@ -194,16 +204,7 @@ def schema_encoding_sql(
     """Spark SQL of a value's encoding from its field's schema (``kind``: its Connect type,
     ``name``: its semantic type, both SQL over the event; NULL where the event has none),
     else ``static``."""
-    # One lookup in a constant map, not a CASE of every name: the code Spark generates for
-    # a long CASE, once per column, outgrows what the JVM compiles.
-    by_name = (
-        "map("
-        + ", ".join(
-            f"{sql_text(semantic)}, {sql_text(encoding)}"
-            for semantic, encoding in SEMANTIC_TYPES.items()
-        )
-        + ")"
-    )
+    by_name = by_name_sql()
     declared_kind = type(declared).__name__
     # A field the schema names no semantic type for: its Connect type says the rest.
     if declared_kind == "BinaryType":
@@ -269,7 +270,7 @@ def decoding_steps(
 
 
 #: The declared types whose value may be a whole number of some unit (days, millis, ...).
-_COUNTED = ("DateType", "TimestampType", "TimestampNTZType", "StringType")
+_COUNTED = ("DateType", "TimestampType", "TimestampNTZType")
 
 
 def _value_steps(raw: str, declared: DataType, enc: str, scale: str, prefix: str) -> list[Step]:
@@ -278,11 +279,7 @@ def _value_steps(raw: str, declared: DataType, enc: str, scale: str, prefix: str
     kind = type(declared).__name__
     number = _q(f"{prefix}int")
     # The value as a whole number (NULL where it is not one), read once.
-    integer = _integer(raw)
-    if kind == "StringType":
-        # A text column is a number only as a time of day: any other text is not read.
-        integer = f"CASE WHEN {enc} IN {_TIMES} THEN {integer} END"
-    counted = [(f"{prefix}int", integer)] if kind in _COUNTED else []
+    counted = [(f"{prefix}int", _integer(raw))] if kind in _COUNTED else []
     if kind == "DecimalType":
         return _decimal(raw, declared, enc, scale, prefix)
     value = {
@@ -290,7 +287,6 @@ def _value_steps(raw: str, declared: DataType, enc: str, scale: str, prefix: str
         "TimestampType": lambda: _timestamp(raw, number, enc, ntz=False),
         "TimestampNTZType": lambda: _timestamp(raw, number, enc, ntz=True),
         "BinaryType": lambda: _binary(raw, enc),
-        "StringType": lambda: _time_of_day(raw, number, enc),
     }.get(kind, lambda: f"try_cast({raw} AS {declared.simpleString()})")()
     return [*counted, (f"{prefix}val", value)]
 
@@ -462,23 +458,74 @@ def _binary(raw: str, encoding: str) -> str:
     )
 
 
-#: The encodings of a time of day as a number, as a Spark SQL list.
-_TIMES = "('time-millis', 'time-micros', 'time-nanos')"
+#: The encodings of a time of day as a number.
+TIMES = ("time-millis", "time-micros", "time-nanos")
 
 
-def _time_of_day(raw: str, number: str, encoding: str) -> str:
-    """A time since midnight as ``HH:MM:SS.ffffff`` text; any other value as it is."""
-    micros = (
-        f"CASE {encoding} WHEN 'time-millis' THEN try_multiply({number}, 1000) "
-        f"WHEN 'time-micros' THEN {number} "
-        f"WHEN 'time-nanos' THEN {_floor_div(number, 1000)} END"
-    )
-    return (
-        f"CASE WHEN {encoding} IN {_TIMES} THEN "
-        f"format_string('%02d:%02d:%02d.%06d', CAST({micros} div 3600000000 AS INT), "
-        f"CAST({micros} div 60000000 % 60 AS INT), CAST({micros} div 1000000 % 60 AS INT), "
-        f"CAST({micros} % 1000000 AS INT)) ELSE {raw} END"
-    )
+@dataclass(frozen=True)
+class TextColumns:
+    """The text columns of a row (``STRING`` as declared), where a value may be a time of
+    day sent as a number (a ``Time``, ``MicroTime`` or ``NanoTime`` by the event's schema,
+    or by ``units=``): such a value lands as ``HH:MM:SS.ffffff`` text (hours past 24 kept,
+    as MySQL's ``TIME`` has them), any other as it is.
+
+    An event's text columns are decoded together, by one expression (a ``transform`` over
+    their values) that runs only for an event whose encodings (its *clock*: each text
+    column's encoding, in order; NULL where none is a time) name a time. A table's many
+    text columns then cost next to nothing where no time arrives: decoded column by column,
+    each one's code, present whether it runs or not, made the fused method of a build of a
+    wide table several times larger, and the build up to twice as slow (measured:
+    ``benchmarks/debezium_decoding.py --text-columns``). ``statics``: each column's
+    encoding where the event names none (``as-is``, or the time ``units=`` gives it)."""
+
+    names: tuple[str, ...]
+    statics: tuple[str, ...]
+
+    @property
+    def static_times(self) -> bool:
+        """Whether ``units=`` makes any of these columns a time of day."""
+        return any(e in TIMES for e in self.statics)
+
+    def static_clock(self) -> str:
+        """Spark SQL: the clock of an event that names no encoding (NULL: no time)."""
+        return _array(self.statics) if self.static_times else "CAST(NULL AS ARRAY<STRING>)"
+
+    def decoded_sql(self, values: str, clock: str, table: str, target: str) -> str:
+        """Spark SQL: the text columns' values (``values``: an array of them, in order)
+        decoded by ``clock`` (an array of their encodings, or NULL), as an array; a time
+        that is no whole number fails the query naming ``table``, the column, its encoding
+        and the value. ``target``: the type named in that error."""
+        number = "try_cast(x AS BIGINT)"
+        enc = f"get({clock}, i)"
+        micros = (
+            f"CASE {enc} WHEN 'time-millis' THEN try_multiply({number}, 1000) "
+            f"WHEN 'time-micros' THEN {number} "
+            f"WHEN 'time-nanos' THEN {_floor_div(number, 1000)} END"
+        )
+        timed = f"transform({values}, (x, i) -> named_struct('x', x, 'e', {enc}, 'us', {micros}))"
+        said = (
+            f"concat('Debezium: table ', coalesce({table}, '?'), ', column ', "
+            f"get({_array(self.names)}, i), ' (', t.e, '): cannot decode ', left(t.x, 120), "
+            f"' as {target}')"
+        )
+        text = (
+            "format_string('%02d:%02d:%02d.%06d', CAST(t.us div 3600000000 AS INT), "
+            "CAST(t.us div 60000000 % 60 AS INT), CAST(t.us div 1000000 % 60 AS INT), "
+            "CAST(t.us % 1000000 AS INT))"
+        )
+        return (
+            f"transform({timed}, (t, i) -> CASE WHEN t.x IS NULL OR NOT coalesce(t.e IN "
+            f"{_sql_list(TIMES)}, false) THEN t.x WHEN t.us IS NULL THEN "
+            f"CAST(raise_error({said}) AS STRING) ELSE {text} END)"
+        )
+
+
+def _array(values: Sequence[str]) -> str:
+    return "array(" + ", ".join(sql_text(v) for v in values) + ")"
+
+
+def _sql_list(values: Sequence[str]) -> str:
+    return "(" + ", ".join(sql_text(v) for v in values) + ")"
 
 
 #: The wrappers MongoDB's extended JSON puts around a value.
