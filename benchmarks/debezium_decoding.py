@@ -4,6 +4,7 @@
     python benchmarks/debezium_decoding.py --events 200000 --rounds 5
     python benchmarks/debezium_decoding.py --schemas off    # one form of the events only
     python benchmarks/debezium_decoding.py --spark-defaults  # a JVM as Spark starts it
+    python benchmarks/debezium_decoding.py --text-columns 12  # a wide table's text too
 
 The same 1,000,000 change events (one create each, a key, a name, and three columns, laid out
 as the PostgreSQL connector writes them: its whole ``source`` block, the event's times, and
@@ -25,6 +26,8 @@ Beside the wall time, each build's CPU seconds (the JVM, ``hyperd`` and this pro
 steadier than wall time on a busy machine) and their ratios. The session's JVM
 compiles methods of any size, as the sessions the SDK starts do; ``--spark-defaults`` starts
 it as Spark does (a build then runs the decoding's stage operator by operator).
+``--text-columns N`` adds N text columns to both forms (the same short texts, declared
+``STRING``), as most tables have: what a decoded column costs a wide table's build.
 """
 
 from __future__ import annotations
@@ -101,6 +104,16 @@ SOURCE = [
     ("lsn", "int64", "24000100 + id"),
     ("xmin", "int64", "CAST(NULL AS BIGINT)"),
 ]
+
+
+def add_text_columns(count: int) -> None:
+    """``count`` more text columns in both forms: the same text, declared ``STRING``."""
+    for k in range(count):
+        name = f"note{k}"
+        for form, columns in (("encoded", ENCODED), ("plain", PLAIN)):
+            columns[name] = f"concat('note ', id % {k + 7})"
+            SCHEMAS[form].append((name, "string", None, None))
+            ROWS[form] += f", {name} STRING"
 
 
 def schema_text(form: str) -> str:
@@ -239,7 +252,9 @@ def main() -> None:
         action="store_true",
         help="a JVM without the SDK's -XX:-DontCompileHugeMethods (a session of the user's own)",
     )
+    parser.add_argument("--text-columns", type=int, default=0, metavar="N")
     args = parser.parse_args()
+    add_text_columns(args.text_columns)
 
     from tabhyper_update.local.spark import own_spark
 
@@ -289,7 +304,10 @@ def main() -> None:
                     moment = enc[4].to_datetime() if hasattr(enc[4], "to_datetime") else enc[4]
                     epoch = datetime(1970, 1, 1)
                     same_time = (moment - epoch) // timedelta(microseconds=1) == plain[4]
-                    if enc[0] != plain[0] or not (same_amount and same_day and same_time):
+                    same_text = enc[5:] == plain[5:]
+                    if enc[0] != plain[0] or not (
+                        same_amount and same_day and same_time and same_text
+                    ):
                         raise SystemExit(f"decoded {enc} differs from plain {plain}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -933,6 +933,7 @@ def wide_values(i: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.every_spark  # one expression over the text columns: Spark's own per version
 @pytest.mark.parametrize("layout", ["ahead", "parsed", "changed-past-the-sample", "schemas-off"])
 def test_times_of_day_among_a_wide_tables_text_columns_land_as_text(
     spark: SparkSession, monkeypatch: pytest.MonkeyPatch, layout: str
@@ -975,6 +976,7 @@ def test_times_of_day_among_a_wide_tables_text_columns_land_as_text(
     assert got == want
 
 
+@pytest.mark.every_spark
 def test_a_time_of_day_that_is_no_whole_number_fails_naming_the_column(
     spark: SparkSession,
 ) -> None:
