@@ -322,6 +322,35 @@ def _need(
             )
 
 
+def _guard(
+    orders: Sequence[str],
+    change_set: ChangeSet,
+    types: Mapping[str, str],
+    fail: Callable[[str], PayloadError],
+) -> dict[str, Any]:
+    """The guard's settings of a :class:`CdcSpec` (none without ``guard=True``), checked:
+    its tables, and the position column staged for them alone (the positions table holds
+    it, not the data), unless ``keep_columns`` keeps it."""
+    if not change_set.guard:
+        return {"guard_only": ()}
+    _check_guard(orders, change_set, types, fail)
+    return {
+        "guard_table": change_set.guard_table,
+        "positions_table": change_set.positions_table,
+        "guard_only": () if orders[0] in change_set.keep_columns else (orders[0],),
+    }
+
+
+def _commits(op_column: str, orders: Sequence[str], types: Mapping[str, str]) -> dict[str, Any]:
+    """Whether a change set is a commit's changelog (:data:`COMMIT_ORDERS`), and the Spark
+    SQL of its commit time in microseconds where the feed has one (a timestamp)."""
+    timed = types.get(COMMIT_TIME_COLUMN) == "timestamp"
+    return {
+        "commit": op_column == "_change_type" and tuple(orders) in COMMIT_ORDERS,
+        "committed": f"unix_micros({sql_name(COMMIT_TIME_COLUMN)})" if timed else "",
+    }
+
+
 def _check_guard(
     orders: Sequence[str],
     change_set: ChangeSet,
@@ -465,37 +494,23 @@ class CdcSpec:
         op_column, orders = _feed_columns(change_set, columns, fail)
         if op_column in keys or set(orders) & set(keys):
             raise fail("the op and order_by columns cannot be key columns")
-        keep_columns = change_set.keep_columns
-        _need(keep_columns, "keep_columns", columns, fail)
-        guard_only: tuple[str, ...] = ()
-        if change_set.guard:
-            _check_guard(orders, change_set, known, fail)
-            if orders[0] not in keep_columns:
-                # Staged for the guard's tables; the positions table holds it, not the data.
-                guard_only = (orders[0],)
-                keep_columns = (*keep_columns, orders[0])
+        _need(change_set.keep_columns, "keep_columns", columns, fail)
+        guard = _guard(orders, change_set, known, fail)
+        kept = (*change_set.keep_columns, *guard["guard_only"])
         metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in columns)}
         order_as = change_set.order_as or {}
-        modes = _modes(change_set, orders, columns, fail)
         return cls(
             keys,
             op_column,
             orders,
             dict(change_set.op_map if change_set.op_map is not None else DEFAULT_OP_MAP),
-            tuple(c for c in columns if c in metadata and c not in keep_columns),
+            tuple(c for c in columns if c in metadata and c not in kept),
             table,
             tuple(order_sql(o, known.get(o), order_as.get(o), fail) for o in orders),
             tuple(position_type(known.get(o), order_as.get(o)) for o in orders),
-            guard_table=change_set.guard_table if change_set.guard else None,
-            positions_table=change_set.positions_table if change_set.guard else None,
-            guard_only=guard_only,
-            commit=op_column == "_change_type" and orders in COMMIT_ORDERS,
-            committed=(
-                f"unix_micros({sql_name(COMMIT_TIME_COLUMN)})"
-                if known.get(COMMIT_TIME_COLUMN) == "timestamp"
-                else ""
-            ),
-            **modes,
+            **guard,
+            **_commits(op_column, orders, known),
+            **_modes(change_set, orders, columns, fail),
         )
 
     def data_columns(self, columns: Sequence[str]) -> list[str]:

@@ -922,6 +922,28 @@ def _positions(
 ) -> tuple[tuple[str, ...], dict[str, OrderAs]]:
     """The position that orders one key's changes (``connector``'s, or ``position`` as
     given), and how each of its ``source`` fields orders (by its column's name)."""
+    positions = _position_fields(connector, position)
+    order_as: dict[str, OrderAs] = {}
+    for p in positions:
+        name = p.removeprefix("source.")
+        if name == p:
+            continue  # a column of the events: a whole number, checked when they are read
+        if name not in POSITION_ORDER:
+            raise InvalidArgumentError(
+                f"Debezium position {p!r} cannot be ordered: the SDK orders the source "
+                f"fields {', '.join(POSITION_ORDER)} as their connectors mean them (or "
+                "pass connector=)"
+            )
+        how = POSITION_ORDER[name]
+        if how is not None:
+            order_as[_position_column(p)] = how
+    return positions, order_as
+
+
+def _position_fields(
+    connector: str | None, position: Sequence[str] | str | None
+) -> tuple[str, ...]:
+    """The fields of the position, ``connector``'s or ``position`` as given, checked."""
     if connector is not None and position is not None:
         raise InvalidArgumentError(
             "Debezium takes connector= (its position is the connector's) or position=, not both"
@@ -938,21 +960,7 @@ def _positions(
         raise ArgumentTypeError(
             f"Debezium position= takes one or more column paths, got {position!r}"
         )
-    order_as: dict[str, OrderAs] = {}
-    for p in positions:
-        name = p.removeprefix("source.")
-        if name == p:
-            continue  # a column of the events: a whole number, checked when they are read
-        if name not in POSITION_ORDER:
-            raise InvalidArgumentError(
-                f"Debezium position {p!r} cannot be ordered: the SDK orders the source "
-                f"fields {', '.join(POSITION_ORDER)} as their connectors mean them (or "
-                "pass connector=)"
-            )
-        how = POSITION_ORDER[name]
-        if how is not None:
-            order_as[_position_column(p)] = how
-    return positions, order_as
+    return positions
 
 
 def _position_column(position: str) -> str:

@@ -31,6 +31,10 @@ class Session:
     scopes: frozenset[str] | None = None
 
 
+#: The credentials' fields that hold a secret.
+_SECRETS = ("personalAccessTokenSecret", "password", "jwt")
+
+
 def _b64url_decode(part: str) -> bytes:
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
 
@@ -54,23 +58,10 @@ class SignIns:
 
     def sign_in(self, credentials: Mapping[str, Any]) -> Session:
         """A new session for valid credentials on this site (401001 otherwise)."""
-        creds = credentials
         with self.lock:
-            for key in ("personalAccessTokenSecret", "password", "jwt"):
-                if creds.get(key):
-                    self.secrets_seen.add(str(creds[key]))
-        site = (creds.get("site") or {}).get("contentUrl", "")
-        who: str | None = None
-        scopes: frozenset[str] | None = None
-        if "personalAccessTokenName" in creds:
-            name = creds.get("personalAccessTokenName")
-            if self.pats.get(str(name)) == creds.get("personalAccessTokenSecret"):
-                who = f"pat:{name}"
-        elif "jwt" in creds:
-            subject, scopes = self._check_jwt(str(creds["jwt"]))
-            who = f"jwt:{subject}"
-        elif "name" in creds and self.users.get(str(creds["name"])) == creds.get("password"):
-            who = f"user:{creds['name']}"
+            self.secrets_seen.update(str(credentials[k]) for k in _SECRETS if credentials.get(k))
+        who, scopes = self._who(credentials)
+        site = (credentials.get("site") or {}).get("contentUrl", "")
         if who is None or site != self.site:
             raise ApiFailure(
                 401,
@@ -89,6 +80,20 @@ class SignIns:
                     del self.sessions[key]
             self.sessions[token] = session
         return session
+
+    def _who(self, creds: Mapping[str, Any]) -> tuple[str | None, frozenset[str] | None]:
+        """Whom valid credentials name (``pat:``, ``jwt:`` or ``user:`` and the name;
+        ``None`` for invalid ones), and the scopes a connected app's token grants."""
+        if "personalAccessTokenName" in creds:
+            name = creds.get("personalAccessTokenName")
+            valid = self.pats.get(str(name)) == creds.get("personalAccessTokenSecret")
+            return (f"pat:{name}" if valid else None), None
+        if "jwt" in creds:
+            subject, scopes = self._check_jwt(str(creds["jwt"]))
+            return f"jwt:{subject}", scopes
+        name = creds.get("name")
+        valid = name is not None and self.users.get(str(name)) == creds.get("password")
+        return (f"user:{name}" if valid else None), None
 
     def sign_out(self, token: str) -> None:
         with self.lock:

@@ -151,6 +151,20 @@ class UpdatePlan:
         return "\n".join(lines)
 
 
+#: How a part of a run ended, as its summary says it, by the first of its fields that
+#: holds the value (a part none names was applied, or submitted where the run did not wait).
+_PART_STATES = (
+    ("skipped", True, "skipped: applied before"),
+    ("deduplicated", True, "deduplicated"),
+    (
+        "deduplicated",
+        None,
+        "applied by this request or an earlier one with its RequestID (cannot tell)",
+    ),
+    ("resumed", True, "resumed"),
+)
+
+
 @dataclass
 class UpdateResult:
     """The updates of a payload, part by part. After ``apply()`` (which waits by default)
@@ -292,18 +306,9 @@ class UpdateResult:
             return "nothing to update: the payload holds no rows"
         lines = []
         for p in self.summary():
-            how = (
-                "skipped: applied before"
-                if p["skipped"]
-                else "deduplicated"
-                if p["deduplicated"]
-                else "applied by this request or an earlier one with its RequestID (cannot tell)"
-                if p["deduplicated"] is None
-                else "resumed"
-                if p["resumed"]
-                else "applied"
-                if self.done
-                else "submitted"
+            how = next(
+                (said for key, value, said in _PART_STATES if p[key] is value),
+                "applied" if self.done else "submitted",
             )
             steps = ", ".join(f"{k} {v:.2f} s" for k, v in p["seconds"].items())
             rows = ", ".join(f"{n} {counted(c, 'row')}" for n, c in p["rows"].items())
