@@ -201,6 +201,29 @@ class Staged:
         terms = [f"({t})" for t in (self.where, *more) if t]
         return f" WHERE {' AND '.join(terms)}" if terms else ""
 
+    def columns(self) -> tuple[ColumnInfo, ...]:
+        """The payload table's columns: the staged ones, then the constant ones."""
+        return tuple(ColumnInfo(p.name, p.hyper_type, p.nullable) for p in self.plans) + tuple(
+            ColumnInfo(name, "BOOLEAN", True) for name, _ in self.constants
+        )
+
+    def definition_sql(self) -> str:
+        """Hyper SQL of the payload table's column definitions (``CREATE TABLE t (…)``)."""
+        return ", ".join(
+            [f"{quote_name(p.name)} {p.sql_definition_type}" for p in self.plans]
+            + [f"{quote_name(name)} BOOLEAN" for name, _ in self.constants]
+        )
+
+    def select_sql(self) -> str:
+        """Hyper SQL of a payload row's values from a staged row's (``SELECT …``)."""
+        return ", ".join(
+            [
+                p.hyper_expression(quote_name(s))
+                for p, s in zip(self.plans, self.staged_names, strict=True)
+            ]
+            + [f"CAST({value} AS BOOLEAN)" for _, value in self.constants]
+        )
+
 
 def external(files: Sequence[Path]) -> str:
     return (
@@ -354,44 +377,21 @@ def _write_part(
             if expected == 0 and drop_empty:
                 continue
             ref = table_ref(schema, t.name)
-            columns = ", ".join(
-                [f"{quote_name(p.name)} {p.sql_definition_type}" for p in t.plans]
-                + [f"{quote_name(name)} BOOLEAN" for name, _ in t.constants]
-            )
-            conn.execute_command(f"CREATE TABLE {ref} ({columns})")
+            conn.execute_command(f"CREATE TABLE {ref} ({t.definition_sql()})")
             rows = 0
             if expected:
-                select = ", ".join(
-                    [
-                        p.hyper_expression(quote_name(s))
-                        for p, s in zip(t.plans, t.staged_names, strict=True)
-                    ]
-                    + [f"CAST({value} AS BOOLEAN)" for _, value in t.constants]
-                )
                 where = t.rows_where(
                     "" if (lo, hi) == (0, BUCKETS - 1) else f"{t.bucket_of} BETWEEN {lo} AND {hi}"
                 )
-                rows = sum(
-                    int(
-                        conn.execute_command(
-                            f"INSERT INTO {ref} SELECT {select} FROM {external(t.files)}{where}"
-                        )
-                        or 0
-                    )
-                    for _ in range(t.copies)
-                )
+                insert = f"INSERT INTO {ref} SELECT {t.select_sql()} FROM {external(t.files)}"
+                rows = sum(int(conn.execute_command(insert + where) or 0) for _ in range(t.copies))
             if rows != expected:
                 raise PayloadError(
                     f"table {t.name!r}: Hyper wrote {rows} row(s) for buckets {lo}-{hi} where "
                     f"the staged statistics say {expected}"
                 )
             tables[t.name] = TableInfo(
-                schema,
-                t.name,
-                tuple(ColumnInfo(p.name, p.hyper_type, p.nullable) for p in t.plans)
-                + tuple(ColumnInfo(name, "BOOLEAN", True) for name, _ in t.constants),
-                rows,
-                str(digest) if rows else "",
+                schema, t.name, t.columns(), rows, str(digest) if rows else ""
             )
     return tables
 

@@ -375,9 +375,6 @@ class _Reconciler:
             self._compare_batch(report, level, batch)
 
     def _compare_batch(self, report: DriftReport, level: int, buckets: list[Any]) -> None:
-        from pyspark.sql import functions as F
-        from pyspark.sql.types import TimestampType
-
         assert self.buckets is not None
         bucket = calculation("bucket", self.buckets.formula(level))
         theirs = rows_by_key(
@@ -390,24 +387,7 @@ class _Reconciler:
         counted = sum(self._server_rows.get(b, 0) for b in buckets)
         received = sum(n for rows in theirs.values() for _, n in rows)
         _cut_short(counted, received, "the rows of these key ranges")
-        spark_types = {f.name: f.dataType for f in self.source.schema.fields}
-        picked = [
-            (
-                F.expr(f"unix_micros({sql_name(c)})")
-                if isinstance(spark_types[c], TimestampType)
-                else F.col(sql_name(c))
-            ).alias(f"c{i}")
-            for i, c in enumerate(self.columns)
-        ]
-        mine: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-        for r in (
-            self._region().where(self.buckets.spark_in(level, buckets)).select(*picked).collect()
-        ):
-            values = {
-                c: canonical(r[f"c{i}"], self.fields[c].data_type)
-                for i, c in enumerate(self.columns)
-            }
-            mine.setdefault(tuple(values[k] for k in self.key), []).append(values)
+        mine = self._source_rows(level, buckets)
         explained: set[Any] = set()
         for key in sorted(set(mine) | set(theirs), key=repr):
             drift = self._judge(key, mine.get(key, []), theirs.get(key, []), self.tolerance)
@@ -423,6 +403,34 @@ class _Reconciler:
                 f"key range(s) {unexplained[:5]} at level {level} differ in their aggregates "
                 "but every row matches"
             )
+
+    def _source_rows(
+        self, level: int, buckets: list[Any]
+    ) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+        """The source's rows in ``buckets`` (at ``level``) by key, each column's value as the
+        service's would compare (a timestamp in microseconds)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import TimestampType
+
+        assert self.buckets is not None
+        spark_types = {f.name: f.dataType for f in self.source.schema.fields}
+        picked = [
+            (
+                F.expr(f"unix_micros({sql_name(c)})")
+                if isinstance(spark_types[c], TimestampType)
+                else F.col(sql_name(c))
+            ).alias(f"c{i}")
+            for i, c in enumerate(self.columns)
+        ]
+        region = self._region().where(self.buckets.spark_in(level, buckets))
+        mine: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        for r in region.select(*picked).collect():
+            values = {
+                c: canonical(r[f"c{i}"], self.fields[c].data_type)
+                for i, c in enumerate(self.columns)
+            }
+            mine.setdefault(tuple(values[k] for k in self.key), []).append(values)
+        return mine
 
     def _judge(
         self,

@@ -432,52 +432,19 @@ class Debezium:
         # A tombstone: a null value (Kafka), or an empty or ``null`` line (a file).
         value = F.when(~F.trim(text).isin("", "null"), text)
         events = events.filter(value.isNotNull())
-        # StructType.add changes the struct in place: each wrapper is a struct of its own.
-        lean = self._top_type(wire).add("payload", top)
         decoding = any(needs_decoding(f.dataType) for f in row.fields)
-        wrapped = lean
-        if decoding:
-            wrapped = _struct_of([(f.name, f.dataType) for f in lean.fields]).add(
-                "schema", schema_info_type()
-            )
-        plan = self._decoded(row, actual, True) if decoding else None
-        found = plan.found if plan is not None else {}
-        known = known_schemas(events, text, found, plan.clock if plan is not None else None)
-        # Each step a column of its own: the envelope reads the body many times, and
-        # an expression read many times would be parsed (and analysed) as often.
-        parsed = F.col("__parsed")
-        if known is None:
-            events = events.select(
-                "*", F.from_json(value, wrapped, {"mode": "FAILFAST"}).alias("__parsed")
-            )
-            body = _payload_or_top(parsed, top.fields)
-        else:
-            # An event whose schema was found ahead is parsed from its payload on (the
-            # schema cut off by its length in bytes, not read), any other one whole.
-            events = events.select("*", known.alias("__known"))
-            ahead = F.col("__known").isNotNull()
-            # Bytes, not characters: a position in text is found by walking the text.
-            rest = F.col("value").cast("binary").substr(F.col("__known.skip"), F.lit(_WHOLE))
-            payload = F.concat(F.lit("{"), rest.cast("string"))
-            events = events.select(
-                "*",
-                F.when(ahead, F.from_json(payload, lean, {"mode": "FAILFAST"})).alias("__lean"),
-                F.when(~ahead, F.from_json(value, wrapped, {"mode": "FAILFAST"})).alias("__parsed"),
-            )
-            body = F.when(ahead, F.col("__lean.payload")).otherwise(
-                _payload_or_top(parsed, top.fields)
-            )
-        events = events.select("*", body.alias("__body"))
+        plan = self._decoded(row, actual, True) if decoding else _Plan([], {}, None, None)
+        known = known_schemas(events, text, plan.found, plan.clock)
+        events = _parsed(events, value, known, self._top_type(wire).add("payload", top), decoding)
         flat_fields = self._flat_fields(wire)
         flat = None
         if flat_fields:
             events, flat = self._flattened_json(events, value, flat_fields)
         env = self._envelope_of(F.col("__body"), top, wire, flat, flat_fields)
         key_json = F.col("key").cast("string") if "key" in events.columns and self._mongo else None
-        meta = parsed["schema"] if decoding else None
-        return _Read(
-            events, env, F.lit(False), actual, meta, key_json, bool(found) and known is not None
-        )
+        meta = F.col("__parsed")["schema"] if decoding else None
+        ahead = bool(plan.found) and known is not None
+        return _Read(events, env, F.lit(False), actual, meta, key_json, ahead)
 
     def _flattened_json(
         self, events: DataFrame, value: Column, flat_fields: Sequence[StructField]
@@ -1030,6 +997,45 @@ def _decoded(
             for i, (f, plan) in enumerate(zip(row.fields, plans, strict=True))
         ],
         *[F.col(sql_name(c)) for c in carried],
+    )
+
+
+def _parsed(
+    events: DataFrame, value: Column, known: Column | None, lean: StructType, decoding: bool
+) -> DataFrame:
+    """``events`` with each event's body (its payload, or the event itself where it has no
+    schema wrapper) as ``__body``, parsed from its JSON ``value`` as ``lean`` (the envelope
+    under ``payload``), and where a column is ``decoding`` its schema too (``__parsed``).
+
+    An event whose schema was found ahead (``known``: :func:`known_schemas`) is parsed
+    from its payload on, the schema cut off by its length in bytes, not read; any other
+    is parsed whole. Each step is a column of its own: the envelope reads the body many
+    times, and an expression read many times would be parsed (and analysed) as often."""
+    from pyspark.sql import functions as F
+
+    top: Any = lean["payload"].dataType
+    wrapped = lean
+    if decoding:
+        # StructType.add changes the struct in place: each wrapper is a struct of its own.
+        wrapped = _struct_of([(f.name, f.dataType) for f in lean.fields]).add(
+            "schema", schema_info_type()
+        )
+    whole = F.from_json(value, wrapped, {"mode": "FAILFAST"})
+    body = _payload_or_top(F.col("__parsed"), top.fields)
+    if known is None:
+        return events.select("*", whole.alias("__parsed")).select("*", body.alias("__body"))
+    events = events.select("*", known.alias("__known"))
+    ahead = F.col("__known").isNotNull()
+    # Bytes, not characters: a position in text is found by walking the text.
+    rest = F.col("value").cast("binary").substr(F.col("__known.skip"), F.lit(_WHOLE))
+    payload = F.concat(F.lit("{"), rest.cast("string"))
+    events = events.select(
+        "*",
+        F.when(ahead, F.from_json(payload, lean, {"mode": "FAILFAST"})).alias("__lean"),
+        F.when(~ahead, whole).alias("__parsed"),
+    )
+    return events.select(
+        "*", F.when(ahead, F.col("__lean.payload")).otherwise(body).alias("__body")
     )
 
 
