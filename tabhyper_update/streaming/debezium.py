@@ -435,6 +435,7 @@ class Debezium:
         decoding = any(needs_decoding(f.dataType) for f in row.fields)
         plan = self._decoded(row, actual, True) if decoding else _Plan([], {}, None, None)
         known = known_schemas(events, text, plan.found, plan.clock)
+        # StructType.add changes its struct in place: the wrapper gets a top type of its own.
         events = _parsed(events, value, known, self._top_type(wire).add("payload", top), decoding)
         flat_fields = self._flat_fields(wire)
         flat = None
