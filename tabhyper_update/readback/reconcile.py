@@ -72,12 +72,26 @@ class _Aggregate:
     extremes: tuple[str, str] | None = None
 
 
+#: Per Tableau type, the sum that stands for a column's values beside its count and
+#: extremes: its name's prefix, the service's formula and Spark's SQL (``{f}`` the field,
+#: ``{c}`` the column). A DATETIME's only for an instant (a ``timestamp_ntz`` has none).
+_SUMS: dict[str, tuple[str, str, str]] = {
+    "INTEGER": ("s", "SUM({f})", "sum({c})"),
+    "REAL": ("s", "SUM({f})", "sum({c})"),
+    "STRING": ("l", "SUM(LEN({f}))", "sum(length({c}))"),
+    "DATE": ("e", "SUM(DATEDIFF('day', #1970-01-01#, {f}))", "sum(unix_date({c}))"),
+    "DATETIME": ("e", "SUM(DATEDIFF('second', #1970-01-01#, {f}))", "sum(unix_seconds({c}))"),
+    "BOOLEAN": ("b", "SUM(INT({f}))", "sum(CAST({c} AS INT))"),
+}
+#: The Tableau types whose minimum and maximum are compared (a timestamp's in microseconds).
+_EXTREMES = ("INTEGER", "REAL", "STRING", "DATE", "DATETIME")
+
+
 def _aggregates(
     columns: Sequence[str], fields: Mapping[str, FieldInfo], source: DataFrame, key: str
 ) -> list[_Aggregate]:
-    """The row count, then per column: the non-NULL count and what its type allows of
-    sum (text by length, booleans as 0/1, dates and timestamps from 1970), minimum and
-    maximum (timestamps as microseconds, as :mod:`.compare` has them)."""
+    """The row count, then per column: the non-NULL count, its sum (:data:`_SUMS`; a
+    decimal's exact sums) and its extremes (:data:`_EXTREMES`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DecimalType, TimestampType
 
@@ -87,43 +101,27 @@ def _aggregates(
     spark_types = {f.name: f.dataType for f in source.schema.fields}
     found = [_Aggregate("rows", "INTEGER", f"COUNT({ref(key)})", F.count(F.col(sql_name(key))))]
     for i, c in enumerate(columns):
-        kind = fields[c].data_type
-        col = F.col(sql_name(c))
-        moment = isinstance(spark_types[c], TimestampType)
-        found.append(_Aggregate(f"n{i}", "INTEGER", f"COUNT({ref(c)})", F.count(col)))
-        spark_type = spark_types[c]
+        kind, spark_type, field, col = fields[c].data_type, spark_types[c], ref(c), sql_name(c)
+        moment = isinstance(spark_type, TimestampType)
+        found.append(_Aggregate(f"n{i}", "INTEGER", f"COUNT({field})", F.expr(f"count({col})")))
+        prefix, formula, summed = _SUMS.get(kind, ("", "", ""))
         if isinstance(spark_type, DecimalType):
-            found += _exact_decimal_sums(i, ref(c), col, spark_type.scale)
-        elif kind in ("INTEGER", "REAL"):
+            found += _exact_decimal_sums(i, field, F.col(col), spark_type.scale)
+        elif prefix and (moment or kind != "DATETIME"):
+            extremes = (f"lo{i}", f"hi{i}") if kind == "REAL" else None
             found.append(
                 _Aggregate(
-                    f"s{i}",
-                    kind,
-                    f"SUM({ref(c)})",
-                    F.sum(col),
-                    extremes=(f"lo{i}", f"hi{i}") if kind == "REAL" else None,
+                    f"{prefix}{i}",
+                    kind if prefix == "s" else "INTEGER",
+                    formula.format(f=field),
+                    F.expr(summed.format(c=col)),
+                    extremes=extremes,
                 )
             )
-        if kind == "STRING":
-            found.append(
-                _Aggregate(f"l{i}", "INTEGER", f"SUM(LEN({ref(c)}))", F.sum(F.length(col)))
-            )
-        if kind == "DATE" or (kind == "DATETIME" and moment):
-            # SQL functions (pyspark's own Python wrappers of them arrived in 3.5).
-            since = F.expr(
-                f"unix_seconds({sql_name(c)})" if moment else f"unix_date({sql_name(c)})"
-            )
-            part = "second" if moment else "day"
-            formula = f"SUM(DATEDIFF('{part}', #1970-01-01#, {ref(c)}))"
-            found.append(_Aggregate(f"e{i}", "INTEGER", formula, F.sum(since)))
-        if kind == "BOOLEAN":
-            found.append(
-                _Aggregate(f"b{i}", "INTEGER", f"SUM(INT({ref(c)}))", F.sum(col.cast("int")))
-            )
-        if kind in ("INTEGER", "REAL", "STRING", "DATE", "DATETIME"):
-            value = F.expr(f"unix_micros({sql_name(c)})") if moment else col
-            found.append(_Aggregate(f"lo{i}", kind, f"MIN({ref(c)})", F.min(value)))
-            found.append(_Aggregate(f"hi{i}", kind, f"MAX({ref(c)})", F.max(value)))
+        if kind in _EXTREMES:
+            value = F.expr(f"unix_micros({col})" if moment else col)
+            found.append(_Aggregate(f"lo{i}", kind, f"MIN({field})", F.min(value)))
+            found.append(_Aggregate(f"hi{i}", kind, f"MAX({field})", F.max(value)))
     return found
 
 
@@ -249,17 +247,14 @@ class _Reconciler:
 
     # -- the walk ------------------------------------------------------------------------------
     def run(self, report: DriftReport) -> None:
-        mine, theirs = self._source(0), self._server(0)
-        top_mine, top_theirs = mine.get(None), theirs.get(None)
-        report.rows = {
-            "source": int((top_mine or {}).get("rows") or 0),
-            "datasource": int((top_theirs or {}).get("rows") or 0),
-        }
+        top_mine, top_theirs = self._source(0).get(None), self._server(0).get(None)
+        report.rows = {"source": _rows(top_mine), "datasource": _rows(top_theirs)}
         report.checked = report.total = report.rows["source"]
         if not self._differs(top_mine, top_theirs):
             return
-        lows: list[Any] = [v["lo0"] for v in (top_mine, top_theirs) if v and v["lo0"] is not None]
-        highs: list[Any] = [v["hi0"] for v in (top_mine, top_theirs) if v and v["hi0"] is not None]
+        sides = [side for side in (top_mine, top_theirs) if side]
+        lows: list[Any] = [side["lo0"] for side in sides if side["lo0"] is not None]
+        highs: list[Any] = [side["hi0"] for side in sides if side["hi0"] is not None]
         if not lows:  # both sides empty of keys: the difference is in NULL keys
             report.unresolved.append("the sides differ only in rows whose key is NULL")
             return
@@ -311,9 +306,9 @@ class _Reconciler:
             leaves, deeper = self._leaves_and_deeper(level, differing, mine, theirs)
             #: The server's rows per bucket (its aggregates counted them): what its answer
             #: of those buckets' rows must hold.
-            self._server_rows = {b: int((theirs.get(b) or {}).get("rows") or 0) for b in differing}
+            self._server_rows = {b: _rows(theirs.get(b)) for b in differing}
             self._compare_rows(report, level, leaves)
-            rows = sum(int((mine.get(b) or {}).get("rows") or 0) for b, _ in deeper)
+            rows = sum(_rows(mine.get(b)) for b, _ in deeper)
             server_rows = sum(self._server_rows.get(b, 0) for b, _ in deeper)
             ranges = len(deeper)
             if not deeper:
@@ -349,10 +344,7 @@ class _Reconciler:
         leaves: list[tuple[Any, int]] = []
         deeper: list[tuple[Any, int]] = []
         for b in differing:
-            size = max(
-                int((mine.get(b) or {}).get("rows") or 0),
-                int((theirs.get(b) or {}).get("rows") or 0),
-            )
+            size = max(_rows(mine.get(b)), _rows(theirs.get(b)))
             (leaves if size <= self.leaf_rows or last else deeper).append((b, size))
         sparse = len(leaves) <= SPARSE_BUCKETS and sum(n for _, n in leaves) > ROWS_PER_REQUEST
         if leaves and not last and sparse:
@@ -452,7 +444,12 @@ class _Reconciler:
 
 def _whole(buckets: Mapping[Any, Mapping[str, Any]], rows: int, what: str) -> None:
     """Refuse bucket aggregates that do not add up to the rows counted above them."""
-    _cut_short(rows, sum(int(b.get("rows") or 0) for b in buckets.values()), what)
+    _cut_short(rows, sum(_rows(b) for b in buckets.values()), what)
+
+
+def _rows(aggregates: Mapping[str, Any] | None) -> int:
+    """The rows a side's aggregates counted (none where it has none)."""
+    return int((aggregates or {}).get("rows") or 0)
 
 
 def _cut_short(counted: int, received: int, what: str) -> None:
@@ -478,6 +475,25 @@ def target_of(
     return chosen, chosen.datasource(datasource, project=project)
 
 
+def _compared(
+    present: Sequence[str], key: str | Sequence[str], columns: Sequence[str] | None
+) -> tuple[list[str], list[str]]:
+    """The key's columns, and the columns compared (the key's first): each one the source
+    has (``present``)."""
+    keys = [key] if isinstance(key, str) else list(key)
+    if not keys or not all(isinstance(k, str) and k for k in keys):
+        raise InvalidArgumentError("key must name one or more columns", argument="key")
+    picked = keys + [c for c in (present if columns is None else columns) if c not in keys]
+    missing = [c for c in picked if c not in present]
+    if missing:
+        raise InvalidArgumentError(
+            f"the source has no column {', '.join(map(repr, missing))} "
+            f"(it has {', '.join(map(repr, present))})",
+            argument="columns" if set(missing) - set(keys) else "key",
+        )
+    return keys, picked
+
+
 def reconcile(
     source: DataFrame,
     datasource: DataSourceRef | str,
@@ -497,20 +513,9 @@ def reconcile(
     key's first column must be an integer or text. ``budget``: the most queries to spend;
     when it (or the site's quota) is spent the report says so, with what it found so far
     (``report.stopped``; ``report.ok`` is then false)."""
-    keys = [key] if isinstance(key, str) else list(key)
-    picked = list(columns) if columns is not None else list(source.columns)
-    if not keys or any(not isinstance(k, str) or not k for k in keys):
-        raise InvalidArgumentError("key must name one or more columns", argument="key")
-    missing = [c for c in [*keys, *picked] if c not in source.columns]
-    if missing:
-        raise InvalidArgumentError(
-            f"the source has no column {', '.join(map(repr, missing))} "
-            f"(it has {', '.join(map(repr, source.columns))})",
-            argument="columns" if set(missing) - set(keys) else "key",
-        )
     if fan_out < 2 or leaf_rows < 1:
         raise InvalidArgumentError("fan_out must be >= 2 and leaf_rows >= 1", argument="fan_out")
-    picked = keys + [c for c in picked if c not in keys]
+    keys, picked = _compared(source.columns, key, columns)
     chosen, ref = target_of(client, datasource, project, "reconcile")
     service = DataService(chosen, ref.id, budget=budget)
     report = DriftReport("reconcile", ref.name or "", ref.id, tuple(keys))

@@ -106,17 +106,28 @@ def _normalise_op_map(op_map: Mapping[str, str] | None) -> dict[str, OpMeaning]:
     return result
 
 
-def _names(value: Any, what: str, *, allow_none: bool = False) -> tuple[str, ...] | None:
-    """One column name or several, as a tuple; anything else is refused naming ``what``."""
-    if value is None and allow_none:
-        return None
+def _names(value: Any, what: str, *, at_least_one: bool = False) -> tuple[str, ...]:
+    """One column name or several, as a tuple; anything else (or none, ``at_least_one``)
+    is refused naming ``what``."""
     if isinstance(value, str):
         return (value,)
-    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise ArgumentTypeError(
-        f"ChangeSet {what}= takes a column name or a list of column names, got {value!r}"
-    )
+    if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        raise ArgumentTypeError(
+            f"ChangeSet {what}= takes a column name or a list of column names, got {value!r}"
+        )
+    if at_least_one and not value:
+        raise PayloadArgumentError(f"ChangeSet {what}= must name at least one column")
+    return tuple(value)
+
+
+#: ChangeSet's arguments that are no column names: each one's type, and what it takes.
+_ARGUMENT_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "op_column": ((str, type(None)), "a name"),
+    "upsert_table": (str, "a name"),
+    "delete_table": (str, "a name"),
+    "op_map": ((Mapping, type(None)), "a mapping"),
+    "guard": (bool, "True or False"),
+}
 
 
 def _column_name(value: object, what: str) -> str:
@@ -276,26 +287,23 @@ class ChangeSet:
         history: History | bool | None = None,
         soft_delete: SoftDelete | bool | None = None,
     ) -> None:
-        keys = _names(key, "key")
-        assert keys is not None
-        if not keys:
-            raise PayloadArgumentError("ChangeSet key= must name at least one column")
-        orders = _names(order_by, "order_by", allow_none=True)
-        if orders is not None and not orders:
-            raise PayloadArgumentError("ChangeSet order_by= must name at least one column")
-        for value, what in (
-            (op_column, "op_column"),
-            (upsert_table, "upsert_table"),
-            (delete_table, "delete_table"),
-        ):
-            if value is not None and not isinstance(value, str):
-                raise ArgumentTypeError(f"ChangeSet {what}= takes a name, got {value!r}")
+        keys = _names(key, "key", at_least_one=True)
+        orders = None if order_by is None else _names(order_by, "order_by", at_least_one=True)
+        given = {
+            "op_column": op_column,
+            "upsert_table": upsert_table,
+            "delete_table": delete_table,
+            "op_map": op_map,
+            "guard": guard,
+        }
+        for what, value in given.items():
+            expected, takes = _ARGUMENT_TYPES[what]
+            if not isinstance(value, expected):
+                raise ArgumentTypeError(f"ChangeSet {what}= takes {takes}, got {value!r}")
         if upsert_table == delete_table:
             raise PayloadArgumentError(
                 f"ChangeSet upsert_table and delete_table must differ (both {upsert_table!r})"
             )
-        if op_map is not None and not isinstance(op_map, Mapping):
-            raise ArgumentTypeError(f"ChangeSet op_map= takes a mapping, got {op_map!r}")
         kept = _names(keep_columns, "keep_columns")
         ordering = check_order_as(order_as, orders)
         object.__setattr__(self, "key", keys)
@@ -304,12 +312,10 @@ class ChangeSet:
         object.__setattr__(
             self, "op_map", _normalise_op_map(op_map) if op_map is not None else None
         )
-        object.__setattr__(self, "keep_columns", kept or ())
+        object.__setattr__(self, "keep_columns", kept)
         object.__setattr__(self, "upsert_table", upsert_table)
         object.__setattr__(self, "delete_table", delete_table)
         object.__setattr__(self, "order_as", ordering)
-        if not isinstance(guard, bool):
-            raise ArgumentTypeError(f"ChangeSet guard= takes True or False, got {guard!r}")
         object.__setattr__(self, "guard", guard)
         object.__setattr__(self, "history", _mode(history, History, "history"))
         object.__setattr__(self, "soft_delete", _mode(soft_delete, SoftDelete, "soft_delete"))
