@@ -5,6 +5,7 @@
     python benchmarks/debezium_decoding.py --schemas off    # one form of the events only
     python benchmarks/debezium_decoding.py --spark-defaults  # a JVM as Spark starts it
     python benchmarks/debezium_decoding.py --text-columns 12  # a wide table's text too
+    python benchmarks/debezium_decoding.py --schemas on --same-size  # decoding apart from size
 
 The same 1,000,000 change events (one create each, a key, a name, and three columns, laid out
 as the PostgreSQL connector writes them: its whole ``source`` block, the event's times, and
@@ -28,6 +29,11 @@ compiles methods of any size, as the sessions the SDK starts do; ``--spark-defau
 it as Spark does (a build then runs the decoding's stage operator by operator).
 ``--text-columns N`` adds N text columns to both forms (the same short texts, declared
 ``STRING``), as most tables have: what a decoded column costs a wide table's build.
+
+With schemas on, the encoded events are longer than the plain ones (their schema names each
+encoding: a semantic type, a decimal's scale and precision), and reading an event costs by
+its length. ``--same-size`` gives the plain events' schema a ``doc`` that makes it exactly
+as long as the encoded one: the ratio is then the decoding's alone.
 """
 
 from __future__ import annotations
@@ -178,6 +184,22 @@ def schema_text(form: str) -> str:
     return json.dumps(envelope, separators=(",", ":"))
 
 
+#: Whether the plain events' schema is padded to the encoded one's length (``--same-size``).
+SAME_SIZE = False
+
+
+def padded(text: str, length: int) -> str:
+    """The schema ``text`` with a ``doc`` (Kafka Connect's description of a schema) that
+    makes it ``length`` characters long."""
+    room = length - len(text) - len(',"doc":""')
+    if room < 0:
+        raise SystemExit(f"the plain schema ({len(text)}) is longer than the encoded one")
+    grown = json.loads(text) | {"doc": "d" * room}
+    made = json.dumps(grown, separators=(",", ":"))
+    assert len(made) == length, (len(made), length)
+    return made
+
+
 def events(spark: Any, form: str, count: int, wrapped: bool) -> Any:
     """``count`` events of ``form`` as a DataFrame of one ``value`` column of JSON text,
     laid out as the PostgreSQL connector and the JSON converter write them."""
@@ -204,7 +226,10 @@ def events(spark: Any, form: str, count: int, wrapped: bool) -> Any:
         return df.selectExpr(f"{payload} AS value")
     from tabhyper_update.values.spark_sql import sql_text
 
-    prefix = '{"schema":' + schema_text(form) + ',"payload":'
+    text = schema_text(form)
+    if SAME_SIZE and form == "plain":
+        text = padded(text, len(schema_text("encoded")))
+    prefix = '{"schema":' + text + ',"payload":'
     return df.selectExpr(f"concat({sql_text(prefix)}, {payload}, '}}') AS value")
 
 
@@ -253,8 +278,11 @@ def main() -> None:
         help="a JVM without the SDK's -XX:-DontCompileHugeMethods (a session of the user's own)",
     )
     parser.add_argument("--text-columns", type=int, default=0, metavar="N")
+    parser.add_argument("--same-size", action="store_true", help="plain schemas as long")
     args = parser.parse_args()
     add_text_columns(args.text_columns)
+    global SAME_SIZE
+    SAME_SIZE = args.same_size
 
     from tabhyper_update.local.spark import own_spark
 
