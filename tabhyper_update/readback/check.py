@@ -101,7 +101,6 @@ def expected_changes(payload: PayloadLike, sample: int = 0) -> ExpectedChanges:
         )
     schema = str(getattr(payload, "schema", "Extract"))
     key = tuple(change_set.key)
-    columns: tuple[str, ...] = ()
     touched = sum(
         t.row_count
         for p in payload.parts
@@ -109,23 +108,32 @@ def expected_changes(payload: PayloadLike, sample: int = 0) -> ExpectedChanges:
         if n in (change_set.upsert_table, change_set.delete_table)
     )
     share = 1.0 if not sample or sample >= touched else sample / touched
-    upserts: list[tuple[Any, ...]] = []
-    deletes: list[tuple[Any, ...]] = []
-    for part in payload.parts:
-        with connect(part.path, read_only=True) as conn:
-            for name, rows in (
-                (change_set.upsert_table, upserts),
-                (change_set.delete_table, deletes),
-            ):
-                table = part.tables.get(name)
-                if table is None or not table.row_count:
-                    continue
-                if name == change_set.upsert_table:
-                    columns = tuple(table.column_names)
-                picked = key if name == change_set.delete_table else table.column_names
-                text = _read_query(table_ref(schema, name), picked, table.row_count, share)
-                rows.extend(tuple(row) for row in conn.execute_list_query(text))
+    columns, upserts = _rows_of(payload, schema, change_set.upsert_table, share)
+    _, deletes = _rows_of(payload, schema, change_set.delete_table, share, key)
     return ExpectedChanges(key, columns or key, upserts, deletes, touched)
+
+
+def _rows_of(
+    payload: PayloadLike,
+    schema: str,
+    name: str,
+    share: float,
+    columns: Sequence[str] = (),
+) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    """The columns read and the rows of table ``name`` in every part of ``payload`` that
+    holds it: ``columns`` of them (every column when none is named), all rows or a random
+    ``share`` of each part's."""
+    read = tuple(columns)
+    rows: list[tuple[Any, ...]] = []
+    for part in payload.parts:
+        table = part.tables.get(name)
+        if table is None or not table.row_count:
+            continue
+        read = tuple(columns or table.column_names)
+        text = _read_query(table_ref(schema, name), read, table.row_count, share)
+        with connect(part.path, read_only=True) as conn:
+            rows.extend(tuple(row) for row in conn.execute_list_query(text))
+    return read, rows
 
 
 def _read_query(table: str, columns: Sequence[str], rows: int, share: float) -> str:
