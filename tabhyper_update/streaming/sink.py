@@ -501,35 +501,44 @@ class TableauSink:
         """What to build from: the frames (Debezium events parsed) and their change sets."""
         if self._tables is None:
             return frames, None
+        by_table = self._frames_by_table(self._tables, frames)
+        read = {name: _read(how, by_table[name]) for name, how in self._tables.items()}
+        if isinstance(self.changes, (ChangeSet, Debezium)):
+            ((df, cs),) = read.values()
+            return df, cs
+        return {n: df for n, (df, _) in read.items()}, {n: cs for n, (_, cs) in read.items()}
+
+    @staticmethod
+    def _frames_by_table(
+        tables: Mapping[str, ChangeSet | Debezium], frames: DataFrame | Mapping[str, DataFrame]
+    ) -> Mapping[str, DataFrame]:
+        """The DataFrame ``prepare()`` gave for each of the sink's ``tables``: one given for
+        all of them only where each table can tell its own rows apart (one table, or
+        Debezium tables, which take their own events)."""
         if not isinstance(frames, Mapping):
-            unroutable = [n for n, how in self._tables.items() if not isinstance(how, Debezium)]
-            if len(self._tables) > 1 and unroutable:
+            unroutable = [n for n, how in tables.items() if not isinstance(how, Debezium)]
+            if len(tables) > 1 and unroutable:
                 raise InvalidArgumentError(
-                    f"prepare() gave one DataFrame for a sink of {len(self._tables)} tables: "
+                    f"prepare() gave one DataFrame for a sink of {len(tables)} tables: "
                     f"the rows of {', '.join(map(repr, unroutable))} cannot be told apart. "
                     "Return a mapping of table name → DataFrame"
                 )
-            # One table takes the batch; Debezium tables each take their own events.
-            frames = dict.fromkeys(self._tables, frames)
-        missing = [n for n in self._tables if n not in frames]
+            return dict.fromkeys(tables, frames)
+        missing = [n for n in tables if n not in frames]
         if missing:
             raise InvalidArgumentError(
                 f"prepare() gave no DataFrame for table(s) {', '.join(map(repr, missing))} of "
                 "the sink's change sets"
             )
-        parsed = {
-            name: (how.changes(frames[name]) if isinstance(how, Debezium) else frames[name])
-            for name, how in self._tables.items()
-        }
-        sets = {
-            name: (how.change_set if isinstance(how, Debezium) else how)
-            for name, how in self._tables.items()
-        }
-        if isinstance(self.changes, (ChangeSet, Debezium)):
-            ((_, df),) = parsed.items()
-            ((_, cs),) = sets.items()
-            return df, cs
-        return parsed, sets
+        return frames
+
+
+def _read(how: ChangeSet | Debezium, frame: DataFrame) -> tuple[DataFrame, ChangeSet]:
+    """A table's DataFrame as the build takes it and its change set (Debezium's events
+    parsed into changes)."""
+    if isinstance(how, Debezium):
+        return how.changes(frame), how.change_set
+    return frame, how
 
 
 def _checked_arguments(
