@@ -91,27 +91,42 @@ def claim_sink(
                 existing = Claim(sink_id, query_id, existing.epoch, existing.claimed_at)
                 _write(path, existing, fresh=False)
             return existing
-        starts_over = batch_id == 0
-        if reset or (starts_over and refresh is not None):
-            if starts_over and refresh is not None and not reset:
-                refresh()
-            claim = Claim(sink_id, query_id, existing.epoch + 1, time.time())
-            _write(path, claim, fresh=False)
-            return claim
-        if starts_over:
-            raise ConfigurationError(
-                f"sink id {sink_id!r} belongs to streaming query {existing.query_id}, and "
-                f"query {query_id} starts over at batch 0: a stream run again from the start "
-                "with a new checkpoint (a declarative pipeline's full refresh), so its first "
-                "batch was not sent. To replace the data source's tables from the refreshed "
-                "stream, pass TableauSink(..., on_full_refresh='replace'); to apply its "
-                "batches over what the data source holds, reset=True once"
-            )
-        raise ConfigurationError(
-            f"sink id {sink_id!r} belongs to streaming query {existing.query_id} (claimed "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(existing.claimed_at))} UTC); "
-            f"this query is {query_id}, so its first batch was not sent. Give each query its "
-            "own sink_id, or, when this query replaces that one (its checkpoint was "
-            "replaced), pass TableauSink(..., reset=True) once"
-        )
+        return _taken_over(path, sink_id, existing, query_id, reset, batch_id == 0, refresh)
     raise ConfigurationError(f"sink id {sink_id!r} could not be claimed: its claim keeps changing")
+
+
+def _taken_over(
+    path: Path,
+    sink_id: str,
+    existing: Claim,
+    query_id: str,
+    reset: bool,
+    starts_over: bool,
+    refresh: Callable[[], None] | None,
+) -> Claim:
+    """The claim moved from the query holding it (``existing``) to query ``query_id``, in
+    a new epoch: with ``reset``, or for a stream that ``starts_over`` (at batch 0) where
+    ``refresh`` is given (called first); else an error naming both queries and what to
+    pass."""
+    if reset or (starts_over and refresh is not None):
+        if refresh is not None and not reset:
+            refresh()
+        claim = Claim(sink_id, query_id, existing.epoch + 1, time.time())
+        _write(path, claim, fresh=False)
+        return claim
+    if starts_over:
+        raise ConfigurationError(
+            f"sink id {sink_id!r} belongs to streaming query {existing.query_id}, and "
+            f"query {query_id} starts over at batch 0: a stream run again from the start "
+            "with a new checkpoint (a declarative pipeline's full refresh), so its first "
+            "batch was not sent. To replace the data source's tables from the refreshed "
+            "stream, pass TableauSink(..., on_full_refresh='replace'); to apply its "
+            "batches over what the data source holds, reset=True once"
+        )
+    raise ConfigurationError(
+        f"sink id {sink_id!r} belongs to streaming query {existing.query_id} (claimed "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(existing.claimed_at))} UTC); "
+        f"this query is {query_id}, so its first batch was not sent. Give each query its "
+        "own sink_id, or, when this query replaces that one (its checkpoint was "
+        "replaced), pass TableauSink(..., reset=True) once"
+    )
