@@ -108,29 +108,37 @@ class UpdateRun:
                     self.splitter.split(record, units, index, keys, k)
                     continue
                 one = self.part_run(state, part, batch)
-                try:
-                    self.submit(one)
-                    if one.update.job is None:  # the server refused a repeat of this request
-                        self.sent.append(one)
-                        index += 1
-                        continue
-                    if wait or index < len(record.parts) - 1:
-                        self.uploader.ahead(record, units, index + 1)
-                        self.wait_part(one, timeout)
-                except ApiError as err:
-                    if not too_large(err) or part is None or state.jobs_seen:
-                        err.note_progress(progress_of(record, index))
-                        raise
-                    self.splitter.refused(record, units, index, keys, err)
-                    continue
-                except TabHyperError as err:
-                    err.note_progress(progress_of(record, index))
-                    raise
-                self.sent.append(one)
-                index += 1
+                if self._send_or_split(one, index, wait=wait, timeout=timeout):
+                    self.sent.append(one)
+                    index += 1
         finally:
             self.uploader.stop()
         return [one.update for one in self.sent]
+
+    def _send_or_split(
+        self, one: PartRun, index: int, *, wait: bool, timeout: float | None
+    ) -> bool:
+        """Send the part at ``index`` and wait for its job (the last part's only when
+        ``wait``): False where the server refused it as too large and it was split in its
+        place (its first sub-part is then at ``index``). A failure carries how far the run
+        got."""
+        record, units = self.record, self.units
+        try:
+            self.submit(one)
+            # No job: the server refused a repeat of this request (it was applied before).
+            if one.update.job is not None and (wait or index < len(record.parts) - 1):
+                self.uploader.ahead(record, units, index + 1)
+                self.wait_part(one, timeout)
+        except ApiError as err:
+            if not too_large(err) or one.part is None or one.state.jobs_seen:
+                err.note_progress(progress_of(record, index))
+                raise
+            self.splitter.refused(record, units, index, self.keys, err)
+            return False
+        except TabHyperError as err:
+            err.note_progress(progress_of(record, index))
+            raise
+        return True
 
     def _parts_ahead(self, part: PayloadPart | None, digest: str) -> int:
         """How many parts ``part`` is split into before it is sent: 0 unless the server's
