@@ -207,6 +207,17 @@ class DataService:
         query: dict[str, Any] = {"fields": [dict(f) for f in fields]}
         if filters:
             query["filters"] = [dict(f) for f in filters]
+        self._spend_query()
+        # Rows as arrays (the service's compact shape), in the order of the fields asked.
+        options: dict[str, Any] = {"returnFormat": "ARRAYS", "disaggregate": rows is not None}
+        if rows is not None:
+            options["rowLimit"] = rows
+        body = self._post("query-datasource", {"query": query, "options": options})
+        names = [str(f.get("fieldAlias") or f.get("fieldCaption")) for f in fields]
+        return [dict(zip(names, row, strict=True)) for row in _answered_rows(body, len(names))]
+
+    def _spend_query(self) -> None:
+        """Count one query against the budget, refused once the budget is spent."""
         if self.budget is not None and self.queries >= self.budget:
             raise QueryBudgetError(
                 status=None,
@@ -215,24 +226,6 @@ class DataService:
             )
         self.queries += 1
         self.stats.queries += 1
-        # Rows as arrays (the service's compact shape), in the order of the fields asked.
-        options: dict[str, Any] = {"returnFormat": "ARRAYS", "disaggregate": rows is not None}
-        if rows is not None:
-            options["rowLimit"] = rows
-        body = self._post("query-datasource", {"query": query, "options": options})
-        names = [str(f.get("fieldAlias") or f.get("fieldCaption")) for f in fields]
-        rows = body.get("data")
-        if not isinstance(rows, list) or not all(
-            isinstance(r, list) and len(r) == len(names) for r in rows
-        ):
-            raise DataServiceError(
-                status=None,
-                summary=(
-                    "the VizQL Data Service answered without a list of rows in 'data', "
-                    f"each of {len(names)} values"
-                ),
-            )
-        return [dict(zip(names, row, strict=True)) for row in rows]
 
     def rows(self, limit: int) -> dict[str | None, list[dict[str, Any]]]:
         """Per logical table, up to ``limit`` of its rows (every field): what
@@ -344,3 +337,18 @@ class DataService:
             log.info("VizQL Data Service health check failed: %s", err)
             return False
         return True
+
+
+def _answered_rows(body: Mapping[str, Any], width: int) -> list[list[Any]]:
+    """The rows of a query's answer (``data``), each a list of ``width`` values; an answer
+    of another shape is refused."""
+    rows = body.get("data")
+    if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == width for r in rows):
+        raise DataServiceError(
+            status=None,
+            summary=(
+                "the VizQL Data Service answered without a list of rows in 'data', "
+                f"each of {width} values"
+            ),
+        )
+    return rows

@@ -106,6 +106,20 @@ def _check_hyper(file: Path) -> None:
         raise bad_request("the uploaded Hyper database holds no table")
 
 
+def _append(ds: DataSource, file: Path) -> None:
+    """Insert the rows of each table of ``file`` into the same table of ``ds``."""
+    batch = ActionBatch(
+        actions=[
+            Insert(target_schema=s, target_table=t, source_schema=s, source_table=t)
+            for s, t in _tables(file)
+        ]
+    )
+    try:
+        apply_locally(batch, target=ds.path, payload=file)
+    except ApplyError as err:
+        raise bad_request(f"the file cannot be appended to '{ds.name}': {err}") from None
+
+
 def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -265,10 +279,7 @@ class FakeBackend:
                 )
             # Every unfinished update job of the data source counts (queued, waiting for the
             # worker, running): an older update must never land on a newer snapshot.
-            if any(
-                j.datasource is ds and j.kind == "UpdateUploadedFile" and j.finish_code is None
-                for j in self.jobs.values()
-            ):
+            if self._being_updated(ds):
                 raise ApiFailure(409, "409000", "Conflict", "the data source is being updated")
             if mode == "overwrite":
                 staged = ds.path.with_suffix(".publish")
@@ -276,18 +287,16 @@ class FakeBackend:
                 staged.chmod(0o600)
                 os.replace(staged, ds.path)
                 return ds
-        tables = _tables(file)
-        batch = ActionBatch(
-            actions=[
-                Insert(target_schema=s, target_table=t, source_schema=s, source_table=t)
-                for s, t in tables
-            ]
-        )
-        try:
-            apply_locally(batch, target=ds.path, payload=file)
-        except ApplyError as err:
-            raise bad_request(f"the file cannot be appended to '{name}': {err}") from None
+        _append(ds, file)
         return ds
+
+    def _being_updated(self, ds: DataSource) -> bool:
+        """Whether an update job of ``ds`` is unfinished (queued, waiting for the worker,
+        running)."""
+        return any(
+            j.datasource is ds and j.kind == "UpdateUploadedFile" and j.finish_code is None
+            for j in self.jobs.values()
+        )
 
     def finished_job(self, kind: str, ds: DataSource) -> Job:
         """A job record for work already done (a publish answered as a job)."""
