@@ -184,10 +184,6 @@ def schema_text(form: str) -> str:
     return json.dumps(envelope, separators=(",", ":"))
 
 
-#: Whether the plain events' schema is padded to the encoded one's length (``--same-size``).
-SAME_SIZE = False
-
-
 def padded(text: str, length: int) -> str:
     """The schema ``text`` with a ``doc`` (Kafka Connect's description of a schema) that
     makes it ``length`` characters long."""
@@ -200,9 +196,10 @@ def padded(text: str, length: int) -> str:
     return made
 
 
-def events(spark: Any, form: str, count: int, wrapped: bool) -> Any:
+def events(spark: Any, form: str, count: int, wrapped: bool, same_size: bool = False) -> Any:
     """``count`` events of ``form`` as a DataFrame of one ``value`` column of JSON text,
-    laid out as the PostgreSQL connector and the JSON converter write them."""
+    laid out as the PostgreSQL connector and the JSON converter write them (``same_size``:
+    the plain events' schema padded to the encoded one's length)."""
     columns = ENCODED if form == "encoded" else PLAIN
     after = (
         "named_struct('id', id, 'name', concat('item-', id), "
@@ -227,7 +224,7 @@ def events(spark: Any, form: str, count: int, wrapped: bool) -> Any:
     from tabhyper_update.values.spark_sql import sql_text
 
     text = schema_text(form)
-    if SAME_SIZE and form == "plain":
+    if same_size and form == "plain":
         text = padded(text, len(schema_text("encoded")))
     prefix = '{"schema":' + text + ',"payload":'
     return df.selectExpr(f"concat({sql_text(prefix)}, {payload}, '}}') AS value")
@@ -281,8 +278,6 @@ def main() -> None:
     parser.add_argument("--same-size", action="store_true", help="plain schemas as long")
     args = parser.parse_args()
     add_text_columns(args.text_columns)
-    global SAME_SIZE
-    SAME_SIZE = args.same_size
 
     from tabhyper_update.local.spark import own_spark
 
@@ -298,7 +293,8 @@ def main() -> None:
                 folders = {}
                 for form in ("encoded", "plain"):
                     folders[form] = work / f"{form}-{wrapped}"
-                    events(spark, form, args.events, wrapped).write.parquet(str(folders[form]))
+                    made = events(spark, form, args.events, wrapped, args.same_size)
+                    made.write.parquet(str(folders[form]))
                 for _ in range(2):  # warm-ups: the first builds compile most of the code
                     for form in ("encoded", "plain"):
                         build(spark, folders[form], form, work, clock)

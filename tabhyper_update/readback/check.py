@@ -26,12 +26,14 @@ from ..values.errors import (
     QueryBudgetError,
     TabHyperError,
 )
-from ..values.parts import PayloadLike
+from ..values.parts import PayloadLike, PayloadPart
 from .compare import Tolerance, canonical, same
 from .dataservice import DataService, FieldInfo, dimension, measure, set_filter
 from .drift import DriftReport, KeyDrift
 
 if TYPE_CHECKING:
+    from tableauhyperapi import Connection
+
     from ..rest.caller import RestCaller
 
 __all__ = [
@@ -108,32 +110,35 @@ def expected_changes(payload: PayloadLike, sample: int = 0) -> ExpectedChanges:
         if n in (change_set.upsert_table, change_set.delete_table)
     )
     share = 1.0 if not sample or sample >= touched else sample / touched
-    columns, upserts = _rows_of(payload, schema, change_set.upsert_table, share)
-    _, deletes = _rows_of(payload, schema, change_set.delete_table, share, key)
+    columns: tuple[str, ...] = ()
+    upserts: list[tuple[Any, ...]] = []
+    deletes: list[tuple[Any, ...]] = []
+    for part in payload.parts:
+        with connect(part.path, read_only=True) as conn:
+            read, rows = _rows_of(conn, part, schema, change_set.upsert_table, share)
+            columns = read or columns
+            upserts += rows
+            deletes += _rows_of(conn, part, schema, change_set.delete_table, share, key)[1]
     return ExpectedChanges(key, columns or key, upserts, deletes, touched)
 
 
 def _rows_of(
-    payload: PayloadLike,
+    conn: Connection,
+    part: PayloadPart,
     schema: str,
     name: str,
     share: float,
     columns: Sequence[str] = (),
 ) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
-    """The columns read and the rows of table ``name`` in every part of ``payload`` that
-    holds it: ``columns`` of them (every column when none is named), all rows or a random
-    ``share`` of each part's."""
-    read = tuple(columns)
-    rows: list[tuple[Any, ...]] = []
-    for part in payload.parts:
-        table = part.tables.get(name)
-        if table is None or not table.row_count:
-            continue
-        read = tuple(columns or table.column_names)
-        text = _read_query(table_ref(schema, name), read, table.row_count, share)
-        with connect(part.path, read_only=True) as conn:
-            rows.extend(tuple(row) for row in conn.execute_list_query(text))
-    return read, rows
+    """The columns read and the rows of table ``name`` in ``part`` (over ``conn``):
+    ``columns`` of them (every column when none is named), all or a random ``share``;
+    nothing where the part holds no row of the table."""
+    table = part.tables.get(name)
+    if table is None or not table.row_count:
+        return (), []
+    read = tuple(columns or table.column_names)
+    text = _read_query(table_ref(schema, name), read, table.row_count, share)
+    return read, [tuple(row) for row in conn.execute_list_query(text)]
 
 
 def _read_query(table: str, columns: Sequence[str], rows: int, share: float) -> str:
