@@ -524,21 +524,39 @@ def test_events_already_typed_by_from_avro(spark: SparkSession) -> None:
     ]
 
 
+@pytest.mark.parametrize("text", ["not!base64", "a", "AQ="])
 def test_a_value_that_cannot_be_decoded_names_table_column_type_and_value(
-    spark: SparkSession,
+    spark: SparkSession, text: str
 ) -> None:
+    """Text that is no base64: a character base64 lacks, or a length no base64 has (which
+    Spark's ``unbase64`` throws on, naming nothing of the event)."""
     columns = connector_columns()
     good = event(columns, "c", None, values(0), 1)
     bad = json.loads(event(columns, "c", None, values(1), 2))
-    bad["payload"]["after"]["amount"] = "not!base64"
+    bad["payload"]["after"]["amount"] = text
     events = spark.createDataFrame([(good,), (json.dumps(bad),)], "value string")
     target = Debezium(CONNECTOR_ROW, key="id")
     with pytest.raises(PayloadError) as caught:
         build_payload(target.changes(events), target.change_set)
     said = str(caught.value)
-    for words in ("table orders", "column amount", "decimal-bytes", "not!base64"):
+    for words in ("table orders", "column amount", "decimal-bytes", f"cannot decode {text} "):
         assert words in said, said
     assert "MALFORMED" not in said
+
+
+@pytest.mark.every_spark  # try_to_binary: Spark's own per version
+@pytest.mark.parametrize("mode", ["base64", "base64-url-safe"])
+@pytest.mark.parametrize("text", ["a", "AQ=x"])
+def test_binary_text_that_is_no_base64_fails_naming_the_column(
+    spark: SparkSession, mode: str, text: str
+) -> None:
+    columns = columns_for("micros", binary_mode=mode)
+    bad = json.loads(event(columns, "c", None, values(1), 2))
+    bad["payload"]["after"]["blob"] = text
+    events = spark.createDataFrame([(json.dumps(bad),)], "value string")
+    target = Debezium(ROW, key="id", binary_handling=mode)  # type: ignore[arg-type]
+    with pytest.raises(PayloadError, match=rf"column blob .*cannot decode {text} as binary"):
+        build_payload(target.changes(events), target.change_set)
 
 
 def test_a_day_count_sent_as_text_is_read_as_spark_casts_it_and_a_fraction_is_refused(

@@ -38,7 +38,9 @@ name or string value can change the SQL.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -54,7 +56,6 @@ from ..values.actions import (
     Insert,
     Replace,
     Update,
-    Upsert,
     _Action,
 )
 from ..values.conditions import And, Comparison, Const, Or, condition_columns, key_pairs
@@ -75,7 +76,22 @@ log = get_logger("tabhyper_update")
 
 TARGET_DB = "tabhyper_target"
 SOURCE_DB = "tabhyper_payload"
-_OPS = {"eq": "=", "neq": "<>", "gt": ">", "lt": "<", "gte": ">=", "lte": "<="}
+#: Hyper SQL of each comparison, over its two sides.
+_COMPARISONS = {
+    **{
+        op: f"({{left}} {sql} {{right}})"
+        for op, sql in {
+            "eq": "=",
+            "neq": "<>",
+            "gt": ">",
+            "lt": "<",
+            "gte": ">=",
+            "lte": "<=",
+        }.items()
+    },
+    "is": "({left} IS NOT DISTINCT FROM {right})",
+    "has": "(STRPOS(CAST({left} AS TEXT), CAST({right} AS TEXT)) > 0)",
+}
 
 _INTEGERS = {TypeTag.SMALL_INT, TypeTag.INT, TypeTag.BIG_INT, TypeTag.OID}
 _TEXTS = {TypeTag.TEXT, TypeTag.VARCHAR, TypeTag.CHAR, TypeTag.JSON}
@@ -182,17 +198,14 @@ class _Sql:
     def condition(self, node: Condition | bool) -> str:
         if node is True:
             return "TRUE"
-        if isinstance(node, And):
-            return "(" + " AND ".join(self.condition(a) for a in node.args) + ")"
-        if isinstance(node, Or):
-            return "(" + " OR ".join(self.condition(a) for a in node.args) + ")"
+        if isinstance(node, (And, Or)):
+            joined = (" AND " if isinstance(node, And) else " OR ").join(
+                self.condition(a) for a in node.args
+            )
+            return f"({joined})"
         assert isinstance(node, Comparison)
         left, right = self._operands(node)
-        if node.op == "is":
-            return f"({left} IS NOT DISTINCT FROM {right})"
-        if node.op == "has":
-            return f"(STRPOS(CAST({left} AS TEXT), CAST({right} AS TEXT)) > 0)"
-        return f"({left} {_OPS[node.op]} {right})"
+        return _COMPARISONS[node.op].format(left=left, right=right)
 
     def _operands(self, node: Comparison) -> tuple[str, str]:
         """A comparison's two sides as SQL (a DATE column met with a timestamp constant
@@ -249,6 +262,16 @@ def _check_insertable(source: _Table, target: _Table, columns: SourceColumns) ->
     return written
 
 
+#: Hyper SQL that holds for a value ``col`` of each way a value can fail to fit (``inexact``:
+#: an integer past 2^53 in a double).
+_LOSS_TESTS = {
+    "range": "{col} < {low} OR {col} > {limit}",
+    "whole_digits": "ABS({col}) >= CAST(1E{limit} AS DOUBLE PRECISION)",
+    "scale": "{col} <> ROUND({col}, {limit})",
+    "length": "CHAR_LENGTH({col}) > {limit}",
+    "inexact": "ABS({col}) > {limit}",
+}
+
 _TYPE_NAMES = {
     TypeTag.SMALL_INT: "SMALLINT",
     TypeTag.INT: "INTEGER",
@@ -272,25 +295,18 @@ def _loses(name: str, stype: SqlType, ttype: SqlType) -> tuple[str, str] | None:
     """Hyper SQL that holds for a source value of column ``name`` the target column cannot
     keep as it is, and what it means; None when every value fits (the rules:
     :mod:`tabhyper_update.values.narrowing`). Reads alias ``s``."""
-    col = f"s.{quote_name(name)}"
-    tests: list[str] = []
-    said: list[str] = []
-    for loss in losses(_column_type(stype), _column_type(ttype)) or ():
-        said.append(loss.says)
-        if loss.what == "range":
-            tests.append(f"{col} < {loss.low} OR {col} > {loss.limit}")
-        elif loss.what == "whole_digits":
-            tests.append(f"ABS({col}) >= CAST(1E{loss.limit} AS DOUBLE PRECISION)")
-        elif loss.what == "scale":
-            tests.append(f"{col} <> ROUND({col}, {loss.limit})")
-        elif loss.what == "length":
-            tests.append(f"CHAR_LENGTH({col}) > {loss.limit}")
-        elif _category(stype.tag) == "integer":  # inexact: an integer past 2^53
-            tests.append(f"ABS({col}) > {loss.limit}")
-        # A decimal into a double: the double's own rounding, as the column's type says.
+    found = losses(_column_type(stype), _column_type(ttype)) or ()
+    # A decimal inexact in a double is the double's own rounding, as the column's type says.
+    integer = _category(stype.tag) == "integer"
+    tests = [
+        _LOSS_TESTS[loss.what].format(col=f"s.{quote_name(name)}", low=loss.low, limit=loss.limit)
+        for loss in found
+        if loss.what != "inexact" or integer
+    ]
     if not tests:
         return None
-    return f"({' OR '.join(tests)})", f"more than {ttype} keeps ({'; '.join(said)})"
+    said = "; ".join(loss.says for loss in found)
+    return f"({' OR '.join(tests)})", f"more than {ttype} keeps ({said})"
 
 
 Semantics = Literal["hyper", "strict"]
@@ -472,22 +488,17 @@ class _Engine:
             "WHERE tabhyper_pick = 1)"
         )
 
-    def apply(self, index: int, action: _Action) -> int:
+    def apply(self, action: _Action) -> int:
         target, source = self.tables(action)
-        sql = _Sql(target, source)
         if isinstance(action, (Insert, Replace)):
-            assert source is not None
-            if isinstance(action, Replace):
-                return self.replace(source, target)
-            return self.insert(source, target)
-        assert action.condition is not None
+            assert source is not None  # both read a payload table
+            return (self.replace if isinstance(action, Replace) else self.insert)(source, target)
+        assert action.condition is not None  # the others select rows
         if isinstance(action, Delete):
-            return self.delete(sql, target, source, action.condition)
+            return self.delete(_Sql(target, source), target, source, action.condition)
         assert source is not None
-        if isinstance(action, Update):
-            return self.update(sql, target, source, action.condition)
-        assert isinstance(action, Upsert)
-        return self.upsert(sql, target, source, action.condition)
+        write = self.update if isinstance(action, Update) else self.upsert
+        return write(_Sql(target, source), target, source, action.condition)
 
     def insert(self, source: _Table, target: _Table) -> int:
         cols = ", ".join(quote_name(c) for c in _check_insertable(source, target, self.columns))
@@ -585,7 +596,6 @@ def apply(
     payload_path = _payload_path(payload)
     if checked.reads_source and payload_path is None:
         raise ApplyError("the batch reads payload tables but no payload was given")
-    counts: list[int] = []
     try:
         with connect() as conn:
             # Absolute: the shared Hyper process resolves paths against its own directory.
@@ -595,30 +605,36 @@ def apply(
             engine = _Engine(
                 conn, payload_path is not None, semantics, seed, source_columns or SourceColumns()
             )
-            conn.execute_command("BEGIN TRANSACTION")
-            committed = False
-            try:
-                for index, action in enumerate(checked.actions):
-                    try:
-                        counts.append(engine.apply(index, action))
-                    except _Refusal as refusal:
-                        raise ApplyError(
-                            str(refusal), action_index=index, action=_describe(action)
-                        ) from None
-                    except HyperException as err:
-                        reason = str(err).split("\n")[0].strip() or type(err).__name__
-                        raise ApplyError(
-                            reason, action_index=index, action=_describe(action)
-                        ) from err
-                conn.execute_command("COMMIT")
-                committed = True
-            finally:
-                if not committed:
-                    conn.execute_command("ROLLBACK")
+            with _transaction(conn):
+                counts = [_applied(engine, i, action) for i, action in enumerate(checked.actions)]
     except HyperException as err:
         raise ApplyError(f"cannot open the files: {str(err).splitlines()[0]}") from err
     log.info("applied %d action(s) to %s: %s rows affected", len(counts), target_path.name, counts)
     return counts
+
+
+@contextlib.contextmanager
+def _transaction(conn: Connection) -> Iterator[None]:
+    """One transaction: committed when the block ends, rolled back when it raises."""
+    conn.execute_command("BEGIN TRANSACTION")
+    try:
+        yield
+        conn.execute_command("COMMIT")
+    except BaseException:
+        conn.execute_command("ROLLBACK")
+        raise
+
+
+def _applied(engine: _Engine, index: int, action: _Action) -> int:
+    """The rows ``action`` (the batch's ``index``-th) affected, a refusal or Hyper's error
+    raised as :class:`ApplyError` naming the action."""
+    try:
+        return engine.apply(action)
+    except _Refusal as refusal:
+        raise ApplyError(str(refusal), action_index=index, action=_describe(action)) from None
+    except HyperException as err:
+        reason = str(err).split("\n")[0].strip() or type(err).__name__
+        raise ApplyError(reason, action_index=index, action=_describe(action)) from err
 
 
 def _payload_path(payload: str | os.PathLike[str] | PayloadLike | None) -> Path | None:
