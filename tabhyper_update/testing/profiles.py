@@ -19,9 +19,10 @@ kept as settings.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ..values.probes import ProbeResult
 
@@ -158,6 +159,15 @@ _DOWNLOAD: dict[str | None, Literal["exact", "coarse", "refuse"]] = {
     FOUND_AS["refuse"]: "refuse",
     None: "coarse",
 }
+#: The probe's findings the fake answers by a setting of the same name: each finding → the
+#: setting that answers as that server did.
+_ANSWERED_AS: dict[str, Mapping[Any, str]] = {
+    "replay": _REPLAY,
+    "extra_columns": _EXTRA,
+    "missing_columns": _MISSING,
+    "partial_update": _PARTIAL,
+    "download_types": _DOWNLOAD,
+}
 
 
 def profile_from_probe(path: str | Path) -> ServerProfile:
@@ -181,40 +191,34 @@ def profile_from_probe(path: str | Path) -> ServerProfile:
         )
     if found.not_null != "enforced":
         problems.append(f"not_null={found.not_null!r} (Hyper enforces NOT NULL)")
-    if found.replay not in _REPLAY:
-        problems.append(f"replay={found.replay!r}")
-    if found.extra_columns not in _EXTRA:
-        problems.append(f"extra_columns={found.extra_columns!r}")
-    if found.missing_columns not in _MISSING:
-        problems.append(f"missing_columns={found.missing_columns!r}")
-    if found.partial_update not in _PARTIAL:
-        problems.append(f"partial_update={found.partial_update!r}")
-    if found.download_types not in _DOWNLOAD:
-        problems.append(f"download_types={found.download_types!r}")
+    problems += [
+        f"{name}={getattr(found, name)!r}"
+        for name, settings in _ANSWERED_AS.items()
+        if getattr(found, name) not in settings
+    ]
     if problems:
         raise ValueError(
             f"the fake cannot answer as the server of {str(path)!r} did: {'; '.join(problems)}"
         )
-    # A release the fake does not know is answered as its newest.
-    release = (
-        None
-        if found.data_service in ("absent", "denied")
-        else found.data_service
-        if found.data_service in SERVICE_OPTIONS
-        else "20261"
-    )
     base = PROFILES["ideal"]
+    answers: dict[str, Any] = {
+        name: settings[getattr(found, name)] for name, settings in _ANSWERED_AS.items()
+    }
     return ServerProfile(
         f"probe of {found.server}",
         base.product_version,
         found.api_version or base.api_version,
         found.cap_mb if found.cap_mb is not None else base.max_upload_mb,
-        release,
+        _release(found.data_service),
         semantics=str(semantics),
-        replay=_REPLAY[found.replay],
         sequence_ids=found.parallel_upload == "sequence",
-        extra_columns=_EXTRA[found.extra_columns],
-        missing_columns=_MISSING[found.missing_columns],
-        partial_update=_PARTIAL[found.partial_update],
-        download_types=_DOWNLOAD[found.download_types],
+        **answers,
     )
+
+
+def _release(data_service: str) -> str | None:
+    """The VizQL Data Service release the fake answers as, for a probe's finding: none where
+    the service was absent or denied, a release the fake does not know as its newest."""
+    if data_service in ("absent", "denied"):
+        return None
+    return data_service if data_service in SERVICE_OPTIONS else "20261"
