@@ -239,6 +239,19 @@ def resolve_change_sets(
 def _per_table(tables: Sequence[str], changes: Mapping[str, ChangeSet]) -> dict[str, ChangeSet]:
     """A multi-table change set: one ChangeSet per DataFrame, by the same names, each with
     its own payload tables (``<table>_upserts``, ``<table>_deletes`` unless named)."""
+    _check_mapping(tables, changes)
+    resolved = {}
+    for name in tables:
+        cs = changes[name]
+        upserts = cs.upsert_table if cs.upsert_table != "upserts" else f"{name}_upserts"
+        deletes = cs.delete_table if cs.delete_table != "deletes" else f"{name}_deletes"
+        resolved[name] = replace(cs, upsert_table=upserts, delete_table=deletes)
+    return resolved
+
+
+def _check_mapping(tables: Sequence[str], changes: Mapping[str, ChangeSet]) -> None:
+    """Refuse a mapping of change sets that is empty, holds anything but ChangeSets, or
+    names other tables than the DataFrames'."""
     if not changes:
         raise PayloadArgumentError("the mapping of change sets is empty")
     for name, cs in changes.items():
@@ -257,13 +270,6 @@ def _per_table(tables: Sequence[str], changes: Mapping[str, ChangeSet]) -> dict[
             f"{'; '.join(said)}: a multi-table change set maps the same table names to "
             "DataFrames and to ChangeSets"
         )
-    resolved = {}
-    for name in tables:
-        cs = changes[name]
-        upserts = cs.upsert_table if cs.upsert_table != "upserts" else f"{name}_upserts"
-        deletes = cs.delete_table if cs.delete_table != "deletes" else f"{name}_deletes"
-        resolved[name] = replace(cs, upsert_table=upserts, delete_table=deletes)
-    return resolved
 
 
 def _check_payload_tables(resolved: Mapping[str, ChangeSet]) -> None:
@@ -282,6 +288,22 @@ def _check_payload_tables(resolved: Mapping[str, ChangeSet]) -> None:
 
 
 _GUARD_TYPES = ("tinyint", "smallint", "int", "bigint", "decimal", "date", "timestamp")
+
+
+def _named_columns(
+    change_set: ChangeSet, columns: Sequence[str], fail: Callable[[str], PayloadError]
+) -> tuple[str, tuple[str, ...]]:
+    """The columns ``change_set`` names, checked against the DataFrame's ``columns``: its
+    key, op, order_by and keep_columns; its op column and order_by columns returned."""
+    keys = change_set.key
+    if len(set(keys)) != len(keys):
+        raise fail(f"key names a column twice: {list(keys)}")
+    _need(keys, "key", columns, fail)
+    op_column, orders = _feed_columns(change_set, columns, fail)
+    if op_column in keys or set(orders) & set(keys):
+        raise fail("the op and order_by columns cannot be key columns")
+    _need(change_set.keep_columns, "keep_columns", columns, fail)
+    return op_column, orders
 
 
 def _feed_columns(
@@ -429,6 +451,14 @@ def _check_added(
         )
 
 
+def _among(op: str, values: Sequence[str]) -> str:
+    """Spark SQL: whether the op (``op``: its SQL) is one of ``values``; NULL-safe (a NULL
+    op is no known value)."""
+    if not values:
+        return "false"
+    return f"coalesce({op} IN ({', '.join(sql_text(v) for v in values)}), false)"
+
+
 @dataclass(frozen=True)
 class CdcSpec:
     """A validated description of a change set: key, op column, ordering, op meanings."""
@@ -488,13 +518,7 @@ class CdcSpec:
 
         known = types or {}
         keys = change_set.key
-        if len(set(keys)) != len(keys):
-            raise fail(f"key names a column twice: {list(keys)}")
-        _need(keys, "key", columns, fail)
-        op_column, orders = _feed_columns(change_set, columns, fail)
-        if op_column in keys or set(orders) & set(keys):
-            raise fail("the op and order_by columns cannot be key columns")
-        _need(change_set.keep_columns, "keep_columns", columns, fail)
+        op_column, orders = _named_columns(change_set, columns, fail)
         guard = _guard(orders, change_set, known, fail)
         kept = (*change_set.keep_columns, *guard["guard_only"])
         metadata = {op_column, *orders, *(m for m in METADATA_COLUMNS if m in columns)}
@@ -531,37 +555,15 @@ class CdcSpec:
         the kind, the priority (:data:`PRIORITY_COLUMN`) and the typed positions
         (:func:`position_column`). Over the source's own columns."""
         op = self.texts().op
-        by_meaning: dict[str, list[str]] = {
-            m: [] for m in ("upsert", "delete", "preimage", "ignore")
+        among = {
+            m: _among(op, [v for v, meaning in self.op_map.items() if meaning == m])
+            for m in ("upsert", "delete", "preimage", "ignore")
         }
-        for value, meaning in self.op_map.items():
-            by_meaning[meaning].append(value)
-
-        def among(values: list[str]) -> str:
-            # NULL-safe: a NULL op is no known value.
-            if not values:
-                return "false"
-            return f"coalesce({op} IN ({', '.join(sql_text(v) for v in values)}), false)"
-
         null_key = " OR ".join(f"{sql_name(k)} IS NULL" for k in self.key)
         order_sql = self.order_sql or tuple(sql_name(o) for o in self.order_by)
-        null_order = self._unpositioned(order_sql)
-        upsert, delete = among(by_meaning["upsert"]), among(by_meaning["delete"])
-        preimage = among(by_meaning["preimage"])
-        bad = self._bad_rows(null_key, upsert)
-        # Ignored changes go first (a Debezium truncate has no key), then unknown ops.
-        kind = (
-            f"CASE WHEN {among(by_meaning['ignore'])} THEN NULL "
-            f"WHEN NOT ({upsert} OR {delete} OR {preimage}) THEN '{KIND_UNKNOWN_OP}' "
-            + (
-                f"WHEN {null_key} THEN '{KIND_QUARANTINED}' "
-                if self.quarantine
-                else f"WHEN {null_key} THEN '{KIND_NULL_KEY}' "
-            )
-            + f"WHEN {null_order} THEN '{KIND_NULL_ORDER}' "
-            + (f"WHEN {bad[0]} IS NOT NULL THEN '{KIND_QUARANTINED}' " if bad else "")
-            + f"WHEN {upsert} THEN '{KIND_UPSERT}' ELSE '{KIND_DELETE}' END"
-        )
+        bad = self._bad_rows(null_key, among["upsert"])
+        kind = self._kind_sql(among, null_key, self._unpositioned(order_sql), bad)
+        preimage, delete = among["preimage"], among["delete"]
         return Tagging(
             kind,
             [
@@ -580,6 +582,24 @@ class CdcSpec:
                     else []
                 ),
             ],
+        )
+
+    def _kind_sql(
+        self, among: Mapping[str, str], null_key: str, null_order: str, bad: tuple[str, str] | None
+    ) -> str:
+        """Spark SQL of a change's kind (``among``: whether its op means each meaning;
+        ``null_key`` / ``null_order``: whether its key / position is missing; ``bad``: why it
+        is set aside). Ignored changes go first (a Debezium truncate has no key), then
+        unknown ops."""
+        upsert, delete, preimage = among["upsert"], among["delete"], among["preimage"]
+        no_key = KIND_QUARANTINED if self.quarantine else KIND_NULL_KEY
+        return (
+            f"CASE WHEN {among['ignore']} THEN NULL "
+            f"WHEN NOT ({upsert} OR {delete} OR {preimage}) THEN '{KIND_UNKNOWN_OP}' "
+            f"WHEN {null_key} THEN '{no_key}' "
+            f"WHEN {null_order} THEN '{KIND_NULL_ORDER}' "
+            + (f"WHEN {bad[0]} IS NOT NULL THEN '{KIND_QUARANTINED}' " if bad else "")
+            + f"WHEN {upsert} THEN '{KIND_UPSERT}' ELSE '{KIND_DELETE}' END"
         )
 
     def _unpositioned(self, order_sql: Sequence[str]) -> str:

@@ -184,42 +184,69 @@ def rank_in_hyper(
     make_private(out)
     target = out / "part-00000.parquet"
     source = external(tagged)
-    kind_col = quote_name(KIND_COLUMN)
     # The row's own columns: its identity columns differ between a delete and an insert.
     row = [quote_name(k) for k in keep if k not in (ROWHASH_COLUMN, BUCKET_COLUMN)]
-    ranked = latest_of(
-        # Ignored changes carry no kind: left out here, as Spark's own ranking leaves them.
-        f"SELECT * FROM {source} WHERE {kind_col} IS NOT NULL",
-        quote=quote_name,
-        keys=[quote_name(k) for k in keys],
-        positions=len(spec.order_by),
-        keep=[quote_name(k) for k in keep],
-        op_text=quote_name(OP_TEXT_COLUMN) if texts else "CAST(NULL AS TEXT)",
-        order_text=quote_name(ORDER_TEXT_COLUMN) if texts else "CAST(NULL AS TEXT)",
-        carry_overs=row if spec.commit else (),
-    )
     with connect() as conn:
         read, kept, greatest, micros = _counts(conn, spec, source)
+        ranked = _ranked_sql(spec, source, keys, keep, row, texts)
         conn.execute_command(
             f"COPY ({ranked}) TO {quote_literal(str(target))} WITH (FORMAT parquet)"
         )
         stats = bucket_stats(
             conn, external([target]), by=KIND_COLUMN, bucket=STAGED_BUCKET, size=size
         )
-    if kept and not stats and spec.commit:
-        # A commit's changelog of carry-overs only ranks none: count what is left without them.
-        kept = _without_carry_overs(spec, source, keys, row)
     if kept and not stats:
-        # Every key read has a last change: none ranked would report an empty change set.
-        ignored = f" ({read - kept} ignored change(s) left out)" if read > kept else ""
-        raise PayloadError(
-            f"Hyper read {kept} tagged change(s) but ranked none into {out}{ignored}"
-        )
+        _none_ranked(spec, source, keys, row, read, kept, out)
     return read, Ranked(
         {str(kind): found for kind, found in stats.items()},
         greatest,
         None if micros is None else int(micros) / 1e6,
     )
+
+
+def _ranked_sql(
+    spec: CdcSpec,
+    source: str,
+    keys: Sequence[str],
+    keep: Sequence[str],
+    row: Sequence[str],
+    texts: bool,
+) -> str:
+    """Hyper SQL of the last change per key of the tagged changes in ``source`` (``row``:
+    the quoted columns a commit's carry-overs are recognised by)."""
+    no_text = "CAST(NULL AS TEXT)"
+    return latest_of(
+        # Ignored changes carry no kind: left out here, as Spark's own ranking leaves them.
+        f"SELECT * FROM {source} WHERE {quote_name(KIND_COLUMN)} IS NOT NULL",
+        quote=quote_name,
+        keys=[quote_name(k) for k in keys],
+        positions=len(spec.order_by),
+        keep=[quote_name(k) for k in keep],
+        op_text=quote_name(OP_TEXT_COLUMN) if texts else no_text,
+        order_text=quote_name(ORDER_TEXT_COLUMN) if texts else no_text,
+        carry_overs=row if spec.commit else (),
+    )
+
+
+def _none_ranked(
+    spec: CdcSpec,
+    source: str,
+    keys: Sequence[str],
+    row: Sequence[str],
+    read: int,
+    kept: int,
+    out: Path,
+) -> None:
+    """Hyper read ``kept`` changes to rank (of ``read``) and ranked none: refused (every
+    key read has a last change; none ranked would report an empty change set), but where
+    a commit's changelog held carry-overs only (they rank none)."""
+    if spec.commit:
+        kept = _without_carry_overs(spec, source, keys, list(row))
+    if kept:
+        ignored = f" ({read - kept} ignored change(s) left out)" if read > kept else ""
+        raise PayloadError(
+            f"Hyper read {kept} tagged change(s) but ranked none into {out}{ignored}"
+        )
 
 
 def _counts(

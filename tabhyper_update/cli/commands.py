@@ -55,34 +55,25 @@ def schema_text() -> str:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    path = Path(args.file)
-    try:
-        text = sys.stdin.read() if args.file == "-" else path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise UsageError(f"cannot read {args.file}: {err.strerror or err}") from None
-    except UnicodeDecodeError:
-        raise Refused(f"{args.file}: not UTF-8 text") from None
+    text = _text_of(args.file)
     try:
         batch = ActionBatch.from_json(text)
     except InvalidActionBatchError as err:
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "valid": False,
-                        "problems": [{"path": p.path, "message": p.message} for p in err.problems],
-                    }
-                )
-            )
-        else:
-            for problem in err.problems:
-                print(problem)
+        problems = [{"path": p.path, "message": p.message} for p in err.problems]
+        _emit(args, {"valid": False, "problems": problems}, "\n".join(map(str, err.problems)))
         return EXIT_FAILED
-    if args.json:
-        print(json.dumps({"valid": True, "actions": len(batch.actions)}))
-    else:
-        print("OK")
+    _emit(args, {"valid": True, "actions": len(batch.actions)}, "OK")
     return EXIT_OK
+
+
+def _text_of(file: str) -> str:
+    """The UTF-8 text of ``file`` (``-``: standard input)."""
+    try:
+        return sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"cannot read {file}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise Refused(f"{file}: not UTF-8 text") from None
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -158,8 +149,18 @@ def _build_into(args: argparse.Namespace, out: Path) -> int:
 
 
 def _build_with(spark: Any, args: argparse.Namespace, out: Path) -> int:
-    df = read_input(spark, args)
-    options = BuildOptions(
+    payload = build_payload(
+        read_input(spark, args), args.change_set, table=args.name, **_build_options(args, out)
+    )
+    manifest = payload.save_manifest(out)  # moves the parts from the build's subfolder
+    _remove_emptied(out)
+    _emit(args, *_built(payload, manifest))
+    return EXIT_OK
+
+
+def _build_options(args: argparse.Namespace, out: Path) -> BuildOptions:
+    """The build's options as ``build``'s flags give them."""
+    return BuildOptions(
         database_version=args.database_version,
         max_payload_mb=args.max_payload_mb,
         complex_as_json=args.complex_as_json,
@@ -172,44 +173,39 @@ def _build_with(spark: Any, args: argparse.Namespace, out: Path) -> int:
         quarantine_format=args.quarantine_format,
         target_columns=args.target_columns,
     )
-    payload = build_payload(
-        df,
-        args.change_set,
-        table=args.name,
-        **options,
-    )
-    manifest = payload.save_manifest(out)  # moves the parts from the build's subfolder
+
+
+def _remove_emptied(out: Path) -> None:
+    """The build's own subfolders of ``out``, emptied by saving the manifest: removed."""
     for emptied in out.glob(f"tabhyper-payload-{os.getpid()}-*"):
         with contextlib.suppress(OSError):
             (emptied / LEASE_NAME).unlink(missing_ok=True)
             emptied.rmdir()
+
+
+def _built(payload: Payload, manifest: Path) -> tuple[dict[str, Any], str]:
+    """What ``build`` reports of ``payload``, saved as ``manifest``: for ``--json`` and as
+    text."""
     quarantined = payload.quarantined
-    if payload.is_empty:
-        _emit(
-            args,
-            {
-                "parts": [],
-                "empty": True,
-                "manifest": str(manifest),
-                "quarantined": None if quarantined is None else quarantined.as_dict(),
-            },
-            f"empty change set: an empty payload in {manifest.parent} "
-            "(`apply` reports nothing to update)",
-        )
-        return EXIT_OK
-    data = {
+    data: dict[str, Any] = {
         "manifest": str(manifest),
         "quarantined": None if quarantined is None else quarantined.as_dict(),
-        "parts": [
-            {
-                "path": str(p.path),
-                "size_bytes": p.size_bytes,
-                "sha256": p.sha256,
-                "tables": {n: t.row_count for n, t in p.tables.items()},
-            }
-            for p in payload.parts
-        ],
     }
+    if payload.is_empty:
+        text = (
+            f"empty change set: an empty payload in {manifest.parent} "
+            "(`apply` reports nothing to update)"
+        )
+        return {"parts": [], "empty": True, **data}, text
+    data["parts"] = [
+        {
+            "path": str(p.path),
+            "size_bytes": p.size_bytes,
+            "sha256": p.sha256,
+            "tables": {n: t.row_count for n, t in p.tables.items()},
+        }
+        for p in payload.parts
+    ]
     lines = [f"payload: {manifest.parent}"] + [
         f"  {p.path.name}: {p.size_bytes} bytes, "
         + ", ".join(f"{n} {counted(t.row_count, 'row')}" for n, t in p.tables.items())
@@ -221,8 +217,7 @@ def _build_with(spark: Any, args: argparse.Namespace, out: Path) -> int:
             f"set aside: {counted(quarantined.rows, 'change')} the target would refuse, in "
             f"{quarantined.written_to} ({reasons})"
         )
-    _emit(args, data, "\n".join(lines))
-    return EXIT_OK
+    return data, "\n".join(lines)
 
 
 _BUILD_LOCK = ".tabhyper-build.lock"
@@ -449,14 +444,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    if bool(args.input) == bool(args.spark_table):
-        raise UsageError(
-            "give the source as input files (--input) or a Spark table (--spark-table)"
-        )
-    if args.sample < 0:
-        raise UsageError("--sample must be 0 or more")
-    if args.budget is not None and args.budget < 1:
-        raise UsageError("--budget must be 1 or more queries")
+    _check_verify_flags(args)
     require_pyspark("verify reads the source")
     from ..builder.repair import repair
     from ..local.spark import own_spark
@@ -475,23 +463,35 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             "budget": args.budget,
         }
         report = reconcile(source, target, **options)
-        repaired = None
+        data, text = report.as_dict(per_kind=args.sample), str(report)
         if args.repair and (report.drift or report.unresolved):
             repaired = repair(report, source, client=client)
             first, report = report, reconcile(source, target, **options)
-    data = report.as_dict(per_kind=args.sample)
-    text = str(report)
-    if repaired is not None:
-        data["repaired"] = {
-            "report": first.id,
-            "counts": first.counts(),
-            "update": repaired.summary(),
-        }
-        text = f"repaired {sum(first.counts().values())} key(s) ({repaired.brief()}); then {text}"
+            data = report.as_dict(per_kind=args.sample)
+            data["repaired"] = {
+                "report": first.id,
+                "counts": first.counts(),
+                "update": repaired.summary(),
+            }
+            text = (
+                f"repaired {sum(first.counts().values())} key(s) ({repaired.brief()}); "
+                f"then {report}"
+            )
     _emit(args, data, text)
     if report.drift or report.unresolved:
         return EXIT_DRIFT
     return EXIT_UNCHECKED if report.stopped else EXIT_OK
+
+
+def _check_verify_flags(args: argparse.Namespace) -> None:
+    if bool(args.input) == bool(args.spark_table):
+        raise UsageError(
+            "give the source as input files (--input) or a Spark table (--spark-table)"
+        )
+    if args.sample < 0:
+        raise UsageError("--sample must be 0 or more")
+    if args.budget is not None and args.budget < 1:
+        raise UsageError("--budget must be 1 or more queries")
 
 
 def _cmd_job(args: argparse.Namespace) -> int:
@@ -510,16 +510,17 @@ def _cmd_job(args: argparse.Namespace) -> int:
         # An update applied with --no-wait: `status` no longer lists it as unfinished.
         StateStore(args.state_dir).job_succeeded(job.id)
     data = job.model_dump(mode="json", by_alias=True, exclude_none=True)
-    state = (
-        "running"
-        if job.finish_code is None
-        else {0: "succeeded", 1: "failed", 2: "cancelled"}.get(
-            job.finish_code, f"finished with the unknown finish code {job.finish_code}"
-        )
-    )
-    text = f"job {job.id}: {state}" + (f" ({job.notes})" if job.notes else "")
+    text = f"job {job.id}: {_job_state(job.finish_code)}" + (f" ({job.notes})" if job.notes else "")
     _emit(args, data, text)
     return EXIT_OK if job.finish_code in (None, 0) else EXIT_JOB
+
+
+#: A job's state by its finish code (none: still running).
+_JOB_STATES = {None: "running", 0: "succeeded", 1: "failed", 2: "cancelled"}
+
+
+def _job_state(code: int | None) -> str:
+    return _JOB_STATES.get(code, f"finished with the unknown finish code {code}")
 
 
 def _cmd_state(args: argparse.Namespace) -> int:
@@ -563,16 +564,23 @@ def _cmd_rows(args: argparse.Namespace) -> int:
     with _client(args) as client:
         target = client.datasource(args.datasource, project=args.project)
         found = DataService(client, target.id).rows(args.limit)
+    text = "\n".join(_rows_lines(found, args.limit, target.label))
+    _emit(args, {"datasource": target.label, "tables": found}, text)
+    return EXIT_OK
+
+
+def _rows_lines(found: dict[str | None, list[dict[str, Any]]], limit: int, label: str) -> list[str]:
+    """``rows``'s text: each table's rows (``label``: the data source's, for its one table
+    unnamed) under their columns' names."""
     lines = []
     for table, rows in found.items():
-        more = f" (the first {args.limit})" if len(rows) == args.limit else ""
-        lines.append(f"{table or target.label}: {len(rows)} row(s){more}")
+        more = f" (the first {limit})" if len(rows) == limit else ""
+        lines.append(f"{table or label}: {len(rows)} row(s){more}")
         if rows:
             names = list(rows[0])
             lines.append("  " + " | ".join(names))
             lines += ["  " + " | ".join(_shown(r[n]) for n in names) for r in rows]
-    _emit(args, {"datasource": target.label, "tables": found}, "\n".join(lines))
-    return EXIT_OK
+    return lines
 
 
 def _shown(value: Any) -> str:

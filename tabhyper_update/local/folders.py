@@ -345,6 +345,31 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _holder_here(lease: Path) -> dict[str, Any] | None:
+    """The build a lease names, where that lease was written on this machine (same host,
+    boot and pid namespace); ``None`` for any other or an unreadable one."""
+    try:
+        holder = json.loads(lease.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    here = _identity()
+    if not isinstance(holder, dict) or not isinstance(holder.get("pid"), int):
+        return None
+    if all(holder.get(k) == here[k] and here[k] for k in ("host", "boot", "pid_ns")):
+        return holder
+    return None
+
+
+def _holder_gone(holder: dict[str, Any]) -> bool:
+    """Whether the process a lease written here names is gone: a pid started after the
+    lease is another process."""
+    started = _process_start(holder["pid"])
+    lease_started = holder.get("started")
+    if started is None or not isinstance(lease_started, (int, float)):
+        return True
+    return bool(started > lease_started + 1.0)
+
+
 def is_dead(folder: Path, now: float | None = None) -> bool:
     """Whether the build that made ``folder`` is gone (see the module's docstring)."""
     now = time.time() if now is None else now
@@ -361,23 +386,11 @@ def is_dead(folder: Path, now: float | None = None) -> bool:
         return False
     if not stat.S_ISREG(info.st_mode):
         return False  # not a lease of ours: leave the folder alone
-    try:
-        holder = json.loads(lease.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        holder = None
-    here = _identity()
-    if (
-        isinstance(holder, dict)
-        and isinstance(holder.get("pid"), int)
-        and all(holder.get(k) == here[k] and here[k] for k in ("host", "boot", "pid_ns"))
-    ):
+    holder = _holder_here(lease)
+    if holder is not None:
         # Written here: its process decides, whatever the lease's age (a payload can be
-        # kept for long after its build). A pid started after the lease is another process.
-        started = _process_start(holder["pid"])
-        lease_started = holder.get("started")
-        if started is None or not isinstance(lease_started, (int, float)):
-            return True
-        return started > lease_started + 1.0
+        # kept for long after its build).
+        return _holder_gone(holder)
     return now - info.st_mtime > LEASE_EXPIRY_SECONDS
 
 

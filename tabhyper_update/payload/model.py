@@ -387,34 +387,45 @@ class Payload:
         predictably), so the batch is refused. One query per table and part, on the file."""
         problems: list[Problem] = []
         for i, action in enumerate(batch.actions):
-            if not isinstance(action, (Update, Upsert)) or action.source_table is None:
+            columns = self._key_columns(action)
+            if columns is None:
                 continue
-            pairs = key_pairs(action.condition) if action.condition is not None else None
-            info = self.tables.get(action.source_table)
-            if pairs is None or info is None or not info.row_count:
-                continue
-            columns = [s for _, s in pairs]
-            if any(c not in info.column_names for c in columns):
-                continue  # reported above
             for part in self.parts:
-                if action.source_table not in part.tables:
-                    continue
-                found, examples = duplicated_keys(
-                    part.path, self.schema, action.source_table, columns
-                )
-                if found:
-                    shown = ", ".join(examples)
-                    problems.append(
-                        Problem(
-                            f"$.actions[{i}].source-table",
-                            f"payload table {action.source_table!r} holds {found} key(s) "
-                            f"more than once on {', '.join(map(repr, columns))} (e.g. {shown}): "
-                            f"which of their rows the {action.action} uses is not determined "
-                            "(the server uses one, not predictably); keep one row per key",
-                        )
-                    )
+                problem = self._held_twice(i, action, columns, part)
+                if problem is not None:
+                    problems.append(problem)
                     break
         return problems
+
+    def _key_columns(self, action: _Action) -> list[str] | None:
+        """The payload table's columns an update or upsert by key equality matches on, where
+        its table holds rows and has them all (a missing one is reported apart)."""
+        if not isinstance(action, (Update, Upsert)) or action.source_table is None:
+            return None
+        pairs = key_pairs(action.condition) if action.condition is not None else None
+        info = self.tables.get(action.source_table)
+        if pairs is None or info is None or not info.row_count:
+            return None
+        columns = [s for _, s in pairs]
+        return columns if all(c in info.column_names for c in columns) else None
+
+    def _held_twice(
+        self, index: int, action: _Action, columns: list[str], part: PayloadPart
+    ) -> Problem | None:
+        """The problem of ``part``'s copy of the action's table holding a key twice."""
+        table = str(action.source_table)
+        if table not in part.tables:
+            return None
+        found, examples = duplicated_keys(part.path, self.schema, table, columns)
+        if not found:
+            return None
+        return Problem(
+            f"$.actions[{index}].source-table",
+            f"payload table {table!r} holds {found} key(s) "
+            f"more than once on {', '.join(map(repr, columns))} (e.g. {', '.join(examples)}): "
+            f"which of their rows the {action.action} uses is not determined "
+            "(the server uses one, not predictably); keep one row per key",
+        )
 
     # -- manifest (for the command line) ------------------------------------------------------
     MANIFEST = MANIFEST

@@ -23,8 +23,9 @@ The row-by-row comparison of a differing bucket sees everything.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -226,24 +227,27 @@ class _Reconciler:
     def _differs(self, mine: dict[str, Any] | None, theirs: dict[str, Any] | None) -> bool:
         if mine is None or theirs is None:
             return True
-        for a in self.aggs:
-            tolerance = self.tolerance
-            if a.extremes is not None:  # a sum of reals: allow both engines' rounding
-                rows = max(int(mine["rows"] or 0), int(theirs["rows"] or 0))
-                largest = max(
-                    (
-                        abs(float(v))
-                        for side in (mine, theirs)
-                        for name in a.extremes
-                        if (v := side[name]) is not None and math.isfinite(float(v))
-                    ),
-                    default=0.0,
-                )
-                bound = 2 * rows * EPSILON * rows * largest
-                tolerance = Tolerance(relative=1e-12, absolute=max(bound, 1e-12))
-            if not same(mine[a.name], theirs[a.name], a.data_type, tolerance):
-                return True
-        return False
+        return any(
+            not same(mine[a.name], theirs[a.name], a.data_type, self._tolerance(a, mine, theirs))
+            for a in self.aggs
+        )
+
+    def _tolerance(
+        self, a: _Aggregate, mine: dict[str, Any], theirs: dict[str, Any]
+    ) -> Tolerance | None:
+        """How far the two sides' values of ``a`` may differ: the user's tolerance, and for a
+        sum of reals, both engines' rounding over the rows summed."""
+        if a.extremes is None:
+            return self.tolerance
+        rows = max(int(mine["rows"] or 0), int(theirs["rows"] or 0))
+        finite = [
+            abs(float(v))
+            for side in (mine, theirs)
+            for name in a.extremes
+            if (v := side[name]) is not None and math.isfinite(float(v))
+        ]
+        bound = 2 * rows * EPSILON * rows * max(finite, default=0.0)
+        return Tolerance(relative=1e-12, absolute=max(bound, 1e-12))
 
     # -- the walk ------------------------------------------------------------------------------
     def run(self, report: DriftReport) -> None:
@@ -259,16 +263,22 @@ class _Reconciler:
             report.unresolved.append("the sides differ only in rows whose key is NULL")
             return
         self.buckets = self._buckets(lows, highs)
-        # Every level reads the source again: keep it rather than recompute it.
-        cached = not self.source.is_cached
-        if cached:
+        with self._source_kept():
+            self._narrow(report)
+
+    @contextlib.contextmanager
+    def _source_kept(self) -> Iterator[None]:
+        """The source kept in memory while the walk lasts (every level reads it again), and
+        the regions the walk kept released after it."""
+        kept = not self.source.is_cached
+        if kept:
             self.source = self.source.persist()
         try:
-            self._narrow(report)
+            yield
         finally:
             for region in self.regions:
                 region.unpersist()
-            if cached:
+            if kept:
                 self.source.unpersist()
 
     def _buckets(self, lows: list[Any], highs: list[Any]) -> IntegerBuckets | RangeBuckets:
@@ -379,15 +389,7 @@ class _Reconciler:
         counted = sum(self._server_rows.get(b, 0) for b in buckets)
         received = sum(n for rows in theirs.values() for _, n in rows)
         _cut_short(counted, received, "the rows of these key ranges")
-        mine = self._source_rows(level, buckets)
-        explained: set[Any] = set()
-        for key in sorted(set(mine) | set(theirs), key=repr):
-            drift = self._judge(key, mine.get(key, []), theirs.get(key, []), self.tolerance)
-            if drift is not None:
-                report.drift.append(drift)
-            if drift is not None or self._judge(key, mine.get(key, []), theirs.get(key, []), EXACT):
-                # A difference within the tolerance explains its range without being drift.
-                explained.add(self.buckets.of(key, level))
+        explained = self._judge_keys(report, level, self._source_rows(level, buckets), theirs)
         # A range whose aggregates differed must show a differing key; else say so.
         unexplained = [b for b in buckets if b not in explained]
         if unexplained:
@@ -395,6 +397,27 @@ class _Reconciler:
                 f"key range(s) {unexplained[:5]} at level {level} differ in their aggregates "
                 "but every row matches"
             )
+
+    def _judge_keys(
+        self,
+        report: DriftReport,
+        level: int,
+        mine: Mapping[tuple[Any, ...], list[dict[str, Any]]],
+        theirs: Mapping[tuple[Any, ...], list[tuple[dict[str, Any], int]]],
+    ) -> set[Any]:
+        """Each key of either side judged: its drift reported; the buckets (at ``level``)
+        whose difference a key explains returned, a difference within the tolerance
+        included (it explains its range without being drift)."""
+        assert self.buckets is not None
+        explained: set[Any] = set()
+        for key in sorted(set(mine) | set(theirs), key=repr):
+            rows, found = mine.get(key, []), theirs.get(key, [])
+            drift = self._judge(key, rows, found, self.tolerance)
+            if drift is not None:
+                report.drift.append(drift)
+            if drift is not None or self._judge(key, rows, found, EXACT):
+                explained.add(self.buckets.of(key, level))
+        return explained
 
     def _source_rows(
         self, level: int, buckets: list[Any]

@@ -578,12 +578,7 @@ class Debezium:
                 F.when(is_flat, m).otherwise(o)
                 for m, o in zip(made, (before, after, op, ts, source), strict=True)
             )
-        # Events that change no row: a transaction's BEGIN or END, a schema change, a
-        # heartbeat (nothing but its time).
-        signs = [body["ts_ms"].isNotNull() & body["source"].isNull()]
-        signs.append(F.upper(body["status"]).isin("BEGIN", "END"))
-        signs += [body[n].isNotNull() for n in _METADATA_FIELDS if n != "status"]
-        metadata = no_image & ~is_flat & _any([F.coalesce(s, F.lit(False)) for s in signs])
+        metadata = no_image & ~is_flat & _changes_no_row(body)
         op = F.when(metadata, F.lit(METADATA_OP)).otherwise(op)
         if "updateDescription" in names:
             partial = (op == "u") & after.isNull() & body["updateDescription"].isNotNull()
@@ -657,17 +652,7 @@ class Debezium:
         op = F.coalesce(F.col("e.op"), F.lit(MISSING_OP))
         table = _table_of(kept)
         before, after = self._images(row, op, read.key_json is not None)
-        # An update that moves its row to another key also yields its pre-image: a delete of
-        # the old key at the same position, which the new key's own changes outrank.
-        key_kept = _all([before[k].eqNullSafe(after[k]) for k in self.key])
-        moved = (op == F.lit("u")) & before.isNotNull() & after.isNotNull() & ~key_kept
-        images = F.when(moved, F.array(F.lit(False), F.lit(True))).otherwise(F.array(F.lit(False)))
-        if self.table is not None:
-            # Another table's event explodes to no row. Not a filter: Spark would push a
-            # filter down through every staged column, writing each out again inside it
-            # (an event's whole parse, thousands of times over, in one predicate).
-            wanted = F.coalesce(table == F.lit(self.table), F.lit(False))
-            images = F.when(wanted, images).otherwise(F.array().cast("array<boolean>"))
+        images = self._yielded(op, before, after, table)
         kept = kept.select("*", F.explode(images).alias("__pre"))
         pre = F.col("__pre")
         image = pre | (op == F.lit("d"))  # a delete's row is its before image
@@ -688,6 +673,24 @@ class Debezium:
             return self._deduplicated(_decoded(raws, plan.steps, row, carried), row)
         out = _decoded(raws, plan.steps, row, [*carried, "__clock", "__table"])
         return self._deduplicated(_timed_text(out, plan.text), row)
+
+    def _yielded(self, op: Column, before: Column, after: Column, table: Column) -> Column:
+        """The rows an event yields, as an array of whether each is its pre-image: its row;
+        and an update that moves its row to another key its pre-image too (a delete of the
+        old key at the same position, which the new key's own changes outrank); another
+        table's event none."""
+        from pyspark.sql import functions as F
+
+        key_kept = _all([before[k].eqNullSafe(after[k]) for k in self.key])
+        moved = (op == F.lit("u")) & before.isNotNull() & after.isNotNull() & ~key_kept
+        images = F.when(moved, F.array(F.lit(False), F.lit(True))).otherwise(F.array(F.lit(False)))
+        if self.table is None:
+            return images
+        # Not a filter: Spark would push a filter down through every staged column, writing
+        # each out again inside it (an event's whole parse, thousands of times over, in one
+        # predicate).
+        wanted = F.coalesce(table == F.lit(self.table), F.lit(False))
+        return F.when(wanted, images).otherwise(F.array().cast("array<boolean>"))
 
     def _decoded(self, row: StructType, actual: Mapping[str, DataType], meta: bool) -> _Plan:
         """How ``row``'s columns are made from the types they arrive as (``actual``), where
@@ -999,6 +1002,17 @@ def _decoded(
         ],
         *[F.col(sql_name(c)) for c in carried],
     )
+
+
+def _changes_no_row(body: Column) -> Column:
+    """Whether an event without images is one that changes no row: a transaction's BEGIN or
+    END, a schema change, a heartbeat (nothing but its time)."""
+    from pyspark.sql import functions as F
+
+    signs = [body["ts_ms"].isNotNull() & body["source"].isNull()]
+    signs.append(F.upper(body["status"]).isin("BEGIN", "END"))
+    signs += [body[n].isNotNull() for n in _METADATA_FIELDS if n != "status"]
+    return _any([F.coalesce(s, F.lit(False)) for s in signs])
 
 
 def _parsed(

@@ -323,27 +323,43 @@ class _Query:
         sql, aggregate = self.expression(spec.get("field") or {})
         if aggregate:
             raise refused("filters on aggregated fields are not supported here")
-        kind = spec.get("filterType")
-        if kind == "SET":
-            values = spec.get("values")
-            if not isinstance(values, list):
-                raise refused("a SET filter needs a list of values")
-            if not values:
-                return "FALSE" if not spec.get("exclude") else "TRUE"
-            listed = ", ".join(_literal(v) for v in values)
-            return f"{sql} {'NOT ' if spec.get('exclude') else ''}IN ({listed})"
-        if kind == "QUANTITATIVE_NUMERICAL":
-            how = spec.get("quantitativeFilterType")
-            parts = []
-            if how in ("RANGE", "MIN"):
-                parts.append(f"{sql} >= {_number(spec.get('min'))}")
-            if how in ("RANGE", "MAX"):
-                parts.append(f"{sql} <= {_number(spec.get('max'))}")
-            if not parts:
-                raise refused(f"the quantitative filter type {how!r} is not supported here")
-            test = " AND ".join(parts)
-            return f"({test} OR {sql} IS NULL)" if spec.get("includeNulls") else f"({test})"
-        raise refused(f"the filter type {kind!r} is not supported here")
+        build = _FILTERS.get(spec.get("filterType"))
+        if build is None:
+            raise refused(f"the filter type {spec.get('filterType')!r} is not supported here")
+        return build(sql, spec)
+
+
+def _set_filter(sql: str, spec: dict[str, Any]) -> str:
+    """Hyper SQL of a ``SET`` filter on ``sql``."""
+    values = spec.get("values")
+    if not isinstance(values, list):
+        raise refused("a SET filter needs a list of values")
+    if not values:
+        return "TRUE" if spec.get("exclude") else "FALSE"
+    listed = ", ".join(_literal(v) for v in values)
+    return f"{sql} {'NOT ' if spec.get('exclude') else ''}IN ({listed})"
+
+
+#: The bounds each ``quantitativeFilterType`` reads, and how each bound tests a value.
+_BOUNDS: dict[Any, tuple[str, ...]] = {"RANGE": ("min", "max"), "MIN": ("min",), "MAX": ("max",)}
+_BOUND_TESTS = {"min": ">=", "max": "<="}
+
+
+def _range_filter(sql: str, spec: dict[str, Any]) -> str:
+    """Hyper SQL of a ``QUANTITATIVE_NUMERICAL`` filter on ``sql``."""
+    how = spec.get("quantitativeFilterType")
+    bounds = _BOUNDS.get(how)
+    if bounds is None:
+        raise refused(f"the quantitative filter type {how!r} is not supported here")
+    test = " AND ".join(f"{sql} {_BOUND_TESTS[b]} {_number(spec.get(b))}" for b in bounds)
+    return f"({test} OR {sql} IS NULL)" if spec.get("includeNulls") else f"({test})"
+
+
+#: Each filter type's Hyper SQL, by the ``filterType`` a query names.
+_FILTERS: dict[Any, Callable[[str, dict[str, Any]], str]] = {
+    "SET": _set_filter,
+    "QUANTITATIVE_NUMERICAL": _range_filter,
+}
 
 
 def _literal(value: Any) -> str:
@@ -403,17 +419,18 @@ def _options(options: dict[str, Any]) -> tuple[str, int | None, bool]:
     return shape, limit, bool(options.get("disaggregate"))
 
 
+def _field_name(spec: dict[str, Any]) -> str:
+    """The name a query's field answers under: its alias, else its caption."""
+    return str(spec.get("fieldAlias") or spec.get("fieldCaption"))
+
+
 def _query_sql(
     file: Path, query_spec: dict[str, Any], disaggregate: bool, limit: int | None
 ) -> tuple[str, list[str]]:
     """Hyper SQL of a query's fields and filters over the one table they read, and the
     names of its columns."""
     query = _Query(_fields(file))
-    selected: list[tuple[str, str, bool]] = []
-    for spec in query_spec["fields"]:
-        sql, aggregate = query.expression(spec)
-        name = spec.get("fieldAlias") or spec.get("fieldCaption")
-        selected.append((str(name), sql, aggregate))
+    selected = [(_field_name(spec), *query.expression(spec)) for spec in query_spec["fields"]]
     where = [query.condition(f) for f in query_spec.get("filters") or []]
     if len(query.tables) != 1:
         raise refused("a query here reads exactly one table")

@@ -356,27 +356,47 @@ def _fault(
     payload: PayloadLike,
     table: TableInfo,
 ) -> str | None:
-    name = column.name
     if target.hyper_type:
-        compared = compare_types(column.hyper_type, target.hyper_type)
-        if compared is not None:
-            how, why = compared
-            if how == "differs":
-                return f"{name!r}: {why}"
-            if name not in allow_narrowing and not _rows_checked(payload, table, name, target):
-                return f"{name!r}: {why} (allow_narrowing=[{name!r}] lets it through)"
-        if target.nullable is False and column.nullable and _holds_nulls(payload, table, name):
-            return f"{name!r}: NULL in the payload, NOT NULL in the data source"
-        return None
+        return _hyper_fault(column, target, target.hyper_type, allow_narrowing, payload, table)
     if target.service_type:
-        parsed = column_type(column.hyper_type)
-        kind = parsed.kind if parsed is not None else ""
-        takes = _SERVICE_TAKES.get(target.service_type.upper())
-        if takes is not None and kind and kind not in takes:
-            return (
-                f"{name!r}: {column.hyper_type} in the payload, {target.service_type} in the "
-                "data source"
-            )
+        return _service_fault(column, target.service_type)
+    return None
+
+
+def _hyper_fault(
+    column: ColumnInfo,
+    target: Column,
+    hyper_type: str,
+    allow_narrowing: Sequence[str],
+    payload: PayloadLike,
+    table: TableInfo,
+) -> str | None:
+    """What keeps ``column`` from a target column whose Hyper type is known: a type it
+    cannot take, a narrowing its rows were not checked for, NULLs for a NOT NULL column."""
+    name = column.name
+    compared = compare_types(column.hyper_type, hyper_type)
+    if compared is not None:
+        how, why = compared
+        if how == "differs":
+            return f"{name!r}: {why}"
+        if name not in allow_narrowing and not _rows_checked(payload, table, name, target):
+            return f"{name!r}: {why} (allow_narrowing=[{name!r}] lets it through)"
+    if target.nullable is False and column.nullable and _holds_nulls(payload, table, name):
+        return f"{name!r}: NULL in the payload, NOT NULL in the data source"
+    return None
+
+
+def _service_fault(column: ColumnInfo, service_type: str) -> str | None:
+    """What keeps ``column`` from a target column known only by the VizQL Data Service's
+    type (``service_type``): a kind of value that type does not take."""
+    parsed = column_type(column.hyper_type)
+    kind = parsed.kind if parsed is not None else ""
+    takes = _SERVICE_TAKES.get(service_type.upper())
+    if takes is not None and kind and kind not in takes:
+        return (
+            f"{column.name!r}: {column.hyper_type} in the payload, {service_type} in the "
+            "data source"
+        )
     return None
 
 
