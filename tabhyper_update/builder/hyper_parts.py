@@ -234,6 +234,26 @@ def external(files: Sequence[Path]) -> str:
 BucketStats = dict[int, tuple[int, int, RowDigest]]
 
 
+def _buckets_of(text: str, width: int) -> BucketStats:
+    """One group's bucket statistics from the text Hyper sums them as: ``width`` numbers a
+    bucket (its number, rows, size estimate, then the digest's residues)."""
+    values = [int(v) for v in text.split()]
+    if len(values) % width:
+        raise PayloadError(
+            f"Hyper's bucket statistics came as {len(values)} number(s), not buckets of "
+            f"{width} each: the staged files could not be summed"
+        )
+    stats: BucketStats = {}
+    for i in range(0, len(values), width):
+        number, count, nbytes, *residues = values[i : i + width]
+        if not 0 <= number < BUCKETS:
+            raise PayloadError(
+                f"Hyper's bucket statistics name bucket {number}, outside 0-{BUCKETS - 1}"
+            )
+        stats[number] = (count, nbytes, RowDigest(count, tuple(residues)))
+    return stats
+
+
 def bucket_stats(
     conn: Connection,
     source: str,
@@ -260,23 +280,9 @@ def bucket_stats(
     if by:
         query += f" GROUP BY {quote_name(by)}"
     found: dict[str | None, BucketStats] = {}
-    width = len(numbers)
     for row in conn.execute_list_query(query):
         name, text = (str(row[0]), row[1]) if by else (None, row[0])
-        values = [int(v) for v in (text or "").split()]
-        if len(values) % width:
-            raise PayloadError(
-                f"Hyper's bucket statistics came as {len(values)} number(s), not buckets of "
-                f"{width} each: the staged files could not be summed"
-            )
-        stats = found.setdefault(name, {})
-        for i in range(0, len(values), width):
-            number, count, nbytes, *residues = values[i : i + width]
-            if not 0 <= number < BUCKETS:
-                raise PayloadError(
-                    f"Hyper's bucket statistics name bucket {number}, outside 0-{BUCKETS - 1}"
-                )
-            stats[number] = (count, nbytes, RowDigest(count, tuple(residues)))
+        found.setdefault(name, {}).update(_buckets_of(text or "", len(numbers)))
     return {name: stats for name, stats in found.items() if stats}
 
 
@@ -569,6 +575,20 @@ def raise_on_change_set_errors(
     )
 
 
+def _merged(stats: Mapping[str, BucketStats], kinds: Sequence[str]) -> BucketStats:
+    """The bucket statistics of the rows of ``kinds`` together."""
+    merged: BucketStats = {}
+    for kind in kinds:
+        for bucket, (rows, nbytes, digest) in stats.get(kind, {}).items():
+            had = merged.get(bucket)
+            merged[bucket] = (
+                (rows, nbytes, digest)
+                if had is None
+                else (had[0] + rows, had[1] + nbytes, had[2] + digest)
+            )
+    return merged
+
+
 def guard_staged(
     spec: CdcSpec,
     plans: list[ColumnPlan],
@@ -586,17 +606,7 @@ def guard_staged(
         return []
     at = next(i for i, p in enumerate(plans) if p.name == spec.order_by[0])
     picked = [*key_idx, at]
-    merged: BucketStats | None = None
-    if stats is not None:
-        merged = {}
-        for kind in (KIND_UPSERT, KIND_DELETE):
-            for bucket, (rows, nbytes, digest) in stats.get(kind, {}).items():
-                had = merged.get(bucket)
-                merged[bucket] = (
-                    (rows, nbytes, digest)
-                    if had is None
-                    else (had[0] + rows, had[1] + nbytes, had[2] + digest)
-                )
+    merged = None if stats is None else _merged(stats, (KIND_UPSERT, KIND_DELETE))
     where = f"({kind_is(KIND_UPSERT)}) OR ({kind_is(KIND_DELETE)})"
     written = counts[KIND_UPSERT] + counts[KIND_DELETE]
     if spec.history is not None:
@@ -609,7 +619,7 @@ def guard_staged(
             [staged_names[i] for i in picked],
             files,
             written,
-            buckets=None if merged is None else dict(merged),
+            buckets=merged,
             where=where,
             bucket_of=STAGED_BUCKET,
             constants=((GUARD_COLUMN, value),),

@@ -114,6 +114,27 @@ class IntegerBuckets:
         return self.spark(level).isin(list(buckets))
 
 
+def _evenly_spaced(keys: set[tuple[Any, ...]], per_range: int) -> list[tuple[Any, ...]]:
+    """About ``per_range`` - 1 of ``keys`` evenly spaced in their order (none for a range of
+    one key: it has nothing to cut)."""
+    ordered = sorted(keys)
+    count = len(ordered)
+    if count <= 1:
+        return []
+    places = {min(count - 1, max(1, round(i * count / per_range))) for i in range(1, per_range)}
+    return [ordered[p] for p in sorted(places)]
+
+
+def _padded(bounds: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``bounds`` padded to 2^k - 1 with the last bound again (its copies make empty buckets
+    on both sides): levels of about as many bounds then share one shape of Spark's search,
+    which Spark compiles once (a new shape costs seconds to compile)."""
+    if not bounds:
+        return bounds
+    shape = 2 ** len(bounds).bit_length() - 1
+    return bounds + [bounds[-1]] * (shape - len(bounds))
+
+
 #: The most bounds one level of range buckets has (each a comparison in the query's formula).
 MAX_BOUNDS = 1024
 #: The ways each ``CASE`` of Spark's bucket search splits the bounds in play.
@@ -175,33 +196,23 @@ class RangeBuckets:
         regions = max(1, len(above) if above is not None and level > 1 else 1)
         per_range = max(2, min(MAX_BOUNDS, self.fan_out * max(1, ranges)) // regions)
         wanted = min(rows, SAMPLE_PER_BOUND * per_range * regions)
+        by_region = self._sampled(level, region, rows, wanted)
+        bounds = sorted({b for keys in by_region.values() for b in _evenly_spaced(keys, per_range)})
+        self.bounds[level] = _padded(bounds)
+
+    def _sampled(
+        self, level: int, region: DataFrame, rows: int, wanted: int
+    ) -> dict[Any, set[tuple[Any, ...]]]:
+        """About ``wanted`` of the ``rows`` keys of ``region``, by the range they are in. A
+        sample far smaller than asked for (a chance that small samples run) is taken again,
+        larger, up to the whole region."""
         fraction = 1.0 if rows <= 0 else min(1.0, wanted / rows)
         while True:
             by_region = self._sample(level, region, fraction)
             found = sum(len(keys) for keys in by_region.values())
-            # A sample far smaller than asked for (a chance that small samples run): again,
-            # larger, up to the whole region.
             if fraction >= 1.0 or found * 4 >= wanted:
-                break
+                return by_region
             fraction = min(1.0, fraction * 4)
-        bounds: list[tuple[Any, ...]] = []
-        for keys in by_region.values():
-            ordered = sorted(keys)
-            count = len(ordered)
-            if count > 1:  # a range of one key has nothing to cut
-                places = {
-                    min(count - 1, max(1, round(i * count / per_range)))
-                    for i in range(1, per_range)
-                }
-                bounds += [ordered[p] for p in sorted(places)]
-        chosen = sorted(set(bounds))
-        if chosen:
-            # Padded to 2^k - 1 with the last bound again (its copies make empty buckets on
-            # both sides): levels of about as many bounds then share one shape of Spark's
-            # search, which Spark compiles once (a new shape costs seconds to compile).
-            shape = 2 ** len(chosen).bit_length() - 1
-            chosen += [chosen[-1]] * (shape - len(chosen))
-        self.bounds[level] = chosen
 
     def _sample(
         self, level: int, region: DataFrame, fraction: float

@@ -256,6 +256,31 @@ class _KeyReader:
             )
 
 
+def _keys_to_read(
+    expected: ExpectedChanges,
+) -> list[tuple[tuple[Any, ...], tuple[Any, ...] | None]]:
+    """Each key ``expected`` reads back with the row it should hold (``None``: deleted)."""
+    index = {c: i for i, c in enumerate(expected.columns)}
+    upserted = [(tuple(row[index[k]] for k in expected.key), row) for row in expected.upserts]
+    return [*upserted, *((key, None) for key in expected.deletes)]
+
+
+def _checked_batch(
+    reader: _KeyReader,
+    batch: Sequence[tuple[Any, ...]],
+    expected: ExpectedChanges,
+    tolerance: Tolerance | None,
+) -> list[KeyDrift]:
+    """The drift of one batch of keys read back; where a key is missing, the answer is
+    checked whole first (a cut-short answer is refused, not read as drift)."""
+    index = {c: i for i, c in enumerate(expected.columns)}
+    found = reader.rows([key for key, _ in batch], expected.columns)
+    drift = _judge_batch(batch, found, reader, index, expected.key, tolerance)
+    if any(d.kind == "missing" for d in drift):
+        reader.check_whole([key for key, _ in batch], found)
+    return drift
+
+
 def check_update(
     client: RestCaller,
     target: DataSourceRef,
@@ -275,20 +300,11 @@ def check_update(
     report = DriftReport(
         "update", target.name or "", target.id, expected.key, expected.checked, expected.touched
     )
-    index = {c: i for i, c in enumerate(expected.columns)}
-    upserted = [(tuple(row[index[k]] for k in expected.key), row) for row in expected.upserts]
-    work: list[tuple[tuple[Any, ...], tuple[Any, ...] | None]] = [
-        *upserted,
-        *((key, None) for key in expected.deletes),
-    ]
+    work = _keys_to_read(expected)
     done = 0
     try:
         for batch in _batches(work, keys_per_request):
-            found = reader.rows([key for key, _ in batch], expected.columns)
-            drift = _judge_batch(batch, found, reader, index, expected.key, tolerance)
-            if any(d.kind == "missing" for d in drift):
-                reader.check_whole([key for key, _ in batch], found)
-            report.drift += drift
+            report.drift += _checked_batch(reader, batch, expected, tolerance)
             done += len(batch)
     except QueryBudgetError as err:
         report.unchecked = len(work) - done

@@ -27,7 +27,7 @@ import threading
 import uuid
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 from urllib.parse import quote
 
 from ..values.errors import (
@@ -268,6 +268,32 @@ def _reported_mb(body: dict[str, Any] | None) -> float | None:
         return None
 
 
+def _size_to_upload(path: Path) -> int:
+    """The size of the file ``path``; refused when it is no file or empty."""
+    try:
+        total = path.stat().st_size
+        if not path.is_file():
+            raise IsADirectoryError(f"{path} is not a file")
+    except OSError as err:
+        raise PayloadError(f"cannot upload {str(path)!r}: {err.strerror or err}") from None
+    if total == 0:
+        raise PayloadError(f"{str(path)!r} is empty: nothing to upload")
+    return total
+
+
+def _give_up(path: Path, reason: UploadRestart, max_restarts: int) -> NoReturn:
+    """Fail the upload of ``path`` once ``max_restarts`` fresh sessions failed too: as the
+    server's own error where it answered one, else as a failed connection."""
+    cause = reason.__cause__
+    message = (
+        f"upload of {path.name} failed: {reason}; gave up after "
+        f"{max_restarts} fresh upload sessions"
+    )
+    if isinstance(cause, ApiError):
+        raise cause.with_hint(message) from cause
+    raise ConnectionFailedError(message) from cause
+
+
 def upload_file(
     client: RestCaller,
     path: str | os.PathLike[str],
@@ -280,14 +306,7 @@ def upload_file(
     """Upload ``path``; returns the upload session id to pass to the update call.
     ``streams``: blocks in flight at once where the server takes ``sequenceID``."""
     path = Path(path)
-    try:
-        total = path.stat().st_size
-        if not path.is_file():
-            raise IsADirectoryError(f"{path} is not a file")
-    except OSError as err:
-        raise PayloadError(f"cannot upload {str(path)!r}: {err.strerror or err}") from None
-    if total == 0:
-        raise PayloadError(f"{str(path)!r} is empty: nothing to upload")
+    total = _size_to_upload(path)
     chunk_size = block_size(total, chunk_size, path.name)
     restarts = 0
     while True:
@@ -307,14 +326,7 @@ def upload_file(
         except UploadRestart as reason:
             restarts += 1
             if restarts > max_restarts:
-                cause = reason.__cause__
-                message = (
-                    f"upload of {path.name} failed: {reason}; gave up after "
-                    f"{max_restarts} fresh upload sessions"
-                )
-                if isinstance(cause, ApiError):
-                    raise cause.with_hint(message) from cause
-                raise ConnectionFailedError(message) from cause
+                _give_up(path, reason, max_restarts)
             log.warning(
                 "upload of %s: %s; starting a fresh upload session (%d of %d)",
                 path.name,
@@ -382,61 +394,93 @@ def _upload_blocks(
         count,
         min(streams, count),
     )
-    boundary = uuid.uuid4().hex
-    head, tail = multipart_framing(boundary)
-    done = [0]
-    lock = threading.Lock()
+    blocks = _Blocks(client, session_id, path, total, chunk_size, progress)
     if progress is not None:
         progress(0, total)
-
-    def send(sequence: int) -> None:
-        offset = (sequence - 1) * chunk_size
-        n = min(chunk_size, total - offset)
-        with path.open("rb") as f:
-            for attempt in (1, 2):
-                try:
-                    client.append_chunk(
-                        session_id, ChunkBody(head, f, offset, n, tail), boundary, sequence
-                    )
-                    break
-                except ApiError as err:
-                    # A 400 to a block's first sending: the parameter refused (a server
-                    # remembered as taking it may have changed at the same address).
-                    if err.status == 400 and attempt == 1:
-                        raise SequenceRefused(str(err)) from err
-                    if attempt == 1 and _unknown_outcome(err):
-                        continue  # sent again alone: the server's answer says if it may be
-                    raise _restart(sequence, offset, n, err) from err
-                except Exception as err:
-                    if attempt == 1 and _unknown_outcome(err):
-                        continue
-                    if _unknown_outcome(err):
-                        raise _restart(sequence, offset, n, err) from err
-                    raise
-        with lock:
-            done[0] += n
-            if progress is not None:
-                progress(done[0], total)
-
     # A server not yet known to take sequenceID gets the first block alone: one that refuses
     # it says so before the others go.
     first = 1
     if not _took_sequence_ids(client.server):
-        send(1)
+        blocks.send(1)
         _takes_sequence_ids(client.server)
         first = 2
-    if count >= first:
+    blocks.send_all(range(first, count + 1), streams)
+    return session_id
+
+
+class _Blocks:
+    """A file's blocks, sent by their ``sequenceID`` in one upload session, any number at
+    once, each counted to the progress once sent."""
+
+    def __init__(
+        self,
+        client: RestCaller,
+        session_id: str,
+        path: Path,
+        total: int,
+        chunk_size: int,
+        progress: ProgressCallback | None,
+    ) -> None:
+        self.client, self.session_id, self.path = client, session_id, path
+        self.total, self.chunk_size, self.progress = total, chunk_size, progress
+        self.boundary = uuid.uuid4().hex
+        self.head, self.tail = multipart_framing(self.boundary)
+        self._done = 0
+        self._lock = threading.Lock()
+
+    def send(self, sequence: int) -> None:
+        """Send block ``sequence`` (from 1): once more, alone, where the first sending's
+        outcome is unknown (the server's answer then says whether it may be)."""
+        offset = (sequence - 1) * self.chunk_size
+        n = min(self.chunk_size, self.total - offset)
+        with self.path.open("rb") as f:
+            for first in (True, False):
+                body = ChunkBody(self.head, f, offset, n, self.tail)
+                try:
+                    self.client.append_chunk(self.session_id, body, self.boundary, sequence)
+                    break
+                except Exception as err:
+                    failure = _block_failure(err, sequence, offset, n, first=first)
+                    if failure is err:
+                        raise
+                    if failure is not None:
+                        raise failure from err
+        with self._lock:
+            self._done += n
+            if self.progress is not None:
+                self.progress(self._done, self.total)
+
+    def send_all(self, sequences: range, streams: int) -> None:
+        """Send the blocks ``sequences``, ``streams`` at once; at the first that fails, the
+        rest are cancelled and its error raised (a refused ``sequenceID`` first: it explains
+        the blocks that failed beside it)."""
+        if not sequences:
+            return
         with ThreadPoolExecutor(max_workers=streams, thread_name_prefix="tabhyper-upload") as pool:
-            futures = [pool.submit(send, s) for s in range(first, count + 1)]
+            futures = [pool.submit(self.send, s) for s in sequences]
             finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
             errors = [e for e in (f.exception() for f in finished) if e is not None]
             if errors:
                 for f in futures:
                     f.cancel()
-                # A refused parameter explains the blocks that failed beside it.
                 refused = [e for e in errors if isinstance(e, SequenceRefused)]
                 raise (refused or errors)[0]
-    return session_id
+
+
+def _block_failure(
+    err: Exception, sequence: int, offset: int, n: int, *, first: bool
+) -> BaseException | None:
+    """What a failed sending of a block raises (``None``: send it again, alone). A 400 to
+    its ``first`` sending: the parameter refused (a server remembered as taking it may have
+    changed at the same address). An answer that was lost, or any error answer: the upload
+    starts again in a fresh session; any other error as it is."""
+    if isinstance(err, ApiError) and err.status == 400 and first:
+        return SequenceRefused(str(err))
+    if first and _unknown_outcome(err):
+        return None
+    if isinstance(err, ApiError) or _unknown_outcome(err):
+        return _restart(sequence, offset, n, err)
+    return err
 
 
 def _restart(sequence: int, offset: int, n: int, err: BaseException) -> UploadRestart:
