@@ -109,8 +109,28 @@ _SIMPLE: dict[str, str] = {
     "BinaryType": "BYTES",
 }
 
+#: Spark types carried as another value: their Hyper type, and how each side transforms.
+_CARRIED: dict[str, tuple[str, dict[str, str]]] = {
+    "TimestampType": ("TIMESTAMP", {"spark_transform": "micros", "hyper_transform": "micros"}),
+    "DateType": ("DATE", {"spark_transform": "days", "hyper_transform": "days"}),
+    "TimestampNTZType": ("TIMESTAMP", {"spark_transform": "text"}),
+}
 _COMPLEX = ("ArrayType", "MapType", "StructType")
 _INTERVALS = ("DayTimeIntervalType", "YearMonthIntervalType", "CalendarIntervalType")
+#: Why a column of a Spark type is refused (``{simple}``: its type), by the type.
+_REFUSED: dict[str, str] = {
+    **dict.fromkeys(
+        _COMPLEX,
+        "is {simple}: Tableau has no nested types. Flatten it, or pass complex_as_json=True "
+        "to send it as JSON text",
+    ),
+    **dict.fromkeys(
+        _INTERVALS,
+        "is {simple}: Tableau cannot use interval columns; convert it to a number (e.g. "
+        "seconds) first",
+    ),
+    "NullType": "has no type (void): cast it to a concrete type first",
+}
 
 
 def _type_name(data_type: DataType) -> str:
@@ -135,14 +155,11 @@ def plan_column(
 
     if kind in _SIMPLE:
         return plan(_SIMPLE[kind])
+    if kind in _CARRIED:
+        hyper_type, transforms = _CARRIED[kind]
+        return plan(hyper_type, **transforms)
     if kind == "FloatType":
         return plan("REAL" if database_version >= 4 else "DOUBLE PRECISION")
-    if kind == "TimestampType":
-        return plan("TIMESTAMP", spark_transform="micros", hyper_transform="micros")
-    if kind == "DateType":
-        return plan("DATE", spark_transform="days", hyper_transform="days")
-    if kind == "TimestampNTZType":
-        return plan("TIMESTAMP", spark_transform="text")
     if kind == "DecimalType":
         limit = max_decimal_precision(database_version)
         if data_type.precision > limit:
@@ -152,21 +169,10 @@ def plan_column(
                 "reads it) or cast the column to a narrower decimal or to double"
             )
         return plan(f"NUMERIC({data_type.precision},{data_type.scale})")
-    if kind in _COMPLEX:
-        if complex_as_json:
-            return plan("TEXT", spark_transform="json")
-        raise PayloadError(
-            f"{where} is {simple}: Tableau has no nested types. Flatten it, or pass "
-            "complex_as_json=True to send it as JSON text"
-        )
-    if kind in _INTERVALS:
-        raise PayloadError(
-            f"{where} is {simple}: Tableau cannot use interval columns; convert it to a "
-            "number (e.g. seconds) first"
-        )
-    if kind == "NullType":
-        raise PayloadError(f"{where} has no type (void): cast it to a concrete type first")
-    raise PayloadError(f"{where} has type {simple}, which cannot be carried to Hyper")
+    if kind in _COMPLEX and complex_as_json:
+        return plan("TEXT", spark_transform="json")
+    why = _REFUSED.get(kind, "has type {simple}, which cannot be carried to Hyper")
+    raise PayloadError(f"{where} {why.format(simple=simple)}")
 
 
 def plan_columns(

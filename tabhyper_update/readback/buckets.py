@@ -125,6 +125,19 @@ def _evenly_spaced(keys: set[tuple[Any, ...]], per_range: int) -> list[tuple[Any
     return [ordered[p] for p in sorted(places)]
 
 
+def _range_ends(chosen: Sequence[int], bounds: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The bounds where the key ranges of the buckets ``chosen`` (in order, adjacent ones
+    joined) start and end: bucket ``b`` spans from bound ``b - 1`` to bound ``b`` (the first
+    has no start, the last no end)."""
+    ends: list[tuple[Any, ...]] = []
+    for i, b in enumerate(chosen):
+        if b > 0 and (i == 0 or chosen[i - 1] != b - 1):
+            ends.append(bounds[b - 1])  # a range starts
+        if b < len(bounds) and (i + 1 == len(chosen) or chosen[i + 1] != b + 1):
+            ends.append(bounds[b])  # a range ends
+    return ends
+
+
 def _padded(bounds: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """``bounds`` padded to 2^k - 1 with the last bound again (its copies make empty buckets
     on both sides): levels of about as many bounds then share one shape of Spark's search,
@@ -347,13 +360,8 @@ class RangeBuckets:
         chosen = sorted({int(b) for b in buckets if b is not None})
         if not chosen:
             return F.lit(False)
-        ends: list[tuple[Any, ...]] = []
+        ends = _range_ends(chosen, bounds)
         below = chosen[0] == 0  # the first range reaches below every bound
-        for i, b in enumerate(chosen):
-            if b > 0 and (i == 0 or chosen[i - 1] != b - 1):
-                ends.append(bounds[b - 1])  # a range starts
-            if b < len(bounds) and (i + 1 == len(chosen) or chosen[i + 1] != b + 1):
-                ends.append(bounds[b])  # a range ends
         # At or above an odd number of ends (one more when the first range has no start):
         # inside a range.
         return F.expr(self._sql_search(ends, lambda n: "TRUE" if (n + below) % 2 else "FALSE"))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -255,9 +255,8 @@ class DataService:
         try:
             return self._send(endpoint, {**extra, "options": options})
         except DataServiceError as err:
-            text = f"{err.summary or ''} {err.detail or ''}"
-            named = [k for k in later if k in text]
-            if err.status != 400 or not named or not _UNKNOWN_OPTION.search(text):
+            named = _options_refused(err, later)
+            if not named:
                 raise
             refused.update(named)
             log.info(
@@ -352,3 +351,12 @@ def _answered_rows(body: Mapping[str, Any], width: int) -> list[list[Any]]:
             ),
         )
     return rows
+
+
+def _options_refused(err: DataServiceError, sent: Iterable[str]) -> list[str]:
+    """The options of those ``sent`` that ``err`` refuses as unknown (none where it is
+    another error)."""
+    text = f"{err.summary or ''} {err.detail or ''}"
+    if err.status != 400 or not _UNKNOWN_OPTION.search(text):
+        return []
+    return [k for k in sent if k in text]

@@ -116,16 +116,12 @@ def _near_names(client: RestCaller, name: str) -> list[str]:
 
 
 def _find_by_name(client: RestCaller, name: str, project: Project | None) -> list[DataSourceRef]:
-    # The filter syntax separates filters with "," and fields with ":", with no escape:
-    # a name holding either is matched here instead, over the (bounded) listing. The
-    # project's name only narrows the listing: names repeat across parents, so each
-    # item is matched by the project's LUID below.
-    filters = []
-    if "," not in name and ":" not in name:
-        filters.append(f"name:eq:{name}")
-    if project is not None and "," not in project.name and ":" not in project.name:
+    # A name no filter can hold is matched here instead, over the (bounded) listing. The
+    # project's name only narrows the listing: names repeat across parents, so each item is
+    # matched by the project's LUID below.
+    filters = [f"name:eq:{name}"] if _filterable(name) else []
+    if project is not None and _filterable(project.name):
         filters.append(f"projectName:eq:{project.name}")
-    found: list[DataSourceRef] = []
     listing = client.list_items(
         "datasources",
         "datasource",
@@ -133,19 +129,25 @@ def _find_by_name(client: RestCaller, name: str, project: Project | None) -> lis
         what=f"data sources (looking up {name!r})",
         remedy="pass the data source's LUID instead of its name",
     )
-    for item in listing:
-        ref = ref_from_item(item)
-        # Filters are matched by the server; check again in case it ignored one.
-        if (
-            ref is not None
-            and item.get("name") == name
-            and (
-                project is None
-                or (ref.project_id is not None and ref.project_id.lower() == project.id.lower())
-            )
-        ):
-            found.append(ref)
-    return found
+    # Filters are matched by the server; check again in case it ignored one.
+    return [
+        ref
+        for item in listing
+        if (ref := ref_from_item(item)) is not None
+        and item.get("name") == name
+        and (project is None or _in_project(ref, project))
+    ]
+
+
+def _filterable(name: str) -> bool:
+    """Whether a listing's filter can name ``name``: its syntax separates filters with ","
+    and fields with ":", with no escape."""
+    return "," not in name and ":" not in name
+
+
+def _in_project(ref: DataSourceRef, project: Project) -> bool:
+    """Whether ``ref`` is in ``project``, by the project's LUID."""
+    return ref.project_id is not None and ref.project_id.lower() == project.id.lower()
 
 
 def _with_connection(

@@ -274,12 +274,8 @@ class Job(BaseModel):
             waited = unfinished = clock() - start
             pause = next_wait()
             if waited + pause > deadline_s:
-                remaining = deadline_s - waited
-                if remaining > 0:
-                    sleep(remaining)
-                    self.refresh()
-                    if self.is_done:
-                        return succeeded()
+                if self._done_after(deadline_s - waited, sleep):
+                    return succeeded()
                 raise JobTimeoutError(self.id, clock() - start)
             log.debug(
                 "job %s not finished (progress %s); next poll in %.1f s",
@@ -288,6 +284,15 @@ class Job(BaseModel):
                 pause,
             )
             sleep(pause)
+
+    def _done_after(self, remaining: float, sleep: Callable[[float], None]) -> bool:
+        """Whether the job is done by a last poll at the deadline, ``remaining`` seconds on
+        (none where it has passed)."""
+        if remaining <= 0:
+            return False
+        sleep(remaining)
+        self.refresh()
+        return self.is_done
 
 
 def learned_time(unfinished: float | None, seen: float, server: float | None = None) -> float:

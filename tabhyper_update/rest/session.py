@@ -355,18 +355,23 @@ class RestSession:
                 if err.status == 403 and isinstance(self.auth, ConnectedAppJWT):
                     raise self._scope_refused(err, method, path()) from None
                 raise
-            self._recovered()
-            if round_:
-                self.sleep(0.2 * round_)  # let the other process's call finish first
-            with self._lock:
-                if self._token == token:
-                    self._token = None
-                self._ended = token
-            token = self._ensure_signed_in()
-            body = kwargs.get("data")
-            if body is not None and hasattr(body, "seek"):
-                body.seek(0)  # a streamed body is replayed from its start
+            token = self._sign_in_again(token, round_, kwargs.get("data"))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _sign_in_again(self, ended: str, round_: int, body: Any) -> str:
+        """A new session in place of the one the server ``ended`` (the ``round_``-th time in
+        a row), for the call to be sent again (a streamed ``body`` from its start)."""
+        self._recovered()
+        if round_:
+            self.sleep(0.2 * round_)  # let the other process's call finish first
+        with self._lock:
+            if self._token == ended:
+                self._token = None
+            self._ended = ended
+        token = self._ensure_signed_in()
+        if body is not None and hasattr(body, "seek"):
+            body.seek(0)
+        return token
 
     def _scope_refused(self, err: ApiError, method: str, path: str) -> ApiError:
         """A 403 under a connected app: the error naming the scope the call needs, and
@@ -428,26 +433,32 @@ class RestSession:
         at most ``MAX_PAGES`` pages; more is an error that says ``remedy``."""
         items: list[dict[str, Any]] = []
         for page in range(1, MAX_PAGES + 1):
-            params = {"pageSize": str(PAGE_SIZE), "pageNumber": str(page)}
-            if filters:
-                params["filter"] = ",".join(filters)
-            _, body = self.request("GET", rest, retry=True, params=params)
-            listed = as_list(((body or {}).get(rest) or {}).get(item))
+            listed, total = self._page(rest, item, page, filters)
             items += [i for i in listed if isinstance(i, dict)]
-            pagination = (body or {}).get("pagination") or {}
-            try:
-                total = int(pagination.get("totalAvailable") or 0)
-            except (TypeError, ValueError):
-                raise TransportError(
-                    f"the listing of {rest} answered an unreadable totalAvailable "
-                    f"{pagination.get('totalAvailable')!r}"
-                ) from None
             if not listed or page * PAGE_SIZE >= total:
                 return items
         raise TransportError(
             f"listing {what}: the server lists more than {MAX_PAGES * PAGE_SIZE:,} candidates "
             f"({total:,} announced); stopped. {remedy[0].upper()}{remedy[1:]}"
         )
+
+    def _page(
+        self, rest: str, item: str, page: int, filters: Sequence[str]
+    ) -> tuple[list[Any], int]:
+        """Page ``page`` of a listing: its items, and how many the server says there are."""
+        params = {"pageSize": str(PAGE_SIZE), "pageNumber": str(page)}
+        if filters:
+            params["filter"] = ",".join(filters)
+        _, body = self.request("GET", rest, retry=True, params=params)
+        listed = as_list(((body or {}).get(rest) or {}).get(item))
+        pagination = (body or {}).get("pagination") or {}
+        try:
+            return listed, int(pagination.get("totalAvailable") or 0)
+        except (TypeError, ValueError):
+            raise TransportError(
+                f"the listing of {rest} answered an unreadable totalAvailable "
+                f"{pagination.get('totalAvailable')!r}"
+            ) from None
 
     # -- the REST resources -------------------------------------------------------------------
     def datasource(

@@ -401,6 +401,7 @@ class TableauSink:
             if refreshed is not None:
                 self._target = refreshed
                 return None
+        position = {"sink_id": sink_id, "batch_id": batch_id}
         payload = build_with(source, change_sets, self.build)
         with payload:
             actions = self.actions
@@ -413,27 +414,33 @@ class TableauSink:
                 log.info("batch %d: no changes; nothing sent", batch_id)
                 return None
             request_id = batch_request_id(sink_id, batch_id, payload.digest, claim.epoch, query_id)
-            uploaded = bind_payload(
-                payload,
-                self._target,
-                self.client,
-                BindSettings(progress=False, state_dir=self.state_dir),
-                upload_first=False,
-            )
-            result = uploaded.apply_settings(
-                actions,
-                replace(
-                    self.update,
-                    request_id=request_id,
-                    # Where the batch ends: the change set's last order_by values, else the
-                    # batch.
-                    position=payload.last_position or {"sink_id": sink_id, "batch_id": batch_id},
-                ),
-            )
-            # Later batches need no lookup.
-            self._target = uploaded.target
+            result = self._send(payload, actions, request_id, position)
         how = _OUTCOMES[result.deduplicated]
         log.info("batch %d of sink %s: %s (RequestID %s)", batch_id, sink_id, how, request_id)
+        return result
+
+    def _send(
+        self,
+        payload: Payload,
+        actions: ActionBatch | None,
+        request_id: str,
+        position: dict[str, Any],
+    ) -> UpdateResult:
+        """Apply one batch's payload (and ``actions``) as the update ``request_id``: its
+        position where the batch ends, the change set's last order_by values, else the
+        batch's (``position``)."""
+        uploaded = bind_payload(
+            payload,
+            self._target,
+            self.client,
+            BindSettings(progress=False, state_dir=self.state_dir),
+            upload_first=False,
+        )
+        settings = replace(
+            self.update, request_id=request_id, position=payload.last_position or position
+        )
+        result = uploaded.apply_settings(actions, settings)
+        self._target = uploaded.target  # later batches need no lookup
         return result
 
     def _claimed(

@@ -286,19 +286,7 @@ class Handlers:
             raise bad_request("the RequestID header is required")
         earlier = self.backend.job_for_request(request_id)
         if earlier is not None:
-            # A repeated RequestID is not run again; how it is answered is a setting.
-            if self.backend.replay == "refuse":
-                raise ApiFailure(
-                    409,
-                    "409000",
-                    "Conflict",
-                    f"duplicate request: RequestID '{request_id}' was received before",
-                )
-            if self.backend.replay == "new_job":
-                return Response(
-                    202, {"job": job_body(self.backend.ignored_job(earlier), brief=True)}
-                )
-            return Response(202, {"job": job_body(earlier, brief=True)})
+            return self._repeated(request_id, earlier)
         try:
             # The wire format exactly as Tableau takes it: a lenient reader here would let a
             # client's wire-format mistake pass the fake.
@@ -312,6 +300,20 @@ class Handlers:
         upload = self.backend.uploads.consume(upload_id) if upload_id else None
         job = self.backend.submit_update(source, conn, request_id, batch, upload)
         return Response(202, {"job": job_body(job, brief=True)})
+
+    def _repeated(self, request_id: str, earlier: Job) -> Response:
+        """The answer to a RequestID received before: not run again; how it is answered is a
+        setting (refused, a new job that ignores it, or the earlier job)."""
+        if self.backend.replay == "refuse":
+            raise ApiFailure(
+                409,
+                "409000",
+                "Conflict",
+                f"duplicate request: RequestID '{request_id}' was received before",
+            )
+        if self.backend.replay == "new_job":
+            earlier = self.backend.ignored_job(earlier)
+        return Response(202, {"job": job_body(earlier, brief=True)})
 
     def job(self, request: Request, site: str, job: str) -> Response:
         self._auth(request, site)

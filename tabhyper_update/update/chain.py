@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -54,6 +54,7 @@ from .oversize import OversizeSplitter
 from .resplit import key_columns
 from .results import PartUpdate, PlannedPart, UpdatePlan, UpdateResult
 from .run import UpdateRun
+from .schema import TargetSchema
 from .schema_change import SchemaCheck, republished
 from .state import StateStore
 from .targets import (
@@ -157,24 +158,13 @@ class BoundPayload:
         schema = self._schema.check(
             target, [u.batch for u in units], ready.settings.allow_narrowing
         )
-        # Tables the check found by name; any other target table only the server's job can
-        # confirm (the VizQL Data Service lists a data source's columns, not its tables).
-        named = set() if schema is None else {t for t in schema.tables if t is not None}
-        unconfirmed = sorted(
-            {
-                a.target_table
-                for u in units
-                for a in u.batch.actions
-                if getattr(a, "target_table", None) and a.target_table not in named
-            }
-        )
         parts = [PlannedPart.of(n, unit.part, unit.batch) for n, unit in enumerate(units, 1)]
         return UpdatePlan(
             target.label,
             target.id,
             parts,
             schema.origin if units and schema is not None else None,
-            unconfirmed if units else [],
+            _unconfirmed(units, schema) if units else [],
         )
 
     def apply(
@@ -456,3 +446,18 @@ def check_vouched(payload: PayloadLike, store: StateStore, server: str, site: st
             f"Run `{command}` (or client.probe(project=...)) against it first, or build "
             f"without {what.removeprefix('ChangeSet')}"
         )
+
+
+def _unconfirmed(units: Sequence[Unit], schema: TargetSchema | None) -> list[str]:
+    """The target tables of ``units``' actions the schema check did not find by name: only
+    the server's job can confirm them (the VizQL Data Service lists a data source's columns,
+    not its tables)."""
+    named = set() if schema is None else {t for t in schema.tables if t is not None}
+    return sorted(
+        {
+            a.target_table
+            for u in units
+            for a in u.batch.actions
+            if getattr(a, "target_table", None) and a.target_table not in named
+        }
+    )

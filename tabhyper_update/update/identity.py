@@ -251,37 +251,48 @@ def open_record(
     an interrupted run left, or a new one (saved). ``position`` (what ``status`` shows beside
     the data source's name) goes into the record's first write; a record found is written
     again only when it differs there."""
+    fresh, plan = _fresh_record(payload, target, units, request_id, position)
+    state.sweep_if_due()
+    record = state.load(fresh.key)
+    if record is not None and planned(record) == plan:
+        return _resumed(state, record, fresh, fresh.label)
+    if record is None or not record.started:
+        state.save(fresh)
+        return fresh
+    return _planned_otherwise(state, record, fresh.label, len(plan))
+
+
+def _fresh_record(
+    payload: PayloadLike,
+    target: DataSourceRef,
+    units: Sequence[tuple[PayloadPart | None, ActionBatch]],
+    request_id: str | None,
+    position: object,
+) -> tuple[UpdateRecord, list[tuple[tuple[int, int] | None, str]]]:
+    """A new record of the update (not saved), and its plan: each part's buckets and
+    content digest. ``position`` kept as it is where JSON holds it, else as its text."""
     try:
         json.dumps(position)
     except (TypeError, ValueError):
         position = str(position)
     kind: RecordKind = "position" if (request_id is not None or payload.is_cdc) else "run"
     digest = payload.digest if payload.parts else ""
-    plan = [
+    plan: list[tuple[tuple[int, int] | None, str]] = [
         (part.buckets, part.content_digest) if part is not None else (None, "") for part, _ in units
     ]
-    batches = [batch for _, batch in units]
-    label = _label(kind, request_id, digest)
     fresh = new_record(
         kind,
         target,
         request_id=request_id,
         payload_digest=digest,
-        batches=batches,
+        batches=[batch for _, batch in units],
         plan=plan,
-        label=label,
+        label=_label(kind, request_id, digest),
     )
     fresh.datasource_name, fresh.position = target.name, position
     report = getattr(payload, "quarantined", None)
     fresh.quarantined = None if report is None else report.as_dict()
-    state.sweep_if_due()
-    record = state.load(fresh.key)
-    if record is not None and planned(record) == plan:
-        return _resumed(state, record, fresh, label)
-    if record is None or not record.started:
-        state.save(fresh)
-        return fresh
-    return _planned_otherwise(state, record, label, len(plan))
+    return fresh, plan
 
 
 def _resumed(

@@ -238,29 +238,22 @@ class _Probe:
         """Which of ``candidates`` the canary's row ``key`` holds in ``column`` (None: none
         of them, or it cannot be read; a ``None`` candidate is NULL)."""
         if self.service is not None:
-            self.budget(2)
-            id_field = self.service.field("id").caption
-            col_field = self.service.field(column).caption
-            rows = self.service.query(
-                [dimension(id_field, "id"), dimension(col_field, "v")],
-            )
-            found = [r["v"] for r in rows if _same(r["id"], key)]
-            for c in candidates:
-                if any(_same(v, c) for v in found):
-                    return c
-            return None
+            return self._value_read(self.service, key, column, candidates)
         numeric = any(isinstance(c, float) for c in candidates)
-        for c in candidates:
-            cond: Condition
-            if c is None:
-                cond = target(column).is_null(type="double" if numeric else "string")
-            elif isinstance(c, float):
-                cond = all_of(target(column) > float(c) - 5e-5, target(column) < float(c) + 5e-5)
-            else:
-                cond = target(column) == c
-            if self.row_holds(key, cond):
-                return c
-        return None
+        return next(
+            (c for c in candidates if self.row_holds(key, _holding(column, c, numeric))), None
+        )
+
+    def _value_read(
+        self, service: DataService, key: int, column: str, candidates: Sequence[Any]
+    ) -> Any:
+        """:meth:`value_of` by a query of the VizQL Data Service (two requests)."""
+        self.budget(2)
+        id_field = service.field("id").caption
+        col_field = service.field(column).caption
+        rows = service.query([dimension(id_field, "id"), dimension(col_field, "v")])
+        found = [r["v"] for r in rows if _same(r["id"], key)]
+        return next((c for c in candidates if any(_same(v, c) for v in found)), None)
 
     # -- the cases -----------------------------------------------------------------------------
     def publish(self) -> None:
@@ -630,3 +623,14 @@ def _is_connected_app(client: RestSession) -> bool:
     from ..rest.auth import ConnectedAppJWT
 
     return isinstance(client.auth, ConnectedAppJWT)
+
+
+def _holding(column: str, value: Any, numeric: bool) -> Condition:
+    """The condition that the target's ``column`` holds ``value`` (``None``: NULL, of a
+    ``numeric`` column or a text one; a float: within the server's rounding of it)."""
+    if value is None:
+        return target(column).is_null(type="double" if numeric else "string")
+    if isinstance(value, float):
+        return all_of(target(column) > value - 5e-5, target(column) < value + 5e-5)
+    equal: Condition = target(column) == value
+    return equal

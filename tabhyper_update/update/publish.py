@@ -225,29 +225,35 @@ def _published(
     """The data source the publish answer names (its job followed to its end first), checked
     to live in ``target``."""
     if "job" in answer:
-        job = Job.from_response(answer, client)
-        job.wait(timeout=timeout)
-        # The job's own word on what it published, when it says; else the one data source
-        # of that name in that project (by the project's LUID: names repeat across parents).
-        said = (job.model_extra or {}).get("datasource")
-        if isinstance(said, dict) and said.get("id"):
-            found = client.datasource(str(said["id"]))
-        else:
-            found = client.datasource(name, project=target)
+        found = _published_by_job(client, answer, name, target, timeout)
     else:
         item = answer.get("datasource")
         ref = ref_from_item(item) if isinstance(item, dict) else None
         if ref is None:
             raise TransportError("the publish answer holds neither a data source nor a job")
         found = replace(ref, name=ref.name or name, project=ref.project or target.name)
-    if found.project_id is not None and found.project_id.lower() != target.id.lower():
+    if found.project_id is None:
+        return replace(found, project_id=target.id, project=found.project or target.name)
+    if found.project_id.lower() != target.id.lower():
         raise TargetMismatchError(
             f"published {name!r} into project {target.path!r} ({target.id}), and the server "
             f"names data source {found.id} of project {found.project_id}: refused"
         )
-    if found.project_id is None:
-        found = replace(found, project_id=target.id, project=found.project or target.name)
     return found
+
+
+def _published_by_job(
+    client: RestSession, answer: dict[str, Any], name: str, target: Project, timeout: float | None
+) -> DataSourceRef:
+    """The data source an asynchronous publish made, once its job finished: the job's own
+    word on what it published, where it says; else the one data source of that name in that
+    project (by the project's LUID: names repeat across parents)."""
+    job = Job.from_response(answer, client)
+    job.wait(timeout=timeout)
+    said = (job.model_extra or {}).get("datasource")
+    if isinstance(said, dict) and said.get("id"):
+        return client.datasource(str(said["id"]))
+    return client.datasource(name, project=target)
 
 
 @dataclass

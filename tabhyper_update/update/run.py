@@ -176,6 +176,32 @@ class UpdateRun:
         return PartRun(state, part, batch, update)
 
     # -- steps -------------------------------------------------------------------------------
+    def _follow(self, one: PartRun, job: Job, earlier: bool | None) -> None:
+        """The job the server answered a part's request with, recorded as the part's
+        (``earlier``: it was made before this request; ``None``: that cannot be told)."""
+        record, state = self.record, one.state
+        if job.id not in state.jobs_seen:
+            state.jobs_seen.append(job.id)
+        state.job_id, state.status = job.id, "submitted"
+        self.store.save(record)
+        one.update.job = job
+        where = (state.index + 1, len(record.parts))
+        if earlier is None:
+            one.update.deduplicated = None
+            log.warning(
+                "part %d/%d: the server answered RequestID %s with job %s, made %s; "
+                "whether by this request or by an earlier one with the same RequestID "
+                "cannot be told (the job is followed either way; nothing is applied twice)",
+                *where,
+                state.request_id,
+                job.id,
+                job.created_at,
+            )
+        if not earlier:
+            log.info(
+                "part %d/%d submitted as job %s (RequestID %s)", *where, job.id, state.request_id
+            )
+
     def submit(self, one: PartRun) -> None:
         """Submit one part (or follow the job an earlier run submitted for it), as many new
         attempts as it takes for the server to answer with a job of this request."""
@@ -195,31 +221,8 @@ class UpdateRun:
             earlier = job.id in state.jobs_seen or predates_request(
                 job, sent_at, update.seconds["submit"] if first else None
             )
-            if job.id not in state.jobs_seen:
-                state.jobs_seen.append(job.id)
-            state.job_id, state.status = job.id, "submitted"
-            self.store.save(record)
-            update.job = job
-            if earlier is None:
-                update.deduplicated = None
-                log.warning(
-                    "part %d/%d: the server answered RequestID %s with job %s, made %s; "
-                    "whether by this request or by an earlier one with the same RequestID "
-                    "cannot be told (the job is followed either way; nothing is applied twice)",
-                    state.index + 1,
-                    len(record.parts),
-                    state.request_id,
-                    job.id,
-                    job.created_at,
-                )
+            self._follow(one, job, earlier)
             if not earlier:
-                log.info(
-                    "part %d/%d submitted as job %s (RequestID %s)",
-                    state.index + 1,
-                    len(record.parts),
-                    job.id,
-                    state.request_id,
-                )
                 return
             if earlier_job_stands(self.store, record, one, job):
                 return
@@ -320,27 +323,10 @@ class UpdateRun:
                 with span("wait", part=update.part + 1, job=update.job.id):
                     update.job.wait(timeout=timeout, on_poll=on_poll, learn_as=self.target.id)
             except (JobFailedError, JobCancelledError) as err:
-                # The next run submits the part again as a new attempt (a new RequestID
-                # derived from the identity).
-                next_attempt(record, state)
-                if record.kind == "run" and not any(p.status == "applied" for p in record.parts):
-                    self.store.remove(record.key)
-                else:
-                    self.store.save(record)
-                err.at_step(
-                    f"job of part {update.part + 1}",
-                    "nothing of this part was applied; running the job again submits it anew",
-                )
-                if isinstance(err, JobFailedError):
-                    err.name_overflow(self.overflows)
-                guard = _guard_table(update.actions)
-                if isinstance(err, JobFailedError) and guard and guard in (err.notes or ""):
-                    refused = OutOfOrderError(err.job_id, err.notes, guard_table=guard)
-                    refused.at_step(
-                        f"job of part {update.part + 1}", "nothing of this part was applied"
-                    )
-                    raise refused from err
-                raise
+                refused = self._job_failed(one, err)
+                if refused is None:
+                    raise
+                raise refused from err
         update.seconds["wait"] = time.perf_counter() - started
         if ignored_as_repeat(update.job):
             log.warning(
@@ -355,6 +341,33 @@ class UpdateRun:
         update.applied = True
         state.status = "applied"
         self.store.save(record)
+
+    def _job_failed(
+        self, one: PartRun, err: JobFailedError | JobCancelledError
+    ) -> OutOfOrderError | None:
+        """A part's job failed or was cancelled: its record left ready for a new attempt
+        (the next run submits the part again, with a new RequestID derived from the
+        identity), ``err`` told so; an :class:`OutOfOrderError` returned in its place where
+        the guard's check failed it."""
+        record, part = self.record, one.update.part + 1
+        next_attempt(record, one.state)
+        if record.kind == "run" and not any(p.status == "applied" for p in record.parts):
+            self.store.remove(record.key)
+        else:
+            self.store.save(record)
+        err.at_step(
+            f"job of part {part}",
+            "nothing of this part was applied; running the job again submits it anew",
+        )
+        if not isinstance(err, JobFailedError):
+            return None
+        err.name_overflow(self.overflows)
+        guard = _guard_table(one.update.actions)
+        if not guard or guard not in (err.notes or ""):
+            return None
+        refused = OutOfOrderError(err.job_id, err.notes, guard_table=guard)
+        refused.at_step(f"job of part {part}", "nothing of this part was applied")
+        return refused
 
     def finish(self, timeout: float | None) -> None:
         """Wait for every part still running (``result.wait()``), then close the record."""

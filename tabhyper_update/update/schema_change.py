@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -50,19 +50,25 @@ def droppable(
     if err.faults:
         return None
     drop: dict[str, list[str]] = {}
-    for batch in batches:
-        for action in batch.actions:
-            source = getattr(action, "source_table", None)
-            lacking = err.columns.get(action.target_table)
-            if source is None or not lacking or source not in payload.tables:
-                continue
-            names = payload.tables[str(source)].column_names
-            for column in lacking:
-                if column in names and column not in drop.setdefault(str(source), []):
-                    drop[str(source)].append(column)
+    for source, column in _lacking(err, payload, batches):
+        if column not in drop.setdefault(source, []):
+            drop[source].append(column)
     if any(c in key for cs in drop.values() for c in cs):
         return None
     return drop
+
+
+def _lacking(
+    err: SchemaDriftError, payload: PayloadLike, batches: list[ActionBatch]
+) -> Iterator[tuple[str, str]]:
+    """Each payload table's column that the target table of an action reading it lacks."""
+    for action in (a for batch in batches for a in batch.actions):
+        source = getattr(action, "source_table", None)
+        lacking = err.columns.get(action.target_table)
+        if source is None or not lacking or source not in payload.tables:
+            continue
+        names = payload.tables[str(source)].column_names
+        yield from ((str(source), c) for c in lacking if c in names)
 
 
 def without_columns(part: PayloadPart, drop: Mapping[str, list[str]], folder: Path) -> PayloadPart:

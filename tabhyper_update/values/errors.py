@@ -564,6 +564,18 @@ class DriftError(TabHyperError):
         super().__init__(text)
 
 
+def _staged_named(text: str, columns: Mapping[str, Sequence[str]]) -> str:
+    """Staged columns are named c0, c1, ...: which column of which table each one ``text``
+    names is (`` (...)``; empty where it names none)."""
+    named = [
+        f"c{i} is column {name!r} of table {table!r}"
+        for table, names in columns.items()
+        for i, name in enumerate(names)
+        if re.search(rf"\bc{i}\b", text)
+    ]
+    return f" ({'; '.join(named)})" if named else ""
+
+
 def build_failure(
     err: Exception, columns: Mapping[str, Sequence[str]], stage: Path, owned: Path
 ) -> PayloadError:
@@ -580,14 +592,7 @@ def build_failure(
             f"payload files in {str(owned)!r}): free space there, or pass staging_dir= / "
             f"output_dir= on a larger disk ({engine}: {first})"
         )
-    # Staged columns are named c0, c1, ...: say which column of which table that is.
-    named = [
-        f"c{i} is column {name!r} of table {table!r}"
-        for table, names in columns.items()
-        for i, name in enumerate(names)
-        if re.search(rf"\bc{i}\b", first)
-    ]
-    where = f" ({'; '.join(named)})" if named and engine == "Hyper" else ""
+    where = _staged_named(first, columns) if engine == "Hyper" else ""
     if "PYTHON_VERSION_MISMATCH" in first:
         where = (
             ": Spark's Python workers run another Python than this driver; set "
