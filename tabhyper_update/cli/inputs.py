@@ -21,19 +21,10 @@ def check_input(args: argparse.Namespace) -> None:
     """What can be checked of ``--input`` without Spark: every local path exists, and when
     every input is a file, the change set's columns are among the first file's (a Parquet
     footer or a CSV header line)."""
-    if not args.input:
-        return
-    local = [Path(i) for i in args.input if "://" not in i and not i.startswith("dbfs:")]
-    missing = [str(p) for p in local if not p.exists()]
-    if missing:
-        raise UsageError(f"--input: no such file or folder: {', '.join(map(repr, missing))}")
-    if (
-        args.change_set is None
-        or len(local) != len(args.input)
-        or not all(p.is_file() for p in local)
-    ):
+    files = _local_files(args.input or [])
+    if args.change_set is None or not files:
         return  # folders (partitions add columns) or remote paths: Spark reads them
-    columns = _file_columns(local[0], args.format)
+    columns = _file_columns(files[0], args.format)
     if columns is None:
         return
     from ..builder.cdc import CdcSpec
@@ -41,7 +32,19 @@ def check_input(args: argparse.Namespace) -> None:
     try:
         CdcSpec.create(columns, args.change_set)
     except TabHyperError as err:
-        raise UsageError(f"--input {str(local[0])!r}: {err}") from None
+        raise UsageError(f"--input {str(files[0])!r}: {err}") from None
+
+
+def _local_files(inputs: list[str]) -> list[Path]:
+    """The ``--input`` paths where every one is a local file (none where one is a folder or
+    remote); a local path that does not exist is refused."""
+    local = [Path(i) for i in inputs if "://" not in i and not i.startswith("dbfs:")]
+    missing = [str(p) for p in local if not p.exists()]
+    if missing:
+        raise UsageError(f"--input: no such file or folder: {', '.join(map(repr, missing))}")
+    if len(local) != len(inputs) or not all(p.is_file() for p in local):
+        return []
+    return local
 
 
 def _file_columns(path: Path, fmt: str) -> list[str] | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -435,16 +435,26 @@ def _query_sql(
     if len(query.tables) != 1:
         raise refused("a query here reads exactly one table")
     ((schema, table),) = query.tables
-    dims = [sql for _, sql, aggregate in selected if not aggregate]
-    if disaggregate and len(dims) != len(selected):
+    if disaggregate and any(aggregate for _, _, aggregate in selected):
         raise refused("disaggregate with aggregated fields is not supported here")
-    grouped = [str(i + 1) for i, (_, _, aggregate) in enumerate(selected) if not aggregate]
+    sql = _select(selected, table_ref(schema, table), where, grouped=not disaggregate)
+    limited = f" LIMIT {int(limit)}" if limit is not None else ""
+    return sql + limited, [n for n, _, _ in selected]
+
+
+def _select(
+    selected: Sequence[tuple[str, str, bool]], source: str, where: Sequence[str], grouped: bool
+) -> str:
+    """Hyper SQL of the ``selected`` fields (name, SQL, whether aggregated) of ``source``:
+    filtered by all of ``where``, ``grouped`` by the fields not aggregated, and ordered by
+    them."""
+    dims = [(i, sql) for i, (_, sql, aggregate) in enumerate(selected, 1) if not aggregate]
     clauses = [
         f"SELECT {', '.join(f'{sql} AS {quote_name(n)}' for n, sql, _ in selected)}",
-        f"FROM {table_ref(schema, table)}",
+        f"FROM {source}",
         *(["WHERE " + " AND ".join(where)] if where else []),
-        *(["GROUP BY " + ", ".join(dims)] if dims and not disaggregate else []),
-        *([f"ORDER BY {', '.join(grouped)}"] if dims else []),
-        *([f"LIMIT {int(limit)}"] if limit is not None else []),
     ]
-    return " ".join(clauses), [n for n, _, _ in selected]
+    if dims:
+        clauses += ["GROUP BY " + ", ".join(sql for _, sql in dims)] if grouped else []
+        clauses.append("ORDER BY " + ", ".join(str(i) for i, _ in dims))
+    return " ".join(clauses)

@@ -136,23 +136,35 @@ class _Action(_Model):
 
     @model_validator(mode="after")
     def _check_shape(self) -> _Action:
-        name = self.action
-        if self._reads_source == "required" and self.source_table is None:
-            raise InvalidArgumentError(f"{name} reads a payload table: 'source-table' is required")
-        if self.source_table is None and self.source_schema is not None:
-            raise InvalidArgumentError(f"{name} has a 'source-schema' but no 'source-table'")
-        if self._condition_rule == "required" and self.condition is None:
-            raise InvalidArgumentError(f"{name} needs a 'condition' that selects the target rows")
-        if self._condition_rule == "forbidden" and self.condition is not None:
-            raise InvalidArgumentError(
-                f"{name} takes no 'condition' (it applies to every source row)"
-            )
-        if self.condition is not None and self.condition is not True and self.source_table is None:
+        # Each rule of an action's shape: whether the action breaks it, and what it says.
+        rules = (
+            (
+                self._reads_source == "required" and self.source_table is None,
+                "reads a payload table: 'source-table' is required",
+            ),
+            (
+                self.source_table is None and self.source_schema is not None,
+                "has a 'source-schema' but no 'source-table'",
+            ),
+            (
+                self._condition_rule == "required" and self.condition is None,
+                "needs a 'condition' that selects the target rows",
+            ),
+            (
+                self._condition_rule == "forbidden" and self.condition is not None,
+                "takes no 'condition' (it applies to every source row)",
+            ),
+        )
+        for broken, says in rules:
+            if broken:
+                raise InvalidArgumentError(f"{self.action} {says}")
+        if self.source_table is None and self.condition is not None and self.condition is not True:
             _, sources = condition_columns(self.condition)
             if sources:
                 cols = ", ".join(repr(c) for c in sorted(sources))
                 raise InvalidArgumentError(
-                    f"{name} has no 'source-table' but its condition reads source column(s) {cols}"
+                    f"{self.action} has no 'source-table' but its condition reads source "
+                    f"column(s) {cols}"
                 )
         return self
 

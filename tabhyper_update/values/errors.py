@@ -620,24 +620,30 @@ def _first_cause(text: str) -> str:
     that line only wraps another error (Spark 3.x's failed task, a failed job, the wait for
     a result), the deepest cause Java names."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    named = [
-        line[found.start() :]
-        for line in lines
-        if (found := _ERROR_CLASS.search(line)) is not None and not line.startswith("at ")
-    ]
+    named = _error_classes(lines)
     causes = [line for line in named if not _wraps(line)]
     if causes:
         return causes[0]
-    plain = [
-        line
-        for line in lines
-        if not line.startswith(("An error occurred while calling", "at ", "Traceback"))
-    ]
+    plain = [line for line in lines if not line.startswith(_NOT_THE_CAUSE)]
     first = next(iter([*named, *plain, *lines]), "")
     deepest = [line for line in lines if line.startswith("Caused by: ")]
     if _wraps(first) and deepest:
         return _JAVA_CLASS.sub("", deepest[-1].removeprefix("Caused by: "))
     return first
+
+
+#: How the lines of an engine's error that say nothing of its cause start.
+_NOT_THE_CAUSE = ("An error occurred while calling", "at ", "Traceback")
+
+
+def _error_classes(lines: Sequence[str]) -> list[str]:
+    """The lines of an error that name a Spark error class, each from that name on (not a
+    stack frame's)."""
+    return [
+        line[found.start() :]
+        for line in lines
+        if (found := _ERROR_CLASS.search(line)) is not None and not line.startswith("at ")
+    ]
 
 
 def _wraps(line: str) -> bool:
