@@ -340,28 +340,7 @@ class Payload:
         """What an action reading payload table ``info`` (at ``where`` in its batch) asks of
         it that it does not hold: condition columns it lacks, columns a delete's source may
         not hold, rows to write, the whole table in one part for a replace."""
-        problems: list[Problem] = []
-        if action.condition is not None and action.condition is not True:
-            _, sources = condition_columns(action.condition)
-            missing = sorted(sources - set(info.column_names))
-            if missing:
-                problems.append(
-                    Problem(
-                        f"{where}.condition",
-                        f"source column(s) {', '.join(map(repr, missing))} are not in payload "
-                        f"table {info.name!r} (its columns: "
-                        f"{', '.join(map(repr, info.column_names))})",
-                    )
-                )
-            extra = [c for c in info.column_names if c not in sources]
-            if isinstance(action, Delete) and extra:
-                problems.append(
-                    Problem(
-                        f"{where}.source-table",
-                        f"a delete's source table may hold only the columns its condition "
-                        f"names; {info.name!r} also has {', '.join(map(repr, extra))}",
-                    )
-                )
+        problems = _condition_problems(where, action, info)
         if isinstance(action, (Insert, Upsert, Replace)) and info.row_count == 0:
             problems.append(
                 Problem(
@@ -577,3 +556,32 @@ def _change_set_actions(
         )
         if table is not None
     ]
+
+
+def _condition_problems(where: str, action: _Action, info: TableInfo) -> list[Problem]:
+    """What an action's condition asks of payload table ``info`` that it does not hold:
+    source columns it lacks; for a delete, columns beyond those it names."""
+    if action.condition is None or action.condition is True:
+        return []
+    _, sources = condition_columns(action.condition)
+    problems: list[Problem] = []
+    missing = sorted(sources - set(info.column_names))
+    if missing:
+        problems.append(
+            Problem(
+                f"{where}.condition",
+                f"source column(s) {', '.join(map(repr, missing))} are not in payload "
+                f"table {info.name!r} (its columns: "
+                f"{', '.join(map(repr, info.column_names))})",
+            )
+        )
+    extra = [c for c in info.column_names if c not in sources]
+    if isinstance(action, Delete) and extra:
+        problems.append(
+            Problem(
+                f"{where}.source-table",
+                f"a delete's source table may hold only the columns its condition "
+                f"names; {info.name!r} also has {', '.join(map(repr, extra))}",
+            )
+        )
+    return problems

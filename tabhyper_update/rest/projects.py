@@ -60,13 +60,18 @@ def find_project(client: RestCaller, project: str | Project | None) -> Project:
         raise InvalidArgumentError(f"project= takes a name, a path or a LUID, got {project!r}")
     projects = list_projects(client)
     matches, wanted = _matcher(project)
-    found = [p for p in projects if matches(p)]
+    return _only([p for p in projects if matches(p)], wanted, site=client.site, known=projects)
+
+
+def _only(found: list[Project], wanted: str, *, site: str, known: list[Project]) -> Project:
+    """The one project of ``found`` (those that match ``wanted`` among the site's
+    ``known``); none, or more than one, refused naming them."""
     if not found:
-        known = ", ".join(sorted(repr(p.path) for p in projects)[:20])
+        listed = ", ".join(sorted(repr(p.path) for p in known)[:20])
         raise NotFoundError(
             status=None,
             summary="Project not found",
-            detail=f"no {wanted} on site {client.site!r} (projects: {known or 'none'})",
+            detail=f"no {wanted} on site {site!r} (projects: {listed or 'none'})",
         )
     if len(found) > 1:
         raise ApiError(

@@ -211,27 +211,37 @@ def parse_body(response: requests.Response) -> dict[str, Any] | None:
     text = content.decode("utf-8", errors="replace")
     stripped = text.lstrip()
     if "json" in ctype or stripped.startswith(("{", "[")):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"malformed JSON ({err.msg}): {_excerpt(text)}") from None
-        except RecursionError:
-            raise ValueError(f"JSON nested too deeply to read: {_excerpt(text)}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"expected a JSON object: {_excerpt(text)}")
-        return data
+        return _json_body(text)
     if stripped.startswith("<") and "<html" not in stripped[:500].lower():
-        try:
-            root = ET.fromstring(text)  # noqa: S314
-        except ET.ParseError as err:
-            raise ValueError(f"malformed XML ({err}): {_excerpt(text)}") from None
-        tag = root.tag.removeprefix(_XML_NS)
-        try:
-            converted = _xml_to_dict(root)
-        except RecursionError:
-            raise ValueError(f"XML nested too deeply to read: {_excerpt(text)}") from None
-        return converted if tag == "tsResponse" else {tag: converted}
+        return _xml_body(text)
     raise ValueError(f"not JSON or XML: {_excerpt(text)}")
+
+
+def _json_body(text: str) -> dict[str, Any]:
+    """A JSON body as a dict; ``ValueError`` where it is no JSON object."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"malformed JSON ({err.msg}): {_excerpt(text)}") from None
+    except RecursionError:
+        raise ValueError(f"JSON nested too deeply to read: {_excerpt(text)}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object: {_excerpt(text)}")
+    return data
+
+
+def _xml_body(text: str) -> dict[str, Any]:
+    """Tableau's XML body mapped to the JSON shape; ``ValueError`` where it is no XML."""
+    try:
+        root = ET.fromstring(text)  # noqa: S314
+    except ET.ParseError as err:
+        raise ValueError(f"malformed XML ({err}): {_excerpt(text)}") from None
+    tag = root.tag.removeprefix(_XML_NS)
+    try:
+        converted = _xml_to_dict(root)
+    except RecursionError:
+        raise ValueError(f"XML nested too deeply to read: {_excerpt(text)}") from None
+    return converted if tag == "tsResponse" else {tag: converted}
 
 
 def _excerpt(text: str, limit: int = 160) -> str:

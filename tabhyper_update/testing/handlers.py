@@ -346,32 +346,29 @@ class Handlers:
                 "Forbidden",
                 f"user {session.user_id} lacks the API Access permission on this data source",
             )
-        try:
-            body = json.loads(request.body.decode("utf-8"))
-            luid = body["datasource"]["datasourceLuid"]
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError):
-            raise ServiceFailure(
-                400, "400800", "Bad Request", "the body must name datasource.datasourceLuid"
-            ) from None
+        body, luid = _service_body(request)
         with self.backend.lock:
             source = self.backend.sources.get(str(luid))
         if source is None:
             raise ServiceFailure(404, "404934", "Not Found", f"unknown data source {luid!r}")
-        options = body.get("options") or {}
+        self._check_options(body.get("options") or {})
+        request.parsed = body
+        return source
+
+    def _check_options(self, options: Any) -> None:
+        """Refuse service options the service's release lacks, as its request validation
+        answers a field it does not know."""
         known = SERVICE_OPTIONS[self.backend.service_release]
         unknown = (
             sorted(str(k) for k in options if k not in known) if isinstance(options, dict) else []
         )
         if unknown:
-            # As the service's request validation answers a field its release lacks.
             raise ServiceFailure(
                 400,
                 "400800",
                 "Bad Request",
                 f"Unrecognized field(s) in options: {', '.join(unknown)}",
             )
-        request.parsed = body
-        return source
 
     def service_health(self, request: Request) -> Response:
         if self.backend.data_service == "absent":
@@ -437,3 +434,14 @@ def _published_datasource(payload: bytes | memoryview) -> tuple[str, str | None]
     if not name:
         raise bad_request("the datasource element needs a name")
     return name, (item.get("project") or {}).get("id")
+
+
+def _service_body(request: Request) -> tuple[dict[str, Any], Any]:
+    """A service request's JSON body and the data source it names."""
+    try:
+        body = json.loads(request.body.decode("utf-8"))
+        return body, body["datasource"]["datasourceLuid"]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+        raise ServiceFailure(
+            400, "400800", "Bad Request", "the body must name datasource.datasourceLuid"
+        ) from None

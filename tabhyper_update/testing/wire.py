@@ -182,39 +182,43 @@ def parse_parts(body: bytes, content_type: str) -> list[Part]:
     end = body.rfind(closing)
     if end < 0 or body[end + len(closing) :] not in (b"", b"\r\n"):
         raise MultipartError("the body does not end with the closing boundary")
+    view = memoryview(body)
+    return [
+        _part(body, view, begin, stop)
+        for begin, stop in _part_bounds(body, len(delimiter) + 2, end, separator)
+    ]
+
+
+def _part_bounds(body: bytes, begin: int, end: int, separator: bytes) -> list[tuple[int, int]]:
+    """Where each part of a multipart body starts and stops (the first at ``begin``, the
+    last stopping at ``end``, the closing boundary), cut at each ``separator``."""
     bounds: list[tuple[int, int]] = []
-    begin = len(delimiter) + 2
-    while True:
-        middle = body.find(separator, begin, end)
-        if middle < 0:
-            bounds.append((begin, end))
-            break
+    while (middle := body.find(separator, begin, end)) >= 0:
         bounds.append((begin, middle))
         begin = middle + len(separator)
-    parts: list[Part] = []
-    view = memoryview(body)
-    for begin, stop in bounds:
-        head_end = body.find(b"\r\n\r\n", begin, stop)
-        if head_end < 0:
-            raise MultipartError("a part has no blank line after its headers")
-        headers = {}
-        for line in body[begin:head_end].decode("latin-1").split("\r\n"):
-            key, colon, value = line.partition(":")
-            if not colon:
-                raise MultipartError(f"malformed part header {line!r}")
-            headers[key.strip().lower()] = value.strip()
-        disposition = _DISPOSITION.match(headers.get("content-disposition", ""))
-        if disposition is None:
-            raise MultipartError("a part lacks a Content-Disposition with a name")
-        parts.append(
-            Part(
-                disposition.group(1),
-                disposition.group(2),
-                headers.get("content-type", ""),
-                view[head_end + 4 : stop],
-            )
-        )
-    return parts
+    return [*bounds, (begin, end)]
+
+
+def _part(body: bytes, view: memoryview, begin: int, stop: int) -> Part:
+    """The part of ``body`` from ``begin`` to ``stop``: its headers, then its bytes."""
+    head_end = body.find(b"\r\n\r\n", begin, stop)
+    if head_end < 0:
+        raise MultipartError("a part has no blank line after its headers")
+    headers = {}
+    for line in body[begin:head_end].decode("latin-1").split("\r\n"):
+        key, colon, value = line.partition(":")
+        if not colon:
+            raise MultipartError(f"malformed part header {line!r}")
+        headers[key.strip().lower()] = value.strip()
+    disposition = _DISPOSITION.match(headers.get("content-disposition", ""))
+    if disposition is None:
+        raise MultipartError("a part lacks a Content-Disposition with a name")
+    return Part(
+        disposition.group(1),
+        disposition.group(2),
+        headers.get("content-type", ""),
+        view[head_end + 4 : stop],
+    )
 
 
 def parse_multipart(body: bytes, content_type: str) -> memoryview:

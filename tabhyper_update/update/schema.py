@@ -318,6 +318,16 @@ def check_schema(
     return overflows
 
 
+def _check_table_known(schema: TargetSchema, table: str) -> None:
+    """Refuse a target ``table`` the data source lacks, where its tables are known by name."""
+    if None not in schema.tables:
+        known = ", ".join(repr(str(t)) for t in sorted(map(str, schema.tables)))
+        raise PayloadError(
+            f"the data source has no table {table!r} (its tables, from {schema.origin}: "
+            f"{known or 'none'}): nothing was sent; name one of them as the target"
+        )
+
+
 def _columns_sent(
     schema: TargetSchema, payload: PayloadLike, batches: Sequence[ActionBatch]
 ) -> Iterator[tuple[str, TableInfo, ColumnInfo, Mapping[str, Column]]]:
@@ -333,13 +343,7 @@ def _columns_sent(
                 continue
             columns = schema.columns_of(action.target_table)
             if columns is None:
-                if None not in schema.tables:  # the data source's tables are known by name
-                    known = ", ".join(repr(str(t)) for t in sorted(map(str, schema.tables)))
-                    raise PayloadError(
-                        f"the data source has no table {action.target_table!r} (its tables, "
-                        f"from {schema.origin}: {known or 'none'}): nothing was sent; name one "
-                        "of them as the target"
-                    )
+                _check_table_known(schema, action.target_table)
                 continue
             table = payload.tables[str(source)]
             for column in table.columns:
