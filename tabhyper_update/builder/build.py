@@ -518,9 +518,9 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
     staged_names += [f"a{i}" for i in range(len(frame.added))]
     values += [a.plan.spark_sql(a.sql) for a in frame.added]
     columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]
-    stats = None  # the ranked rows' statistics by kind, when Hyper ranks them
-    last = None  # the greatest position among the changes
-    committed = None  # their latest commit time
+    # The ranked rows' statistics by kind (when Hyper ranks them), the greatest position
+    # among the changes and their latest commit time.
+    stats, last, committed = None, None, None
     if route.by_hyper:
         log.debug("table %r: Spark tags the changes, Hyper ranks them", frame.name)
         tagging = spec.tags()
@@ -528,8 +528,7 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
         ranked = stage_and_rank(
             route.df, spec, plans, staged_names, tagged, target, route.probe, frame.name
         )
-        if ranked is not None:
-            stats, last, committed = ranked
+        stats, last, committed = ranked or (None, None, None)
     if stats is not None:
         counts = kind_counts(stats)
     else:
