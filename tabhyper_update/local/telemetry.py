@@ -67,16 +67,7 @@ def http_request(method: str, url: str, resend_count: int) -> Iterator[dict[str,
         yield answer
         return
     trace: Any = optional_module("opentelemetry.trace")
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    where = {
-        "http.request.method": method,
-        "server.address": parts.hostname or "",
-        "server.port": port,
-    }
-    attributes = {**where, "url.full": urlunsplit(parts._replace(query="", fragment=""))}
-    if resend_count:
-        attributes["http.request.resend_count"] = resend_count
+    where, attributes = _request_attributes(method, url, resend_count)
     tracer = trace.get_tracer(_NAME, __version__, schema_url=SCHEMA_URL)
     started = time.perf_counter()
     error: str | None = None
@@ -89,17 +80,42 @@ def http_request(method: str, url: str, resend_count: int) -> Iterator[dict[str,
             error = type(exc).__name__
             raise
         finally:
-            status = answer.get("status")
-            if status is not None:
-                current.set_attribute("http.response.status_code", status)
-                where["http.response.status_code"] = status
-                if status >= 400:
-                    error = error or str(status)
-            if error is not None:
-                current.set_attribute("error.type", error)
-                current.set_status(trace.Status(trace.StatusCode.ERROR))
-                where["error.type"] = error
+            _answered(trace, current, answer.get("status"), error, where)
             _meter_instruments()["http"].record(time.perf_counter() - started, where)
+
+
+def _request_attributes(
+    method: str, url: str, resend_count: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An HTTP request's attributes: those its duration is recorded under, and its span's
+    (the URL without its query and fragment, how many times it was sent before)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    where: dict[str, Any] = {
+        "http.request.method": method,
+        "server.address": parts.hostname or "",
+        "server.port": port,
+    }
+    attributes = {**where, "url.full": urlunsplit(parts._replace(query="", fragment=""))}
+    if resend_count:
+        attributes["http.request.resend_count"] = resend_count
+    return where, attributes
+
+
+def _answered(
+    trace: Any, current: Any, status: int | None, error: str | None, where: dict[str, Any]
+) -> None:
+    """The answer's ``status`` (and the ``error`` that ended the request) on the span
+    ``current`` and among the duration's attributes (``where``)."""
+    if status is not None:
+        current.set_attribute("http.response.status_code", status)
+        where["http.response.status_code"] = status
+        if status >= 400:
+            error = error or str(status)
+    if error is not None:
+        current.set_attribute("error.type", error)
+        current.set_status(trace.Status(trace.StatusCode.ERROR))
+        where["error.type"] = error
 
 
 def _meter_instruments() -> dict[str, Any]:

@@ -129,6 +129,30 @@ def read_hyper(path: str | os.PathLike[str], schema: str | None) -> tuple[Payloa
     file = Path(path)
     if not file.is_file():
         raise PayloadError(f"{str(file)!r} is not a file: give the path of a .hyper file")
+    found, counts = _catalog(file)
+    chosen = _one_schema(file, sorted({sch for sch, _ in found}), schema)
+    sha = file_sha256(file)
+    tables: dict[str, TableInfo] = {}
+    for sch, definition in found:
+        if sch != chosen:
+            continue
+        name = str(definition.table_name.name.unescaped)
+        columns = tuple(
+            ColumnInfo(
+                str(c.name.unescaped),
+                sql_type_text(c.type),
+                c.nullability == Nullability.NULLABLE,
+            )
+            for c in definition.columns
+        )
+        # The file's SHA-256 stands for its rows: the same file, the same identity.
+        tables[name] = TableInfo(sch, name, columns, counts[(sch, name)], f"sha256:{sha}")
+    return PayloadPart(file, file.stat().st_size, tables), chosen
+
+
+def _catalog(file: Path) -> tuple[list[tuple[str, Any]], dict[tuple[str, str], int]]:
+    """The tables of the Hyper file ``file``: each with its schema's name, and each one's
+    rows by schema and name; a file Hyper cannot read refused as no ``.hyper`` file."""
     try:
         with connect(file, read_only=True) as connection:
             catalog = connection.catalog
@@ -149,24 +173,7 @@ def read_hyper(path: str | os.PathLike[str], schema: str | None) -> tuple[Payloa
         raise PayloadError(
             f"{str(file)!r} cannot be read as a .hyper file: {str(err).splitlines()[0]}"
         ) from None
-    chosen = _one_schema(file, sorted({sch for sch, _ in found}), schema)
-    sha = file_sha256(file)
-    tables: dict[str, TableInfo] = {}
-    for sch, definition in found:
-        if sch != chosen:
-            continue
-        name = str(definition.table_name.name.unescaped)
-        columns = tuple(
-            ColumnInfo(
-                str(c.name.unescaped),
-                sql_type_text(c.type),
-                c.nullability == Nullability.NULLABLE,
-            )
-            for c in definition.columns
-        )
-        # The file's SHA-256 stands for its rows: the same file, the same identity.
-        tables[name] = TableInfo(sch, name, columns, counts[(sch, name)], f"sha256:{sha}")
-    return PayloadPart(file, file.stat().st_size, tables), chosen
+    return found, counts
 
 
 def _one_schema(file: Path, schemas: list[str], schema: str | None) -> str:
@@ -282,19 +289,26 @@ def _part_file(manifest: Path, doc: dict[str, Any], name: Any) -> Path:
             f"{str(manifest)!r}: payload part {name!r} leads outside the manifest's folder; refused"
         )
     if not file.is_file():
-        applied = doc.get("applied")
-        if isinstance(applied, dict):
-            target = applied.get("target")
-            raise PayloadAppliedError(
-                str(manifest),
-                str(applied.get("at")),
-                list(applied.get("jobs") or []),
-                target if isinstance(target, dict) else None,
-            )
-        raise PayloadError(
+        raise _missing(manifest, doc, file)
+    return file
+
+
+def _missing(manifest: Path, doc: dict[str, Any], file: Path) -> PayloadError:
+    """The error of a part ``file`` the manifest names and the folder lacks: the payload
+    applied (its files removed after it), where the manifest says so; else moved or
+    removed."""
+    applied = doc.get("applied")
+    if not isinstance(applied, dict):
+        return PayloadError(
             f"payload part {str(file)!r} is missing (moved or removed since the payload was saved)"
         )
-    return file
+    target = applied.get("target")
+    return PayloadAppliedError(
+        str(manifest),
+        str(applied.get("at")),
+        list(applied.get("jobs") or []),
+        target if isinstance(target, dict) else None,
+    )
 
 
 def duplicated_keys(

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tableauhyperapi import Connection
 
     from ..rest.caller import RestCaller
+    from ..values.changeset import ChangeSet
 
 __all__ = [
     "ExpectedChanges",
@@ -90,10 +91,9 @@ def verify_option(verify: object, *, actions_given: bool = False) -> int | None:
     )
 
 
-def expected_changes(payload: PayloadLike, sample: int = 0) -> ExpectedChanges:
-    """The rows a change-set payload upserts and the keys it deletes, read from its parts
-    (``sample`` > 0: about that many keys, drawn at random across the parts)."""
-    change_set = getattr(payload, "change_set", None)
+def _one_change_set(payload: PayloadLike) -> ChangeSet:
+    """The one change set ``payload`` was built with; refused for any other payload."""
+    change_set: ChangeSet | None = getattr(payload, "change_set", None)
     if not payload.is_cdc or change_set is None:
         raise InvalidArgumentError(
             "verify needs a payload built with one ChangeSet (its keys are what is read "
@@ -101,14 +101,17 @@ def expected_changes(payload: PayloadLike, sample: int = 0) -> ExpectedChanges:
             "the data source with its source instead",
             argument="verify",
         )
+    return change_set
+
+
+def expected_changes(payload: PayloadLike, sample: int = 0) -> ExpectedChanges:
+    """The rows a change-set payload upserts and the keys it deletes, read from its parts
+    (``sample`` > 0: about that many keys, drawn at random across the parts)."""
+    change_set = _one_change_set(payload)
     schema = str(getattr(payload, "schema", "Extract"))
     key = tuple(change_set.key)
-    touched = sum(
-        t.row_count
-        for p in payload.parts
-        for n, t in p.tables.items()
-        if n in (change_set.upsert_table, change_set.delete_table)
-    )
+    written = (change_set.upsert_table, change_set.delete_table)
+    touched = sum(t.row_count for p in payload.parts for n, t in p.tables.items() if n in written)
     share = 1.0 if not sample or sample >= touched else sample / touched
     columns: tuple[str, ...] = ()
     upserts: list[tuple[Any, ...]] = []

@@ -135,6 +135,26 @@ def _filter_field(field: Mapping[str, Any]) -> dict[str, Any]:
     return {"fieldCaption": field["fieldCaption"]}
 
 
+#: What a server without the VizQL Data Service answers (a 404 to every query) means.
+_NO_SERVICE = (
+    "this server has no VizQL Data Service (it needs Tableau Cloud or Tableau Server 2025.1 "
+    "or later); the data source cannot be read back"
+)
+#: What the service's error statuses mean for reading back (``{wait}``: how long it asks
+#: to wait, where it says).
+_HINTS = {
+    404: "the VizQL Data Service does not know this data source",
+    403: (
+        "the signed-in user may not query this data source through the VizQL Data Service "
+        "(it needs the data source's API Access permission)"
+    ),
+    429: (
+        "the site's VizQL Data Service quota is spent (Tableau Cloud allows 100 queries per "
+        "hour per Creator license, shared by the whole site){wait}"
+    ),
+}
+
+
 class DataService:
     """Queries against one published data source (by LUID) over ``client``'s session."""
 
@@ -287,31 +307,24 @@ class DataService:
         self.stats.bytes_received += len(response.content)
         return body or {}
 
+    def _hint(self, err: ApiError) -> str | None:
+        """What an HTTP error of the service means for reading back (``None``: nothing more
+        than it says: sign-in trouble is the client's, as for any other call, and a server
+        error is the server's)."""
+        status = err.status
+        if status == 404 and not self._service_answers():
+            return _NO_SERVICE
+        if status in _HINTS:
+            wait = f" (it says to retry after {err.retry_after:g} s)" if err.retry_after else ""
+            return _HINTS[status].format(wait=wait)
+        if status is not None and status < 500 and status != 401:
+            return "the VizQL Data Service refused the query"
+        return None
+
     def _explain(self, err: ApiError) -> ApiError:
         """An HTTP error of the service as what it means for reading back."""
-        if err.status == 401:
-            return err  # sign-in trouble is the client's, as for any other call
-        if err.status == 404 and not self._service_answers():
-            hint = (
-                "this server has no VizQL Data Service (it needs Tableau Cloud or Tableau "
-                "Server 2025.1 or later); the data source cannot be read back"
-            )
-        elif err.status == 404:
-            hint = "the VizQL Data Service does not know this data source"
-        elif err.status == 403:
-            hint = (
-                "the signed-in user may not query this data source through the VizQL Data "
-                "Service (it needs the data source's API Access permission)"
-            )
-        elif err.status == 429:
-            wait = f" (it says to retry after {err.retry_after:g} s)" if err.retry_after else ""
-            hint = (
-                "the site's VizQL Data Service quota is spent (Tableau Cloud allows 100 "
-                f"queries per hour per Creator license, shared by the whole site){wait}"
-            )
-        elif err.status is not None and err.status < 500:
-            hint = "the VizQL Data Service refused the query"
-        else:
+        hint = self._hint(err)
+        if hint is None:
             return err
         kind = QueryBudgetError if err.status == 429 else DataServiceError
         explained = kind(

@@ -498,14 +498,20 @@ def target_of(
     return chosen, chosen.datasource(datasource, project=project)
 
 
+def _key_names(key: str | Sequence[str]) -> list[str]:
+    """The key's columns, as ``key=`` names one or more."""
+    keys = [key] if isinstance(key, str) else list(key)
+    if not keys or not all(isinstance(k, str) and k for k in keys):
+        raise InvalidArgumentError("key must name one or more columns", argument="key")
+    return keys
+
+
 def _compared(
     present: Sequence[str], key: str | Sequence[str], columns: Sequence[str] | None
 ) -> tuple[list[str], list[str]]:
     """The key's columns, and the columns compared (the key's first): each one the source
     has (``present``)."""
-    keys = [key] if isinstance(key, str) else list(key)
-    if not keys or not all(isinstance(k, str) and k for k in keys):
-        raise InvalidArgumentError("key must name one or more columns", argument="key")
+    keys = _key_names(key)
     picked = keys + [c for c in (present if columns is None else columns) if c not in keys]
     missing = [c for c in picked if c not in present]
     if missing:

@@ -393,6 +393,39 @@ class Transport:
             raise self._error(response, method, shown, body)
         return body
 
+    def _check_redirect(self, out: _Outgoing, status: int, location: str) -> None:
+        """Refuse a redirect (``status``) of ``out`` to ``location`` that is not followed:
+        to another origin (credentials never leave this one), one that would turn the
+        request into a GET, one whose body cannot be sent again; else rewind the body."""
+        method, shown = out.method, out.shown
+        if _origin(location) != self.origin:
+            raise TransportError(
+                f"{method} {shown}: the server redirected (HTTP {status}) "
+                f"to another origin, {_show_origin(_origin(location))}; not followed, so "
+                f"that credentials never leave {_show_origin(self.origin)}. Point the "
+                "client at the server's real URL",
+                method=method,
+                url=shown,
+            )
+        if status in (301, 302, 303) and method not in ("GET", "HEAD"):
+            raise TransportError(
+                f"{method} {shown}: the server answered HTTP {status} (a "
+                f"redirect to {_without_fragment(location)} that would turn the request into a "
+                "GET); not followed",
+                method=method,
+                url=shown,
+            )
+        data = out.data
+        if data is None or isinstance(data, (bytes, str)):
+            return
+        if not hasattr(data, "seek"):
+            raise TransportError(
+                f"{method} {shown}: redirected, and the body cannot be sent again",
+                method=method,
+                url=shown,
+            )
+        data.seek(0)
+
     def _send_following(self, out: _Outgoing) -> requests.Response:
         """Send, following same-origin redirects only; the answer read in full, capped."""
         method = out.method
@@ -401,32 +434,7 @@ class Transport:
             if response.status_code not in _REDIRECTS or "Location" not in response.headers:
                 return response
             location = urljoin(response.url or out.url, response.headers["Location"])
-            if _origin(location) != self.origin:
-                raise TransportError(
-                    f"{method} {out.shown}: the server redirected (HTTP {response.status_code}) "
-                    f"to another origin, {_show_origin(_origin(location))}; not followed, so "
-                    f"that credentials never leave {_show_origin(self.origin)}. Point the "
-                    "client at the server's real URL",
-                    method=method,
-                    url=out.shown,
-                )
-            if response.status_code in (301, 302, 303) and method not in ("GET", "HEAD"):
-                raise TransportError(
-                    f"{method} {out.shown}: the server answered HTTP {response.status_code} (a "
-                    f"redirect to {_without_fragment(location)} that would turn the request into a "
-                    "GET); not followed",
-                    method=method,
-                    url=out.shown,
-                )
-            data = out.data
-            if data is not None and not isinstance(data, (bytes, str)):
-                if not hasattr(data, "seek"):
-                    raise TransportError(
-                        f"{method} {out.shown}: redirected, and the body cannot be sent again",
-                        method=method,
-                        url=out.shown,
-                    )
-                data.seek(0)
+            self._check_redirect(out, response.status_code, location)
             log.info("%s %s redirected to %s", method, out.shown, _without_fragment(location))
             out = replace(out, url=location, shown=_without_fragment(location), params=None)
         raise TransportError(

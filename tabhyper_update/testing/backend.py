@@ -390,6 +390,31 @@ class FakeBackend:
         source.queue.put(job)
         return job
 
+    def _run(self, source: DataSource, job: Job) -> tuple[int, str | None]:
+        """Apply a job's batch to its data source: its finish code and notes (a job always
+        finishes); its upload removed after it."""
+        try:
+            assert job.batch is not None
+            if self.job_seconds_per_mb and job.upload is not None:
+                time.sleep(job.upload.stat().st_size / MB * self.job_seconds_per_mb)
+            apply_locally(
+                job.batch,
+                target=source.path,
+                payload=job.upload,
+                semantics=self.semantics,
+                seed=self.seed,
+                source_columns=self.source_columns,
+            )
+            return 0, None
+        except ApplyError as err:
+            return 1, str(err)
+        except Exception as err:  # a job must always finish
+            return 1, f"{type(err).__name__}: {err}"
+        finally:
+            if job.upload is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    job.upload.unlink()
+
     def _work(self, source: DataSource) -> None:
         while True:
             job = source.queue.get()
@@ -402,27 +427,7 @@ class FakeBackend:
                     job.finish_code, job.completed_at = 2, now_iso()
                     continue
                 job.started_at, job.began_at = now_iso(), time.time()
-            try:
-                assert job.batch is not None
-                if self.job_seconds_per_mb and job.upload is not None:
-                    time.sleep(job.upload.stat().st_size / MB * self.job_seconds_per_mb)
-                apply_locally(
-                    job.batch,
-                    target=source.path,
-                    payload=job.upload,
-                    semantics=self.semantics,
-                    seed=self.seed,
-                    source_columns=self.source_columns,
-                )
-                code, notes = 0, None
-            except ApplyError as err:
-                code, notes = 1, str(err)
-            except Exception as err:  # a job must always finish
-                code, notes = 1, f"{type(err).__name__}: {err}"
-            finally:
-                if job.upload is not None:
-                    with contextlib.suppress(FileNotFoundError):
-                        job.upload.unlink()
+            code, notes = self._run(source, job)
             with self.lock:
                 self.jobs_run[source.id] += 1
                 job.finish_code, job.notes = code, notes

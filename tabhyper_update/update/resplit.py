@@ -47,21 +47,26 @@ _HEX = "0123456789abcdef"
 _MB = 1024 * 1024
 
 
+def _change_set_keys(payload: PayloadLike) -> dict[str, tuple[str, ...]]:
+    """Each payload table of the payload's change set(s) with the change set's key."""
+    sets = getattr(payload, "change_sets", None) or {}
+    single = getattr(payload, "change_set", None)
+    found: dict[str, tuple[str, ...]] = {}
+    for cs in [*sets.values(), *([single] if single is not None else [])]:
+        for table in (cs.upsert_table, cs.delete_table, cs.guard_table, cs.positions_table):
+            found[table] = tuple(cs.key)
+    return found
+
+
 def key_columns(
     payload: PayloadLike, batch: ActionBatch, *, derived: bool
 ) -> dict[str, tuple[str, ...]] | None:
     """Per payload table, the columns whose values must stay together when its rows are
     split; ``None`` when the update cannot be split (neither a change set's ``derived``
     actions nor a batch of inserts only)."""
-    if derived:
-        sets = getattr(payload, "change_sets", None) or {}
-        single = getattr(payload, "change_set", None)
-        found: dict[str, tuple[str, ...]] = {}
-        for cs in [*sets.values(), *([single] if single is not None else [])]:
-            for table in (cs.upsert_table, cs.delete_table, cs.guard_table, cs.positions_table):
-                found[table] = tuple(cs.key)
-        if found:
-            return found
+    found = _change_set_keys(payload) if derived else {}
+    if found:
+        return found
     if batch.actions and all(isinstance(a, Insert) for a in batch.actions):
         return {name: tuple(info.column_names) for name, info in payload.tables.items()}
     return None

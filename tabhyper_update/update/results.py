@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -203,7 +203,6 @@ class UpdateResult:
         position bookkeeping aside), bytes, parts, seconds per step (summed over the parts),
         job ids and the server's seconds, the source's position and commit time, and the lag
         from that commit to the data being in Tableau."""
-        server = [s for j in self.jobs if j.is_done and (s := j.server_seconds()) is not None]
         return {
             "datasource": self.datasource,
             "done": self.done,
@@ -217,7 +216,7 @@ class UpdateResult:
             "seconds": self._seconds_by_step(),
             "total_seconds": _span(self.started_at, self.finished_at),
             "jobs": [p.job_id for p in self.parts if p.job_id],
-            "server_seconds": sum(server) if server else None,
+            "server_seconds": self._server_seconds(),
             "position": self.position,
             "committed_at": self.committed_at,
             "lag_seconds": _span(self.committed_at, self.finished_at),
@@ -296,6 +295,12 @@ class UpdateResult:
             for p in self.parts
         ]
 
+    def _server_seconds(self) -> float | None:
+        """The seconds the server says its finished jobs took, summed (none where no job
+        says)."""
+        said = [s for j in self.jobs if j.is_done and (s := j.server_seconds()) is not None]
+        return sum(said) if said else None
+
     def __str__(self) -> str:
         if self.republished:
             return (
@@ -304,20 +309,8 @@ class UpdateResult:
             )
         if not self.parts:
             return "nothing to update: the payload holds no rows"
-        lines = []
-        for p in self.summary():
-            how = next(
-                (said for key, value, said in _PART_STATES if p[key] is value),
-                "applied" if self.done else "submitted",
-            )
-            steps = ", ".join(f"{k} {v:.2f} s" for k, v in p["seconds"].items())
-            rows = ", ".join(f"{n} {counted(c, 'row')}" for n, c in p["rows"].items())
-            lines.append(
-                f"part {p['part']}: job {p['job_id']} ({how}), RequestID {p['request_id']}"
-                + (f"; {rows}, {p['size_bytes']} bytes" if rows else "")
-                + (f"; {steps}" if steps else "")
-            )
-        return "\n".join(lines)
+        done = "applied" if self.done else "submitted"
+        return "\n".join(_part_line(p, done) for p in self.summary())
 
     def wait(self, timeout: float | None = None) -> UpdateResult:
         """Wait for every part's job; raise :class:`JobFailedError` (or cancelled / timed
@@ -396,4 +389,17 @@ def report_metrics(result: UpdateResult) -> None:
         deduplicated=result.deduplicated,
         skipped=bool(result.parts) and all(p.skipped for p in result.parts),
         quarantined=0 if result.quarantined is None else result.quarantined.rows,
+    )
+
+
+def _part_line(p: Mapping[str, Any], done: str) -> str:
+    """One part of an update's summary as a line (``done``: how a part whose job is not
+    deduplicated, resumed or skipped was applied)."""
+    how = next((said for key, value, said in _PART_STATES if p[key] is value), done)
+    steps = ", ".join(f"{k} {v:.2f} s" for k, v in p["seconds"].items())
+    rows = ", ".join(f"{n} {counted(c, 'row')}" for n, c in p["rows"].items())
+    return (
+        f"part {p['part']}: job {p['job_id']} ({how}), RequestID {p['request_id']}"
+        + (f"; {rows}, {p['size_bytes']} bytes" if rows else "")
+        + (f"; {steps}" if steps else "")
     )

@@ -80,6 +80,20 @@ _DATETIME_TEXT = re.compile(
 )
 
 
+def _offset(offset_text: str, text: str) -> timezone:
+    """The time zone of a datetime's offset (``Z``, ``+01:00`` or ``+0100``; ``text``: the
+    whole datetime, for the error)."""
+    if offset_text in ("Z", "z"):
+        return timezone.utc
+    sign = -1 if offset_text[0] == "-" else 1
+    digits = offset_text[1:].replace(":", "")
+    hours = int(digits[:2])
+    minutes = int(digits[2:4] or 0)
+    if hours > 23 or minutes > 59:
+        raise InvalidArgumentError(f"{text!r} has an invalid offset {offset_text!r}")
+    return timezone(sign * timedelta(hours=hours, minutes=minutes))
+
+
 def parse_datetime_constant(text: str) -> datetime:
     """Parse an ISO-8601 datetime *with an offset* (``Z``, ``+01:00`` or ``+0100``).
 
@@ -95,17 +109,7 @@ def parse_datetime_constant(text: str) -> datetime:
     year, month, day, hour, minute = (int(m.group(i)) for i in range(1, 6))
     second = int(m.group(6) or 0)
     fraction = (m.group(7) or "").ljust(6, "0")[:6]
-    offset_text = m.group(8)
-    if offset_text in ("Z", "z"):
-        tz = timezone.utc
-    else:
-        sign = -1 if offset_text[0] == "-" else 1
-        digits = offset_text[1:].replace(":", "")
-        hours = int(digits[:2])
-        minutes = int(digits[2:4] or 0)
-        if hours > 23 or minutes > 59:
-            raise InvalidArgumentError(f"{text!r} has an invalid offset {offset_text!r}")
-        tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
+    tz = _offset(m.group(8), text)
     try:
         return datetime(year, month, day, hour, minute, second, int(fraction), tzinfo=tz)
     except ValueError as err:
@@ -301,16 +305,7 @@ class Comparison(_ConditionOps, _Model):
                 f"got {', '.join(repr(g) for g in given) if given else 'none'}"
             )
         if self.const is not None:
-            if self.op == "has" and self.const.type != "string":
-                raise InvalidArgumentError(
-                    f"'has' tests substring containment and takes a string constant, "
-                    f"got {self.const.type!r}"
-                )
-            if self.const.v is None and self.op != "is":
-                raise InvalidArgumentError(
-                    f"'{self.op}' against a null constant never matches (SQL NULL semantics); "
-                    "use 'is' for null-safe equality"
-                )
+            _check_constant(self.op, self.const)
         return self
 
 
@@ -589,3 +584,17 @@ _CONSTANTS: tuple[tuple[type, Callable[[Any, ConstType | None], tuple[ConstType,
     (datetime, lambda v, _: ("datetime", _format_datetime(v))),
     (date, _day),
 )
+
+
+def _check_constant(op: str, const: Const) -> None:
+    """Refuse a constant comparison ``op`` cannot make: ``has`` of anything but a string;
+    a null constant but with ``is`` (any other never matches, as in SQL)."""
+    if op == "has" and const.type != "string":
+        raise InvalidArgumentError(
+            f"'has' tests substring containment and takes a string constant, got {const.type!r}"
+        )
+    if const.v is None and op != "is":
+        raise InvalidArgumentError(
+            f"'{op}' against a null constant never matches (SQL NULL semantics); "
+            "use 'is' for null-safe equality"
+        )
