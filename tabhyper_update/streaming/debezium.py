@@ -463,8 +463,7 @@ class Debezium:
         is_flat = body["op"].isNull() & body["before"].isNull() & body["after"].isNull()
         whole = F.from_json(value, flat_wrapped, {"mode": "FAILFAST"})
         events = events.select("*", F.when(is_flat & marked, whole).alias("__flat_parsed"))
-        parsed = F.col("__flat_parsed")
-        events = events.select("*", _payload_or_top(parsed, flat_fields).alias("__flat"))
+        events = events.select("*", _payload_or_top("__flat_parsed", flat_fields).alias("__flat"))
         return events, F.col("__flat")
 
     def _from_envelope_columns(self, events: DataFrame) -> _Read:
@@ -1036,7 +1035,7 @@ def _parsed(
             "schema", schema_info_type()
         )
     whole = F.from_json(value, wrapped, {"mode": "FAILFAST"})
-    body = _payload_or_top(F.col("__parsed"), top.fields)
+    body = _payload_or_top("__parsed", top.fields)
     if known is None:
         return events.select("*", whole.alias("__parsed")).select("*", body.alias("__body"))
     events = events.select("*", known.alias("__known"))
@@ -1054,12 +1053,17 @@ def _parsed(
     )
 
 
-def _payload_or_top(parsed: Column, fields: Sequence[StructField]) -> Column:
-    """The body of a parsed event: the schema wrapper's ``payload``, else its top level."""
+def _payload_or_top(parsed: str, fields: Sequence[StructField]) -> Column:
+    """The body of a parsed event (the column ``parsed``): the schema wrapper's ``payload``,
+    else its top level. One SQL expression: built of columns, each field's would be a few
+    calls into the JVM, each of them costing a batch's planning (a stream's every batch)."""
     from pyspark.sql import functions as F
 
-    top = F.struct(*[parsed[f.name].alias(f.name) for f in fields])
-    return F.when(parsed["payload"].isNotNull(), parsed["payload"]).otherwise(top)
+    event = sql_name(parsed)
+    top = ", ".join(f"{sql_text(f.name)}, {event}.{sql_name(f.name)}" for f in fields)
+    return F.expr(
+        f"CASE WHEN {event}.payload IS NOT NULL THEN {event}.payload ELSE named_struct({top}) END"
+    )
 
 
 def _image_types(schema: DataType) -> dict[str, DataType]:

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..values.spark_sql import sql_text
+from ..values.spark_sql import sql_name, sql_text
 from .debezium_values import TIMES, Encodings, TextColumns, by_name_sql, schema_encoding_sql
 
 if TYPE_CHECKING:
@@ -138,13 +138,11 @@ def encodings_named(
         # The known encodings read apart in the same step as the schema's fields: a struct
         # carried through a step and read once in the next keeps Spark from putting that next
         # step's code in a method of its own, and the loop's method then outgrows the JIT.
-        ahead = [F.col("__known").isNotNull().alias("__kahead")] + [
-            F.col("__known")[f"{part}{i}"].alias(f"__k{part}{i}")
-            for i in found
-            for part in ("enc", "sc")
+        parts = [f"{part}{i}" for i in found for part in ("enc", "sc")]
+        parts += ["clock"] if clock is not None else []
+        ahead = [F.expr("`__known` IS NOT NULL AS `__kahead`")] + [
+            F.expr(f"`__known`.{sql_name(part)} AS {sql_name('__k' + part)}") for part in parts
         ]
-        if clock is not None:
-            ahead.append(F.col("__known")["clock"].alias("__kclock"))
     fields = kept.select(
         "*",
         F.expr(_IMAGE).alias("__mimg"),
@@ -153,10 +151,11 @@ def encodings_named(
     )
 
     def named(name: str, sql: str) -> Column:
+        # As SQL: each call into the JVM costs a batch's planning (a stream's every batch).
         if not known:
-            return F.expr(sql).alias(name)
-        ahead = F.col(f"__k{name.removeprefix('__')}")
-        return F.when(F.col("__kahead"), ahead).otherwise(F.expr(sql)).alias(name)
+            return F.expr(f"({sql}) AS {sql_name(name)}")
+        ahead = sql_name(f"__k{name.removeprefix('__')}")
+        return F.expr(f"CASE WHEN `__kahead` THEN {ahead} ELSE ({sql}) END AS {sql_name(name)}")
 
     return fields.select(
         *[F.col(c) for c in kept.columns if c not in ("__schema", "__known")],
@@ -212,28 +211,36 @@ def known_schemas(
     for schema_text in _schema_texts([row["__stext"] for row in rows]):
         skip = len(schema_text.encode("utf-8")) + 2  # past the schema and the comma
         row = sampled[schema_text]
-        times = row["__clock"] if clock is not None else None
-        these = F.struct(
-            F.lit(skip).alias("skip"),
-            *[
-                F.lit(row[f"__{part}{i}"]).cast(kind).alias(f"{part}{i}")
-                for i in found
-                for part, kind in (("enc", "string"), ("sc", "int"))
-            ],
-            *([_constant_clock(times).alias("clock")] if clock is not None else []),
-        )
+        # One SQL expression: built of columns, each constant would be a few calls into
+        # the JVM, each of them costing a batch's planning (a stream's every batch).
+        fields = [("skip", str(skip))] + [
+            (f"{part}{i}", _constant(row[f"__{part}{i}"], kind))
+            for i in found
+            for part, kind in (("enc", "STRING"), ("sc", "INT"))
+        ]
+        fields += [("clock", _constant_clock(row["__clock"]))] if clock is not None else []
+        these = F.expr("named_struct(" + ", ".join(f"'{n}', {v}" for n, v in fields) + ")")
         starts = value.startswith(schema_text + _PAYLOAD_KEY)
         found_for = F.when(starts, these) if found_for is None else found_for.when(starts, these)
     return found_for
 
 
-def _constant_clock(times: Sequence[str] | None) -> Column:
-    """The text columns' encodings a schema found ahead names, as a constant (or NULL)."""
-    from pyspark.sql import functions as F
-
+def _constant_clock(times: Sequence[str] | None) -> str:
+    """Spark SQL: the text columns' encodings a schema found ahead names, as a constant (or
+    NULL)."""
     if not times:
-        return F.lit(None).cast("array<string>")
-    return F.array(*[F.lit(t) for t in times])
+        return "CAST(NULL AS ARRAY<STRING>)"
+    return "array(" + ", ".join(_constant(t, "STRING") for t in times) + ")"
+
+
+def _constant(value: object, kind: str) -> str:
+    """Spark SQL: ``value`` (as the sample's row gives it: text, a whole number or ``None``)
+    as a constant of ``kind``."""
+    if value is None:
+        return f"CAST(NULL AS {kind})"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"CAST({value} AS {kind})"
+    return f"CAST({sql_text(str(value))} AS {kind})"
 
 
 def _schema_texts(texts: Sequence[str | None]) -> list[str]:
