@@ -859,13 +859,16 @@ def _timed_text(out: DataFrame, text: TextColumns) -> DataFrame:
     out = out.select("*", tdec.alias("__tdec"))
     at = {name: k for k, name in enumerate(text.names)}
 
-    def column(name: str) -> Column:
+    def column(name: str) -> str:
         if name not in at:
-            return F.col(sql_name(name))
-        timed = F.expr(f"`__tdec`[{at[name]}]")
-        return F.when(F.col("__clock").isNull(), F.col(sql_name(name))).otherwise(timed).alias(name)
+            return sql_name(name)
+        timed = f"`__tdec`[{at[name]}]"
+        return (
+            f"CASE WHEN `__clock` IS NULL THEN {sql_name(name)} ELSE {timed} END "
+            f"AS {sql_name(name)}"
+        )
 
-    return out.select(
+    return out.selectExpr(
         *[column(c) for c in out.columns if c not in ("__clock", "__table", "__tdec")]
     )
 
@@ -981,25 +984,26 @@ def _decoded(
     Step by step: a step reads the columns made before it, so no expression is written out
     again inside another (Spark would analyse, and evaluate, each copy). Steps that read none
     of each other are made together: each level is one more pass over every column."""
-    from pyspark.sql import functions as F
 
+    # SQL text, not columns: each column built is a few calls into the JVM, each a cost of
+    # the planning of every batch of a stream.
     staged = raws
     levels = [_levels(plan[:-1]) if plan else [] for plan in plans]
     for level in range(max((max(lv, default=-1) for lv in levels), default=-1) + 1):
         made = [
-            F.expr(sql).alias(name)
+            f"{sql} AS {sql_name(name)}"
             for plan, lv in zip(plans, levels, strict=True)
             for (name, sql), at in zip(plan or [], lv, strict=False)
             if at == level
         ]
         if made:
-            staged = staged.select("*", *made)
-    return staged.select(
+            staged = staged.selectExpr("*", *made)
+    return staged.selectExpr(
         *[
-            F.expr(plan[-1][1]).alias(f.name) if plan else F.col(f"__raw{i}").alias(f.name)
+            f"{plan[-1][1] if plan else sql_name(f'__raw{i}')} AS {sql_name(f.name)}"
             for i, (f, plan) in enumerate(zip(row.fields, plans, strict=True))
         ],
-        *[F.col(sql_name(c)) for c in carried],
+        *[sql_name(c) for c in carried],
     )
 
 
