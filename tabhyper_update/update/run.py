@@ -38,7 +38,7 @@ from .results import PartUpdate
 from .resume import earlier_job_stands, resume_submitted
 from .state import PartState, StateStore, UpdateRecord
 from .units import PartRun, Unit, step
-from .uploading import UPLOAD_SESSION_UNKNOWN
+from .uploading import UPLOAD_SESSION_UNKNOWN, FirstUpload
 
 if TYPE_CHECKING:
     from .oversize import OversizeSplitter
@@ -231,22 +231,29 @@ class UpdateRun:
             "in a row were answered with earlier failed jobs; giving up"
         )
 
+    def _uploaded(self, one: PartRun) -> FirstUpload | None:
+        """The part's upload session, where its actions read it: one made before its turn
+        (returned), else one made now."""
+        state, part, batch, update = one.state, one.part, one.batch, one.update
+        early = self.uploader.take_first(part, batch) or self.uploader.take_ahead(part, batch)
+        if part is None or not batch.reads_source:
+            state.upload_session_id = None
+            return early
+        if early is not None:
+            state.upload_session_id = early.session_id
+            update.seconds["upload"] = early.seconds
+        else:
+            self.uploader.upload_into(one)
+        update.upload_session_id = state.upload_session_id
+        return early
+
     def _send_part(self, one: PartRun) -> tuple[Job, float]:
         """Upload the part (unless it was uploaded before its turn) and send the update
         request once; the record says "sending" before the request leaves. Returns the job
         the server answered with and when this part was first sent."""
-        state, part, batch, update = one.state, one.part, one.batch, one.update
+        state, part, update = one.state, one.part, one.update
         update.request_id, update.attempt = state.request_id, state.attempt
-        early = self.uploader.take_first(part, batch) or self.uploader.take_ahead(part, batch)
-        if part is not None and batch.reads_source:
-            if early is not None:
-                state.upload_session_id = early.session_id
-                update.seconds["upload"] = early.seconds
-            else:
-                self.uploader.upload_into(one)
-            update.upload_session_id = state.upload_session_id
-        else:
-            state.upload_session_id = None
+        early = self._uploaded(one)
         sent_at = state.sent_at = state.sent_at if state.sent_at is not None else time.time()
         state.status = "sending"
         self.store.save(self.record)
