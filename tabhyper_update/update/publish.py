@@ -26,6 +26,7 @@ from ..rest.jobs import Job
 from ..rest.projects import Project, find_project
 from ..rest.refs import DataSourceRef, ref_from_item
 from ..rest.session import RestSession
+from ..values.changeset import ChangeSet
 from ..values.errors import (
     ApiError,
     InvalidArgumentError,
@@ -331,17 +332,24 @@ def snapshot_of(payload: Any, table: str) -> Path:
         with os.fdopen(fd, "wb") as out, part.path.open("rb") as original:
             while chunk := original.read(1 << 20):
                 out.write(chunk)
-        schema = payload.schema
-        with connect(copy) as conn:
-            for name, cs in sets.items():
-                dropped = f"{quote_name(schema)}.{quote_name(cs.delete_table)}"
-                conn.execute_command(f"DROP TABLE IF EXISTS {dropped}")
-                if cs.upsert_table in part.tables:
-                    conn.execute_command(
-                        f"ALTER TABLE {quote_name(schema)}.{quote_name(cs.upsert_table)} "
-                        f"RENAME TO {quote_name(name)}"
-                    )
+        _upserts_as_targets(copy, payload.schema, sets, part.tables)
     except BaseException:
         copy.unlink(missing_ok=True)
         raise
     return copy
+
+
+def _upserts_as_targets(
+    file: Path, schema: str, sets: Mapping[str, ChangeSet], tables: Mapping[str, Any]
+) -> None:
+    """In the Hyper ``file``, each change set's upsert table (of ``tables``, in ``schema``)
+    renamed as its target, its delete table dropped."""
+    with connect(file) as conn:
+        for name, cs in sets.items():
+            dropped = f"{quote_name(schema)}.{quote_name(cs.delete_table)}"
+            conn.execute_command(f"DROP TABLE IF EXISTS {dropped}")
+            if cs.upsert_table in tables:
+                conn.execute_command(
+                    f"ALTER TABLE {quote_name(schema)}.{quote_name(cs.upsert_table)} "
+                    f"RENAME TO {quote_name(name)}"
+                )
