@@ -441,6 +441,28 @@ class _Probe:
                 path.unlink(missing_ok=True)
         return None
 
+    def _backwards_upload(self, path: Path) -> str | None:
+        """``path`` uploaded in two blocks by ``sequenceID``, the second first: the upload
+        session (``None`` where the server refused the parameter)."""
+        size = path.stat().st_size
+        half = -(-size // 2)
+        session = self.client.initiate_upload()
+        boundary = uuid.uuid4().hex
+        head, tail = multipart_framing(boundary)
+        with path.open("rb") as f:
+            for sequence in (2, 1):
+                offset = (sequence - 1) * half
+                body = ChunkBody(head, f, offset, min(half, size - offset), tail)
+                try:
+                    self.client.append_chunk(session, body, boundary, sequence)
+                except ApiError as err:
+                    if err.status != 400:
+                        raise
+                    self.notes.setdefault("parallel_upload", str(err))
+                    refuses_sequence_ids(self.client.server)
+                    return None
+        return session
+
     def parallel_upload(self) -> str:
         """Two blocks of one file sent with ``sequenceID``, the second first: "refused"
         where the parameter is, "sequence" where the file arrives whole (its row applied),
@@ -450,23 +472,9 @@ class _Probe:
         self.budget(14)
         path = self.file({"seq": (ROW, ["(6, 'in-sequence', 6.00, TRUE)"])})
         try:
-            size = path.stat().st_size
-            half = -(-size // 2)
-            session = self.client.initiate_upload()
-            boundary = uuid.uuid4().hex
-            head, tail = multipart_framing(boundary)
-            with path.open("rb") as f:
-                for sequence in (2, 1):
-                    offset = (sequence - 1) * half
-                    body = ChunkBody(head, f, offset, min(half, size - offset), tail)
-                    try:
-                        self.client.append_chunk(session, body, boundary, sequence)
-                    except ApiError as err:
-                        if err.status != 400:
-                            raise
-                        self.notes.setdefault("parallel_upload", str(err))
-                        refuses_sequence_ids(self.client.server)
-                        return "refused"
+            session = self._backwards_upload(path)
+            if session is None:
+                return "refused"
             job = self.client.update_data(
                 self.ref, ActionBatch(actions=[by_id("seq")]), upload_session_id=session
             )
