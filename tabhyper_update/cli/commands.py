@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..builder.build import build_payload
 from ..builder.options import BuildOptions, BuildSettings
@@ -35,6 +35,10 @@ from .exit_codes import (
 from .failures import Refused, UsageError
 from .inputs import change_set_of, check_input, read_input, require_pyspark
 from .local_server import cmd_demo, cmd_serve_local
+
+if TYPE_CHECKING:
+    from ..readback.drift import DriftReport
+    from ..update.results import UpdateResult
 
 SCHEMA_ID = "https://tabhyper-update.dev/schemas/action_batch.schema.json"
 
@@ -463,24 +467,27 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             "budget": args.budget,
         }
         report = reconcile(source, target, **options)
-        data, text = report.as_dict(per_kind=args.sample), str(report)
+        repaired: tuple[DriftReport, UpdateResult] | None = None
         if args.repair and (report.drift or report.unresolved):
-            repaired = repair(report, source, client=client)
-            first, report = report, reconcile(source, target, **options)
-            data = report.as_dict(per_kind=args.sample)
-            data["repaired"] = {
-                "report": first.id,
-                "counts": first.counts(),
-                "update": repaired.summary(),
-            }
-            text = (
-                f"repaired {sum(first.counts().values())} key(s) ({repaired.brief()}); "
-                f"then {report}"
-            )
-    _emit(args, data, text)
+            update = repair(report, source, client=client)
+            repaired, report = (report, update), reconcile(source, target, **options)
+    _emit(args, *_verified(report, repaired, args.sample))
     if report.drift or report.unresolved:
         return EXIT_DRIFT
     return EXIT_UNCHECKED if report.stopped else EXIT_OK
+
+
+def _verified(
+    report: DriftReport, repaired: tuple[DriftReport, UpdateResult] | None, sample: int
+) -> tuple[dict[str, Any], str]:
+    """What ``verify`` reports: the last reconciliation, and where drift was repaired (the
+    first reconciliation and the update that repaired it), what was repaired."""
+    data, text = report.as_dict(per_kind=sample), str(report)
+    if repaired is None:
+        return data, text
+    first, update = repaired
+    data["repaired"] = {"report": first.id, "counts": first.counts(), "update": update.summary()}
+    return data, f"repaired {sum(first.counts().values())} key(s) ({update.brief()}); then {text}"
 
 
 def _check_verify_flags(args: argparse.Namespace) -> None:

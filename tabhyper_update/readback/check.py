@@ -272,11 +272,12 @@ def _checked_batch(
     reader: _KeyReader,
     batch: Sequence[tuple[Any, ...]],
     expected: ExpectedChanges,
+    index: Mapping[str, int],
     tolerance: Tolerance | None,
 ) -> list[KeyDrift]:
-    """The drift of one batch of keys read back; where a key is missing, the answer is
-    checked whole first (a cut-short answer is refused, not read as drift)."""
-    index = {c: i for i, c in enumerate(expected.columns)}
+    """The drift of one batch of keys read back (``index``: each column's place in a row);
+    where a key is missing, the answer is checked whole first (a cut-short answer is
+    refused, not read as drift)."""
     found = reader.rows([key for key, _ in batch], expected.columns)
     drift = _judge_batch(batch, found, reader, index, expected.key, tolerance)
     if any(d.kind == "missing" for d in drift):
@@ -304,10 +305,11 @@ def check_update(
         "update", target.name or "", target.id, expected.key, expected.checked, expected.touched
     )
     work = _keys_to_read(expected)
+    index = {c: i for i, c in enumerate(expected.columns)}
     done = 0
     try:
         for batch in _batches(work, keys_per_request):
-            report.drift += _checked_batch(reader, batch, expected, tolerance)
+            report.drift += _checked_batch(reader, batch, expected, index, tolerance)
             done += len(batch)
     except QueryBudgetError as err:
         report.unchecked = len(work) - done
