@@ -340,7 +340,7 @@ def _need(
         if name not in columns:
             raise fail(
                 f"{role} column {name!r} is not in the change set; its columns are "
-                f"{', '.join(repr(c) for c in columns)}"
+                f"{', '.join(map(repr, columns))}"
             )
 
 
@@ -456,7 +456,7 @@ def _among(op: str, values: Sequence[str]) -> str:
     op is no known value)."""
     if not values:
         return "false"
-    return f"coalesce({op} IN ({', '.join(sql_text(v) for v in values)}), false)"
+    return f"coalesce({op} IN ({', '.join(map(sql_text, values))}), false)"
 
 
 @dataclass(frozen=True)
@@ -560,7 +560,7 @@ class CdcSpec:
             for m in ("upsert", "delete", "preimage", "ignore")
         }
         null_key = " OR ".join(f"{sql_name(k)} IS NULL" for k in self.key)
-        order_sql = self.order_sql or tuple(sql_name(o) for o in self.order_by)
+        order_sql = self.order_sql or tuple(map(sql_name, self.order_by))
         bad = self._bad_rows(null_key, among["upsert"])
         kind = self._kind_sql(among, null_key, self._unpositioned(order_sql), bad)
         preimage, delete = among["preimage"], among["delete"]
@@ -650,7 +650,7 @@ class CdcSpec:
 
     def texts(self) -> Texts:
         """Spark SQL of a change's op and position as text (named in error messages)."""
-        raw_orders = ", ".join(sql_name(o) for o in self.order_by)
+        raw_orders = ", ".join(map(sql_name, self.order_by))
         # to_json names the fields after the columns.
         return Texts(
             f"CAST({sql_name(self.op_column)} AS STRING)", f"to_json(struct({raw_orders}))"
@@ -707,7 +707,7 @@ class CdcSpec:
             return self._no_position(op, order, key_text, more)
         return (
             f"several changes for key ({key_text}) share the greatest order_by value "
-            f"{order} in column(s) {', '.join(repr(o) for o in self.order_by)}{more}: "
+            f"{order} in column(s) {', '.join(map(repr, self.order_by))}{more}: "
             "the last change cannot be told; order by a column that is unique per key"
         )
 
@@ -735,7 +735,7 @@ class CdcSpec:
                 "place it. Clear or republish the target yourself, or drop truncates with "
                 "Debezium(..., truncate='ignore') (op_map={'t': 'ignore'})"
             )
-        known = ", ".join(repr(v) for v in self.op_map)
+        known = ", ".join(map(repr, self.op_map))
         return (
             f"op column {self.op_column!r} holds the unknown value {op!r}, e.g. for key "
             f"({key_text}){more}; known values: {known} (pass op_map= to map others)"

@@ -143,13 +143,13 @@ def quarantine_query(spec: CdcSpec, columns: list[str]) -> Callable[[str], str]:
     """Spark SQL over a source named in the text: the changes set aside that are their
     key's last (every one with a NULL key), whole, with their reason and column."""
     tagged = spec.tag_query()
-    keys = ", ".join(sql_name(k) for k in spec.key)
+    keys = ", ".join(map(sql_name, spec.key))
     order = ", ".join(
         [f"{sql_name(position_column(i))} DESC NULLS LAST" for i in range(len(spec.order_by))]
         + [f"{sql_name(PRIORITY_COLUMN)} DESC"]
     )
     null_key = " OR ".join(f"{sql_name(k)} IS NULL" for k in spec.key)
-    kept = ", ".join(sql_name(c) for c in columns)
+    kept = ", ".join(map(sql_name, columns))
     reason, column = QUARANTINE_COLUMNS[:2]
 
     def query(source: str) -> str:

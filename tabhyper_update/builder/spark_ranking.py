@@ -90,7 +90,7 @@ def _observe_positions(
     (``committed``)."""
     from pyspark.sql import functions as F
 
-    ordered = spec.order_sql or tuple(sql_name(o) for o in spec.order_by)
+    ordered = spec.order_sql or tuple(map(sql_name, spec.order_by))
     # One scalar per position column (a struct metric of an empty change set is a NULL
     # row, which PySpark cannot take).
     return observe(

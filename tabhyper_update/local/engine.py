@@ -128,7 +128,7 @@ class _Table:
 
     @property
     def ref(self) -> str:
-        return ".".join(quote_name(p) for p in (self.db, self.schema, self.name))
+        return ".".join(map(quote_name, (self.db, self.schema, self.name)))
 
     @property
     def label(self) -> str:
@@ -195,7 +195,7 @@ class _Sql:
             return "TRUE"
         if isinstance(node, (And, Or)):
             joined = (" AND " if isinstance(node, And) else " OR ").join(
-                self.condition(a) for a in node.args
+                map(self.condition, node.args)
             )
             return f"({joined})"
         assert isinstance(node, Comparison)
@@ -476,7 +476,7 @@ class _Engine:
         )
         direction = "DESC" if self.seed % 2 else "ASC"
         order = ", ".join(f"CAST({quote_name(c)} AS TEXT) {direction} NULLS LAST" for c in others)
-        cols = ", ".join(quote_name(c) for c in source.columns)
+        cols = ", ".join(map(quote_name, source.columns))
         return (
             f"(SELECT {cols} FROM (SELECT {cols}, ROW_NUMBER() OVER (PARTITION BY {keys} "
             f"ORDER BY {order}) AS tabhyper_pick FROM {source.ref}) AS ranked "
@@ -496,7 +496,7 @@ class _Engine:
         return write(_Sql(target, source), target, source, action.condition)
 
     def insert(self, source: _Table, target: _Table) -> int:
-        cols = ", ".join(quote_name(c) for c in _check_insertable(source, target, self.columns))
+        cols = ", ".join(map(quote_name, _check_insertable(source, target, self.columns)))
         if self.strict:
             self.refuse_losses(source, target)
         rows = self.run(f"INSERT INTO {target.ref} ({cols}) SELECT {cols} FROM {source.ref}")
@@ -504,7 +504,7 @@ class _Engine:
 
     def replace(self, source: _Table, target: _Table) -> int:
         self.check_replace(source, target)
-        cols = ", ".join(quote_name(c) for c in source.columns)
+        cols = ", ".join(map(quote_name, source.columns))
         self.run(f"DELETE FROM {target.ref}")
         return self.run(f"INSERT INTO {target.ref} ({cols}) SELECT {cols} FROM {source.ref}")
 
@@ -532,7 +532,7 @@ class _Engine:
         """An update of the matched rows, then an insert of the source rows none matched."""
         updated = self.update(sql, target, source, condition)
         written = _check_insertable(source, target, self.columns)
-        cols = ", ".join(quote_name(c) for c in written)
+        cols = ", ".join(map(quote_name, written))
         picked = ", ".join(f"s.{quote_name(c)}" for c in written)
         where = sql.condition(condition)
         inserted = self.run(

@@ -148,7 +148,7 @@ def quote_literal(value: str) -> str:
 
 def table_ref(schema: str | None, table: str, database: str | None = None) -> str:
     parts = [p for p in (database, schema) if p is not None] + [table]
-    return ".".join(quote_name(p) for p in parts)
+    return ".".join(map(quote_name, parts))
 
 
 def create_tables(

@@ -316,7 +316,7 @@ def duplicated_keys(
 ) -> tuple[int, list[str]]:
     """How many keys (on ``columns``) ``table`` of the ``.hyper`` file holds more than once,
     and up to ``shown`` of them as text: one query on the file."""
-    keys = ", ".join(quote_name(c) for c in columns)
+    keys = ", ".join(map(quote_name, columns))
     text = " || ', ' || ".join(f"COALESCE(CAST({quote_name(c)} AS TEXT), 'NULL')" for c in columns)
     with connect(path, read_only=True) as conn:
         rows = conn.execute_list_query(

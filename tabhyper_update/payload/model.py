@@ -308,7 +308,7 @@ class Payload:
     def _check(self, batch: ActionBatch) -> None:
         problems: list[Problem] = []
         tables = self.tables
-        known = ", ".join(repr(t) for t in tables) or "none"
+        known = ", ".join(map(repr, tables)) or "none"
         for i, action in enumerate(batch.actions):
             where = f"$.actions[{i}]"
             if action.source_table is None:

@@ -222,7 +222,7 @@ class RangeBuckets:
         fraction = 1.0 if rows <= 0 else min(1.0, wanted / rows)
         while True:
             by_region = self._sample(level, region, fraction)
-            found = sum(len(keys) for keys in by_region.values())
+            found = sum(map(len, by_region.values()))
             if fraction >= 1.0 or found * 4 >= wanted:
                 return by_region
             fraction = min(1.0, fraction * 4)

@@ -147,7 +147,7 @@ def _rows_of(
 def _read_query(table: str, columns: Sequence[str], rows: int, share: float) -> str:
     """SQL reading ``columns`` of ``table`` (of ``rows`` rows): all of them, or a random
     ``share`` of them."""
-    text = f"SELECT {', '.join(quote_name(c) for c in columns)} FROM {table}"
+    text = f"SELECT {', '.join(map(quote_name, columns))} FROM {table}"
     if share < 1.0:
         text += f" ORDER BY RANDOM() LIMIT {math.ceil(rows * share)}"
     return text

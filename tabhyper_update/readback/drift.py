@@ -151,7 +151,7 @@ class DriftReport:
         counts = ", ".join(f"{n} {kind}" for kind, n in self.counts().items() if n)
         said = [counts or "not pinned to keys"]
         said += [
-            f"{kind} e.g. {', '.join(_show_key(d) for d in items)}"
+            f"{kind} e.g. {', '.join(map(_show_key, items))}"
             for kind, items in self.sample(3).items()
             if items
         ]

@@ -151,6 +151,10 @@ def _exact_decimal_sums(index: int, field: str, col: Column, scale: int) -> list
 
 
 class _Reconciler:
+    #: How the key's range is cut, level by level: made by :meth:`run` from both sides'
+    #: extremes before the walk, the only code that reads it.
+    buckets: IntegerBuckets | RangeBuckets
+
     def __init__(
         self,
         source: DataFrame,
@@ -167,7 +171,6 @@ class _Reconciler:
         self.fan_out, self.leaf_rows, self.tolerance = fan_out, leaf_rows, tolerance
         self._server_rows: dict[Any, int] = {}
         self.aggs = _aggregates(self.columns, self.fields, source, self.key[0])
-        self.buckets: IntegerBuckets | RangeBuckets | None = None
         #: The buckets that differed at each level above the one being read.
         self.path: list[tuple[int, list[Any]]] = []
         #: The source's rows in those buckets, kept level by level (each a small part of the
@@ -177,11 +180,9 @@ class _Reconciler:
     # -- both sides' aggregates ----------------------------------------------------------------
     def _filters(self) -> list[dict[str, Any]]:
         """The service's filters to the buckets that differed at each level above."""
-        assert self.buckets is not None or not self.path
         return [
             set_filter(calculation(f"p{level}", self.buckets.formula(level)), chosen)
             for level, chosen in self.path
-            if self.buckets is not None
         ]
 
     def _region(self) -> DataFrame:
@@ -190,20 +191,17 @@ class _Reconciler:
 
     def _descend(self, level: int, chosen: list[Any]) -> None:
         """Narrow the region to ``chosen``, the buckets of ``level`` to cut next."""
-        assert self.buckets is not None
         region = self._region().where(self.buckets.spark_in(level, chosen)).persist()
         self.path.append((level, chosen))
         self.regions.append(region)
 
     def _server(self, level: int) -> dict[Any, dict[str, Any]]:
         fields = [calculation(a.name, a.formula) for a in self.aggs]
-        filters = []
         if level:
-            assert self.buckets is not None
             fields.insert(0, calculation("bucket", self.buckets.formula(level)))
-            filters = self._filters()
         out: dict[Any, dict[str, Any]] = {}
-        for row in self.service.query(fields, filters):
+        # At level 0 no bucket differed yet: no filters.
+        for row in self.service.query(fields, self._filters()):
             out[row.get("bucket")] = {
                 a.name: canonical(row.get(a.name), a.data_type) for a in self.aggs
             }
@@ -213,7 +211,6 @@ class _Reconciler:
         frame = self._region()
         exprs = [a.spark.alias(a.name) for a in self.aggs]
         if level:
-            assert self.buckets is not None
             rows = frame.groupBy(self.buckets.spark(level).alias("bucket")).agg(*exprs).collect()
         else:
             rows = frame.agg(*exprs).collect()
@@ -296,7 +293,6 @@ class _Reconciler:
 
     def _narrow(self, report: DriftReport) -> None:
         """Cut the differing ranges level by level; compare small ones row by row."""
-        assert self.buckets is not None
         level = 0
         #: The source's rows in the region being cut (its aggregates counted them).
         rows = report.rows["source"]
@@ -349,7 +345,6 @@ class _Reconciler:
     ) -> tuple[list[tuple[Any, int]], list[tuple[Any, int]]]:
         """The differing buckets compared row by row now (small, or at the last level), and
         those cut one level deeper, each with its rows (the larger side's count)."""
-        assert self.buckets is not None
         last = self.buckets.last(level)
         leaves: list[tuple[Any, int]] = []
         deeper: list[tuple[Any, int]] = []
@@ -377,7 +372,6 @@ class _Reconciler:
             self._compare_batch(report, level, batch)
 
     def _compare_batch(self, report: DriftReport, level: int, buckets: list[Any]) -> None:
-        assert self.buckets is not None
         bucket = calculation("bucket", self.buckets.formula(level))
         theirs = rows_by_key(
             self.service,
@@ -408,7 +402,6 @@ class _Reconciler:
         """Each key of either side judged: its drift reported; the buckets (at ``level``)
         whose difference a key explains returned, a difference within the tolerance
         included (it explains its range without being drift)."""
-        assert self.buckets is not None
         explained: set[Any] = set()
         for key in sorted(set(mine) | set(theirs), key=repr):
             rows, found = mine.get(key, []), theirs.get(key, [])
@@ -427,7 +420,6 @@ class _Reconciler:
         from pyspark.sql import functions as F
         from pyspark.sql.types import TimestampType
 
-        assert self.buckets is not None
         spark_types = {f.name: f.dataType for f in self.source.schema.fields}
         picked = [
             (
@@ -467,7 +459,7 @@ class _Reconciler:
 
 def _whole(buckets: Mapping[Any, Mapping[str, Any]], rows: int, what: str) -> None:
     """Refuse bucket aggregates that do not add up to the rows counted above them."""
-    _cut_short(rows, sum(_rows(b) for b in buckets.values()), what)
+    _cut_short(rows, sum(map(_rows, buckets.values())), what)
 
 
 def _rows(aggregates: Mapping[str, Any] | None) -> int:

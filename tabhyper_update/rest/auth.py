@@ -43,7 +43,7 @@ class _Credentials(BaseModel):
         except ValidationError as err:
             # Only field names and messages: never the values, which may be secrets.
             problems = "; ".join(
-                (f"{'.'.join(str(p) for p in e['loc'])}: " if e["loc"] else "")
+                (f"{'.'.join(map(str, e['loc']))}: " if e["loc"] else "")
                 + e["msg"].removeprefix("Value error, ")
                 for e in err.errors(include_url=False, include_input=False)
             )

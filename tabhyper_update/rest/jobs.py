@@ -142,7 +142,7 @@ class Job(BaseModel):
             job = cls.model_validate(data)
         except ValidationError as err:
             first = err.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
+            where = ".".join(map(str, first["loc"]))
             raise TransportError(
                 f"the server's job answer is malformed: {where}: {first['msg']}"
             ) from None

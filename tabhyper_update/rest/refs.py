@@ -63,7 +63,7 @@ def given_columns(ref: DataSourceRef, columns: Mapping[str, object]) -> DataSour
             )
             names[str(table)] = tuple(declared[str(table)])
         elif isinstance(given, Sequence):
-            names[str(table)] = tuple(str(c) for c in given)
+            names[str(table)] = tuple(map(str, given))
         else:
             raise InvalidArgumentError(
                 f"columns[{str(table)!r}] takes column names, or their DDL, got {given!r}",

@@ -124,7 +124,7 @@ def credentials_from_env(e: Mapping[str, str]) -> Credentials:
     naming what is missing."""
     user = e.get("TABLEAU_IMPERSONATE_USER_ID") or None
     for meant, needed, say, made in _FROM_ENV:
-        if not any(e.get(name) for name in meant):
+        if not any(map(e.get, meant)):
             continue
         missing = [name for name in needed if not e.get(name)]
         if missing:

@@ -99,7 +99,7 @@ def clock_sql(text: TextColumns) -> str:
     (each column's static one where it names none), NULL where none of them is a time of
     day. One expression for every text column, evaluated only for an event whose schema
     was not worked out ahead."""
-    names = "array(" + ", ".join(sql_text(n) for n in text.names) + ")"
+    names = "array(" + ", ".join(map(sql_text, text.names)) + ")"
     statics = "array(" + ", ".join(sql_text(e) for e in text.statics) + ")"
 
     def info(part: str) -> str:

@@ -525,11 +525,11 @@ class TextColumns:
 
 
 def _array(values: Sequence[str]) -> str:
-    return "array(" + ", ".join(sql_text(v) for v in values) + ")"
+    return "array(" + ", ".join(map(sql_text, values)) + ")"
 
 
 def _sql_list(values: Sequence[str]) -> str:
-    return "(" + ", ".join(sql_text(v) for v in values) + ")"
+    return "(" + ", ".join(map(sql_text, values)) + ")"
 
 
 #: The wrappers MongoDB's extended JSON puts around a value.

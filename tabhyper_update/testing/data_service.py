@@ -336,7 +336,7 @@ def _set_filter(sql: str, spec: dict[str, Any]) -> str:
         raise refused("a SET filter needs a list of values")
     if not values:
         return "TRUE" if spec.get("exclude") else "FALSE"
-    listed = ", ".join(_literal(v) for v in values)
+    listed = ", ".join(map(_literal, values))
     return f"{sql} {'NOT ' if spec.get('exclude') else ''}IN ({listed})"
 
 

@@ -43,7 +43,7 @@ def read_table(
         rows = conn.execute_list_query(
             f"SELECT * FROM {table_ref(schema, table)} ORDER BY {order_by}"
         )
-    return [tuple(_python(v) for v in row) for row in rows]
+    return [tuple(map(_python, row)) for row in rows]
 
 
 def run_sql(path: str | os.PathLike[str], statement: str) -> int:

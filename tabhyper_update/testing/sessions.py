@@ -164,4 +164,4 @@ class SignIns:
         if not ok:
             raise ApiFailure(401, "401001", "Signin Error", "the JWT was not accepted")
         granted = claims.get("scp") or []
-        return str(claims.get("sub")), frozenset(str(g) for g in granted)
+        return str(claims.get("sub")), frozenset(map(str, granted))

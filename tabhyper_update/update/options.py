@@ -297,7 +297,7 @@ def narrowing_allowed(value: object) -> tuple[str, ...]:
             f"allow_narrowing takes a list of column names, got {value!r}",
             argument="allow_narrowing",
         )
-    return tuple(str(c) for c in names)
+    return tuple(map(str, names))
 
 
 def check_options(options: Mapping[str, Any], declared: Any, where: str) -> None:

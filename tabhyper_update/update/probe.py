@@ -141,6 +141,13 @@ class _Probe:
 
     # -- plumbing ----------------------------------------------------------------------------
     @property
+    def canary(self) -> DataSourceRef:
+        """The canary data source, once the probe has published it."""
+        if self.ref is None:
+            raise ProbeError("the probe's canary data source was not published")
+        return self.ref
+
+    @property
     def requests(self) -> int:
         return self.client.requests_sent - self.sent_before
 
@@ -171,13 +178,12 @@ class _Probe:
     ) -> _Outcome:
         """Upload ``tables`` and apply ``actions`` to the canary, bypassing the SDK's own
         checks (the probe asks the server, not the SDK); the outcome as the job ended."""
-        assert self.ref is not None
         self.budget(12)
         path = self.file(tables)
         try:
             session = self.client.upload(path)
             job = self.client.update_data(
-                self.ref,
+                self.canary,
                 ActionBatch(actions=list(actions)),
                 upload_session_id=session,
                 request_id=request_id,
@@ -267,9 +273,8 @@ class _Probe:
             canary.unlink(missing_ok=True)
 
     def data_service(self) -> str:
-        assert self.ref is not None
         self.budget(6)
-        service = DataService(self.client, self.ref.id)
+        service = DataService(self.client, self.canary.id)
         if not service._service_answers():
             return "absent"
         try:
@@ -291,7 +296,7 @@ class _Probe:
                     retry=False,
                     site_scoped=False,
                     json_body={
-                        "datasource": {"datasourceLuid": self.ref.id},
+                        "datasource": {"datasourceLuid": self.canary.id},
                         "query": {"fields": [{"fieldCaption": service.field("id").caption}]},
                         "options": {"returnFormat": "ARRAYS", option: value},
                     },
@@ -326,9 +331,8 @@ class _Probe:
 
     def download_types(self) -> str:
         """What the canary's file, downloaded without its extract, records of its types."""
-        assert self.ref is not None
         try:
-            found = download_columns(self.client, self.ref).get("Extract", {})
+            found = download_columns(self.client, self.canary).get("Extract", {})
         except ApiError as err:
             if (err.status or 0) >= 500:
                 raise
@@ -423,9 +427,8 @@ class _Probe:
             self.budget(12 + size // self.client.chunk_size)
             try:
                 session = self.client.upload(path)
-                assert self.ref is not None
                 job = self.client.update_data(
-                    self.ref,
+                    self.canary,
                     ActionBatch(
                         actions=[insert_from("Padding", "Padding")],
                     ),
@@ -468,7 +471,6 @@ class _Probe:
         where the parameter is, "sequence" where the file arrives whole (its row applied),
         "ignored" where the blocks were taken as they came (the file broken, the job
         failed)."""
-        assert self.ref is not None
         self.budget(14)
         path = self.file({"seq": (ROW, ["(6, 'in-sequence', 6.00, TRUE)"])})
         try:
@@ -476,7 +478,7 @@ class _Probe:
             if session is None:
                 return "refused"
             job = self.client.update_data(
-                self.ref, ActionBatch(actions=[by_id("seq")]), upload_session_id=session
+                self.canary, ActionBatch(actions=[by_id("seq")]), upload_session_id=session
             )
             job.wait(timeout=600)
         except JobFailedError as err:

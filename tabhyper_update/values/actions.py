@@ -161,7 +161,7 @@ class _Action(_Model):
         if self.source_table is None and self.condition is not None and self.condition is not True:
             _, sources = condition_columns(self.condition)
             if sources:
-                cols = ", ".join(repr(c) for c in sorted(sources))
+                cols = ", ".join(map(repr, sorted(sources)))
                 raise InvalidArgumentError(
                     f"{self.action} has no 'source-table' but its condition reads source "
                     f"column(s) {cols}"

@@ -302,7 +302,7 @@ class Comparison(_ConditionOps, _Model):
             raise InvalidArgumentError(
                 f"a '{self.op}' comparison needs exactly one left and one right side "
                 "('target-col' with 'source-col' or 'const', or 'source-col' with 'const'); "
-                f"got {', '.join(repr(g) for g in given) if given else 'none'}"
+                f"got {', '.join(map(repr, given)) if given else 'none'}"
             )
         if self.const is not None:
             _check_constant(self.op, self.const)

@@ -61,7 +61,7 @@ class RowDigest:
         return cls(rows, tuple(sums))
 
     def __str__(self) -> str:
-        return ":".join(str(v) for v in (self.rows, *self.sums))
+        return ":".join(map(str, (self.rows, *self.sums)))
 
     @classmethod
     def parse(cls, text: str) -> RowDigest:

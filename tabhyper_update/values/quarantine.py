@@ -43,7 +43,7 @@ class QuarantineReport:
         return cls(
             int(doc["rows"]),
             {str(k): int(v) for k, v in (doc.get("reasons") or {}).items()},
-            tuple(tuple(k) for k in doc.get("keys") or ()),
+            tuple(map(tuple, doc.get("keys") or ())),
             str(doc.get("batch") or ""),
             str(doc.get("written_to") or ""),
         )
