@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_DATABASE_VERSION",
+    "HYPER_TRANSFORMS",
+    "SPARK_TRANSFORMS",
     "SUPPORTED_DATABASE_VERSIONS",
     "ColumnPlan",
     "max_decimal_precision",
@@ -55,6 +57,25 @@ def max_decimal_precision(database_version: int) -> int:
     return 38 if database_version >= 3 else 18
 
 
+#: Spark SQL of each way a value is staged (``{v}``: the column).
+SPARK_TRANSFORMS: dict[str, str] = {
+    "as_is": "{v}",
+    "json": "to_json({v})",
+    "micros": "unix_micros({v})",
+    "days": "unix_date({v})",
+    "text": "CAST({v} AS STRING)",
+}
+#: Hyper SQL of each way a staged value becomes the column's (``{v}``: the staged column,
+#: ``{type}``: the column's Hyper type).
+HYPER_TRANSFORMS: dict[str, str] = {
+    "cast": "CAST({v} AS {type})",
+    "micros": (
+        "(TIMESTAMP '1970-01-01 00:00:00' + CAST({v} AS BIGINT) * INTERVAL '0.000001 second')"
+    ),
+    "days": "(DATE '1970-01-01' + CAST({v} AS INTEGER))",
+}
+
+
 @dataclass(frozen=True)
 class ColumnPlan:
     """How one Spark column travels: what Spark writes, and what Hyper makes of it."""
@@ -63,33 +84,22 @@ class ColumnPlan:
     spark_type: str
     hyper_type: str
     nullable: bool
-    #: Spark expression applied before the staging write: "as_is", "json", "micros" (an
-    #: instant as microseconds since the epoch), "days" (days since the epoch) or "text".
+    #: Spark expression applied before the staging write (a key of :data:`SPARK_TRANSFORMS`):
+    #: "as_is", "json", "micros" (an instant as microseconds since the epoch), "days" (days
+    #: since the epoch) or "text".
     spark_transform: str = "as_is"
-    #: How the staged Parquet value becomes the Hyper value: "cast", "micros" or "days".
+    #: How the staged Parquet value becomes the Hyper value (a key of
+    #: :data:`HYPER_TRANSFORMS`): "cast", "micros" or "days".
     hyper_transform: str = "cast"
 
     def spark_sql(self, quoted: str) -> str:
         """The staged value of the column ``quoted`` (a quoted name), as Spark SQL text."""
-        if self.spark_transform == "json":
-            return f"to_json({quoted})"
-        if self.spark_transform == "micros":
-            return f"unix_micros({quoted})"
-        if self.spark_transform == "days":
-            return f"unix_date({quoted})"
-        if self.spark_transform == "text":
-            return f"CAST({quoted} AS STRING)"
-        return quoted
+        return SPARK_TRANSFORMS[self.spark_transform].format(v=quoted)
 
     def hyper_expression(self, quoted_staged_name: str) -> str:
-        if self.hyper_transform == "micros":
-            return (
-                f"(TIMESTAMP '1970-01-01 00:00:00' + CAST({quoted_staged_name} AS BIGINT) "
-                "* INTERVAL '0.000001 second')"
-            )
-        if self.hyper_transform == "days":
-            return f"(DATE '1970-01-01' + CAST({quoted_staged_name} AS INTEGER))"
-        return f"CAST({quoted_staged_name} AS {self.hyper_type})"
+        """The Hyper value of the staged column ``quoted_staged_name``, as Hyper SQL text."""
+        made = HYPER_TRANSFORMS[self.hyper_transform]
+        return made.format(v=quoted_staged_name, type=self.hyper_type)
 
     @property
     def sql_definition_type(self) -> str:

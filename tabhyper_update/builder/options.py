@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, cast
 
 from typing_extensions import TypedDict
@@ -22,6 +23,7 @@ from ..update.options import check_options
 from ..values.actions import DEFAULT_SCHEMA
 from ..values.errors import ArgumentTypeError, PayloadArgumentError
 from ..values.narrowing import DeclaredColumn
+from ..values.wording import check_choice
 from .hyper_parts import NO_CAP
 from .hyper_types import DEFAULT_DATABASE_VERSION, SUPPORTED_DATABASE_VERSIONS
 from .quarantine import (
@@ -120,11 +122,12 @@ class BuildSettings:
     def check_bad_rows(self) -> None:
         """``on_bad_rows`` and what it needs: a destination for ``"quarantine"`` (and none
         without it), readable ``target_columns``."""
-        if self.on_bad_rows not in ("fail", "quarantine"):
-            raise PayloadArgumentError(
-                f"on_bad_rows must be 'fail' or 'quarantine', got {self.on_bad_rows!r}",
-                argument="on_bad_rows",
-            )
+        check_choice(
+            self.on_bad_rows,
+            ("fail", "quarantine"),
+            "on_bad_rows",
+            partial(PayloadArgumentError, argument="on_bad_rows"),
+        )
         if self.on_bad_rows == "quarantine":
             if self.quarantine is None:
                 raise PayloadArgumentError(
@@ -148,11 +151,12 @@ class BuildSettings:
 
     def _check_format(self) -> None:
         """``quarantine_format``: a folder's, and the Delta writer where it is Delta."""
-        if self.quarantine_format not in ("parquet", "delta"):
-            raise PayloadArgumentError(
-                f"quarantine_format must be 'parquet' or 'delta', got {self.quarantine_format!r}",
-                argument="quarantine_format",
-            )
+        check_choice(
+            self.quarantine_format,
+            ("parquet", "delta"),
+            "quarantine_format",
+            partial(PayloadArgumentError, argument="quarantine_format"),
+        )
         if self.quarantine_format == "delta":
             if callable(self.quarantine):
                 raise PayloadArgumentError(

@@ -63,6 +63,7 @@ from ..values.errors import ApplyError
 from ..values.narrowing import ColumnType, losses
 from ..values.parts import PayloadLike
 from ..values.redaction import get_logger
+from ..values.wording import check_choice
 from .hyper import attach_read_only, connect, quote_literal, quote_name
 
 if TYPE_CHECKING:
@@ -324,20 +325,13 @@ class SourceColumns:
     partial: Literal["keep", "null", "refuse"] = "keep"
 
     def __post_init__(self) -> None:
-        if self.extra not in ("refuse", "ignore"):
-            raise ApplyError(f"extra_columns must be 'refuse' or 'ignore', got {self.extra!r}")
-        if self.missing not in ("null", "refuse"):
-            raise ApplyError(f"missing_columns must be 'null' or 'refuse', got {self.missing!r}")
-        if self.partial not in ("keep", "null", "refuse"):
-            raise ApplyError(
-                f"partial_update must be 'keep', 'null' or 'refuse', got {self.partial!r}"
-            )
+        check_choice(self.extra, ("refuse", "ignore"), "extra_columns", ApplyError)
+        check_choice(self.missing, ("null", "refuse"), "missing_columns", ApplyError)
+        check_choice(self.partial, ("keep", "null", "refuse"), "partial_update", ApplyError)
 
 
 def check_semantics(semantics: object) -> Semantics:
-    if semantics not in SEMANTICS:
-        raise ApplyError(f"semantics must be 'hyper' or 'strict', got {semantics!r}")
-    return semantics
+    return check_choice(semantics, SEMANTICS, "semantics", ApplyError)
 
 
 class _Engine:

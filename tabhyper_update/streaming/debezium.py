@@ -38,6 +38,7 @@ from ..values.changeset import MISSING_OP, PARTIAL_UPDATE_OP, ChangeSet
 from ..values.errors import ArgumentTypeError, InvalidArgumentError, PayloadError
 from ..values.positions import OrderAs
 from ..values.spark_sql import sql_name, sql_text
+from ..values.wording import check_choice
 from .debezium_schemas import (
     clock_sql,
     encodings_named,
@@ -880,8 +881,7 @@ def _check_arguments(row_schema: object, truncate: object, table: object, units:
             f"Debezium row_schema= takes a StructType or a DDL string such as "
             f"'id BIGINT, name STRING', got {type(row_schema).__name__}"
         )
-    if truncate not in ("error", "ignore"):
-        raise InvalidArgumentError(f"Debezium truncate= is 'error' or 'ignore', got {truncate!r}")
+    check_choice(truncate, ("error", "ignore"), "Debezium truncate=", InvalidArgumentError)
     if table is not None and (not isinstance(table, str) or not table):
         raise ArgumentTypeError(f"Debezium table= takes a table name, got {table!r}")
     if units is not None and not isinstance(units, Mapping):

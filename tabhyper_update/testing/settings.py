@@ -14,6 +14,7 @@ from typing_extensions import TypedDict
 
 from ..local.engine import Semantics, check_semantics
 from ..update.options import check_options
+from ..values.wording import check_choice
 from .profiles import SERVICE_OPTIONS, ServerProfile, profile_named
 
 __all__ = ["BackendConfig", "BackendSettings"]
@@ -186,16 +187,6 @@ class BackendConfig:
         return made
 
     def _check(self) -> None:
-        if self.data_service not in ("on", "absent", "denied"):
-            raise ValueError(
-                f"data_service must be 'on', 'absent' or 'denied', got {self.data_service!r}"
-            )
-        if self.service_release not in SERVICE_OPTIONS:
-            raise ValueError(
-                f"service_release must be one of {sorted(SERVICE_OPTIONS)}, "
-                f"got {self.service_release!r}"
-            )
-        if self.replay not in ("original", "new_job", "refuse"):
-            raise ValueError(
-                f"replay must be 'original', 'new_job' or 'refuse', got {self.replay!r}"
-            )
+        check_choice(self.data_service, ("on", "absent", "denied"), "data_service", ValueError)
+        check_choice(self.service_release, sorted(SERVICE_OPTIONS), "service_release", ValueError)
+        check_choice(self.replay, ("original", "new_job", "refuse"), "replay", ValueError)

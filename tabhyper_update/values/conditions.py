@@ -247,18 +247,23 @@ class Const(_Model):
 
     def python_value(self) -> bool | int | float | str | datetime | None:
         """The constant as a Python value (datetimes timezone-aware)."""
-        v = self.v
-        if v is None:
+        if self.v is None:
             return None
-        if self.type == "boolean":
-            return v if isinstance(v, bool) else str(v).lower() == "true"
-        if self.type == "integer":
-            return int(v)
-        if self.type == "double":
-            return float(v)
-        if self.type == "datetime":
-            return parse_datetime_constant(str(v))
-        return str(v)
+        return _PYTHON_VALUES.get(self.type, str)(self.v)
+
+
+def _boolean(v: object) -> bool:
+    """A boolean constant's value (given as a boolean or as its text)."""
+    return v if isinstance(v, bool) else str(v).lower() == "true"
+
+
+#: How a constant of each type is read as a Python value (any other type: its text).
+_PYTHON_VALUES: dict[str, Callable[[Any], bool | int | float | str | datetime]] = {
+    "boolean": _boolean,
+    "integer": int,
+    "double": float,
+    "datetime": lambda v: parse_datetime_constant(str(v)),
+}
 
 
 def type_name(value: object) -> str:
