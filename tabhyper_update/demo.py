@@ -64,7 +64,7 @@ def expected_after() -> list[tuple[Any, ...]]:
 
 
 def _table_text(rows: Sequence[tuple[Any, ...]]) -> str:
-    cells = [list(COLUMNS)] + [[str(v) for v in r] for r in rows]
+    cells = [list(COLUMNS)] + [list(map(str, r)) for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells

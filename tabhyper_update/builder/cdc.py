@@ -660,10 +660,10 @@ class CdcSpec:
         """:meth:`latest_changes` as Spark SQL text over a source named in the text."""
         tagged = self.tag_query()
         op_text, order_text = self.texts()
-        keys = [sql_name(k) for k in self.key]
-        data = [sql_name(c) for c in columns]
+        keys = list(map(sql_name, self.key))
+        data = list(map(sql_name, columns))
         # A carry-over's delete and insert differ only in the change feed's own columns.
-        row = [sql_name(c) for c in self.data_columns(columns)]
+        row = list(map(sql_name, self.data_columns(columns)))
 
         def query(source: str) -> str:
             return latest_of(

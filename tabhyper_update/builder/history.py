@@ -64,9 +64,9 @@ def versions_query(spec: CdcSpec, columns: Sequence[str]) -> Callable[[str], str
     key's first and last; errors tagged as :meth:`CdcSpec.latest_query` tags them."""
     tagged = spec.tag_query()
     op_text, order_text = spec.texts()
-    keys = [sql_name(k) for k in spec.key]
+    keys = list(map(sql_name, spec.key))
     positions = [sql_name(position_column(i)) for i in range(len(spec.order_by))]
-    row = [sql_name(c) for c in spec.data_columns(columns)]
+    row = list(map(sql_name, spec.data_columns(columns)))
     kind = sql_name(KIND_COLUMN)
     ascending = f"PARTITION BY {', '.join(keys)} ORDER BY " + ", ".join(
         f"{p} ASC NULLS FIRST" for p in positions

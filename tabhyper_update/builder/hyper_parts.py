@@ -148,14 +148,14 @@ def identity_sql(
 def change_identity_sql(spec: CdcSpec, values: Sequence[str], kind: str) -> list[str]:
     """A change's :func:`identity_sql`: its position is ``kind`` (the SQL of its kind), its
     op and its ``order_by`` values; its bucket is its key's."""
-    orders = [sql_name(o) for o in spec.order_by]
+    orders = list(map(sql_name, spec.order_by))
     position = [
         kind,
         spec.texts().op,
         *orders,
         *(f"isnull({o})" for o in orders),
     ]
-    return identity_sql(values, position, [sql_name(k) for k in spec.key])
+    return identity_sql(values, position, list(map(sql_name, spec.key)))
 
 
 @dataclass
@@ -237,7 +237,7 @@ BucketStats = dict[int, tuple[int, int, RowDigest]]
 def _buckets_of(text: str, width: int) -> BucketStats:
     """One group's bucket statistics from the text Hyper sums them as: ``width`` numbers a
     bucket (its number, rows, size estimate, then the digest's residues)."""
-    values = [int(v) for v in text.split()]
+    values = list(map(int, text.split()))
     if len(values) % width:
         raise PayloadError(
             f"Hyper's bucket statistics came as {len(values)} number(s), not buckets of "

@@ -219,9 +219,9 @@ def _ranked_sql(
         # Ignored changes carry no kind: left out here, as Spark's own ranking leaves them.
         f"SELECT * FROM {source} WHERE {quote_name(KIND_COLUMN)} IS NOT NULL",
         quote=quote_name,
-        keys=[quote_name(k) for k in keys],
+        keys=list(map(quote_name, keys)),
         positions=len(spec.order_by),
-        keep=[quote_name(k) for k in keep],
+        keep=list(map(quote_name, keep)),
         op_text=quote_name(OP_TEXT_COLUMN) if texts else no_text,
         order_text=quote_name(ORDER_TEXT_COLUMN) if texts else no_text,
         carry_overs=row if spec.commit else (),
@@ -291,7 +291,7 @@ def _without_carry_overs(spec: CdcSpec, source: str, keys: Sequence[str], row: l
             + without_carry_overs(
                 f"SELECT * FROM {source} WHERE {kind_col} IS NOT NULL",
                 quote=quote_name,
-                keys=[quote_name(k) for k in keys],
+                keys=list(map(quote_name, keys)),
                 positions=len(spec.order_by),
                 columns=row,
             )

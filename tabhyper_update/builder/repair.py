@@ -61,7 +61,7 @@ def repair(
     key = list(report.key)
     spark = source.sparkSession
     key_frame = spark.createDataFrame(
-        [tuple(k) for k in keys], source.select(*[F.col(sql_name(k)) for k in key]).schema
+        list(map(tuple, keys)), source.select(*[F.col(sql_name(k)) for k in key]).schema
     )
     rows = source.join(F.broadcast(key_frame), on=key, how="left_semi")
     payload = build_payload({"repair_keys": key_frame, "repair_rows": rows}, max_payload_mb=None)

@@ -338,7 +338,7 @@ def _row_batches(df: Any) -> Iterator[Any]:
         columns = list(zip(*chunk, strict=True)) if chunk else [() for _ in fields]
         arrays = []
         for values, instant, field in zip(columns, instants, schema, strict=True):
-            listed = [_utc(v) for v in values] if instant else list(values)
+            listed = list(map(_utc, values)) if instant else list(values)
             arrays.append(pa.array(listed, type=field.type))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 

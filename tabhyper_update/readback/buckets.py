@@ -307,7 +307,7 @@ class RangeBuckets:
         :meth:`_at_or_above` has it for the service), for a key whose first ``known``
         columns are known to equal the bound's (only the rest are compared)."""
         values = [self._sql_value(bound[i], i) for i in range(known, len(self.key))]
-        return _tuple_at_or_above([sql_name(k) for k in self.key[known:]], values)
+        return _tuple_at_or_above(list(map(sql_name, self.key[known:])), values)
 
     def _sql_search(self, points: Sequence[tuple[Any, ...]], leaf: Callable[[int], str]) -> str:
         """Spark SQL: ``leaf(n)``, ``n`` how many of ``points`` (ascending) the key is at or

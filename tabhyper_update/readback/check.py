@@ -141,7 +141,7 @@ def _rows_of(
         return (), []
     read = tuple(columns or table.column_names)
     text = _read_query(table_ref(schema, name), read, table.row_count, share)
-    return read, [tuple(row) for row in conn.execute_list_query(text)]
+    return read, list(map(tuple, conn.execute_list_query(text)))
 
 
 def _read_query(table: str, columns: Sequence[str], rows: int, share: float) -> str:

@@ -224,9 +224,9 @@ class DataService:
         many."""
         if not fields:
             raise InvalidArgumentError("a query needs at least one field", argument="fields")
-        query: dict[str, Any] = {"fields": [dict(f) for f in fields]}
+        query: dict[str, Any] = {"fields": list(map(dict, fields))}
         if filters:
-            query["filters"] = [dict(f) for f in filters]
+            query["filters"] = list(map(dict, filters))
         self._spend_query()
         # Rows as arrays (the service's compact shape), in the order of the fields asked.
         options: dict[str, Any] = {"returnFormat": "ARRAYS", "disaggregate": rows is not None}

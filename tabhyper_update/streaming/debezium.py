@@ -1003,7 +1003,7 @@ def _decoded(
             f"{plan[-1][1] if plan else sql_name(f'__raw{i}')} AS {sql_name(f.name)}"
             for i, (f, plan) in enumerate(zip(row.fields, plans, strict=True))
         ],
-        *[sql_name(c) for c in carried],
+        *map(sql_name, carried),
     )
 
 

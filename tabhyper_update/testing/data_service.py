@@ -431,7 +431,7 @@ def _query_sql(
     names of its columns."""
     query = _Query(_fields(file))
     selected = [(_field_name(spec), *query.expression(spec)) for spec in query_spec["fields"]]
-    where = [query.condition(f) for f in query_spec.get("filters") or []]
+    where = list(map(query.condition, query_spec.get("filters") or []))
     if len(query.tables) != 1:
         raise refused("a query here reads exactly one table")
     ((schema, table),) = query.tables

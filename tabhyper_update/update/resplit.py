@@ -168,7 +168,7 @@ def expand(
                 made[f"{parent}#{j + 1}/{k}"] = (sub, batch)
         return made[digest]
 
-    return [unit(d) for d in digests]
+    return list(map(unit, digests))
 
 
 def stated_cap(err: ApiError, size: int) -> int | None:

@@ -170,7 +170,7 @@ class UpdateRecord:
                     upload_session_id=p.get("upload_session_id"),
                     job_id=p.get("job_id"),
                     sent_at=p.get("sent_at"),
-                    jobs_seen=[str(j) for j in p.get("jobs_seen", [])],
+                    jobs_seen=list(map(str, p.get("jobs_seen", []))),
                 )
             )
         return cls(
@@ -186,7 +186,7 @@ class UpdateRecord:
             updated_at=float(data.get("updated_at", 0)),
             datasource_name=data.get("datasource_name"),
             position=data.get("position"),
-            notes=[str(n) for n in data.get("notes") or []],
+            notes=list(map(str, data.get("notes") or [])),
             quarantined=data.get("quarantined"),
         )
 

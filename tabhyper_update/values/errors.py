@@ -203,7 +203,7 @@ class InvalidActionBatchError(TabHyperError, ValueError):
 
     def __init__(self, problems: Sequence[Problem]) -> None:
         self.problems = list(problems)
-        lines = [str(p) for p in self.problems] or ["invalid action batch"]
+        lines = list(map(str, self.problems)) or ["invalid action batch"]
         if len(lines) == 1:
             text = f"invalid action batch: {lines[0]}"
         else:

@@ -32,7 +32,7 @@ class QuarantineReport:
         return {
             "rows": self.rows,
             "reasons": dict(self.reasons),
-            "keys": [list(k) for k in self.keys],
+            "keys": list(map(list, self.keys)),
             "batch": self.batch,
             "written_to": self.written_to,
         }
