@@ -105,36 +105,41 @@ def _observe_positions(
     )
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+#: A position of each Spark type that is not handed back alike (by its type's name, an
+#: array's as "array"): the Spark SQL that observes it (``{}``: the position) and how its
+#: observed value is read back.
+_OBSERVED: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "timestamp": ("unix_micros({})", lambda v: _EPOCH + timedelta(microseconds=int(v))),
+    "timestamp_ntz": (
+        "date_format({}, 'yyyy-MM-dd HH:mm:ss.SSSSSS')",
+        lambda v: datetime.strptime(str(v), "%Y-%m-%d %H:%M:%S.%f"),
+    ),
+    "date": ("unix_date({})", lambda v: date(1970, 1, 1) + timedelta(days=int(v))),
+    "array": (
+        "to_json({})",
+        lambda v: json.loads(str(v), parse_float=Decimal, parse_int=Decimal),
+    ),
+}
+
+
+def _observation(spark_type: str | None) -> tuple[str, Callable[[Any], Any]]:
+    """How a position of ``spark_type`` is observed and read back (:data:`_OBSERVED`; a
+    number or a text as it is)."""
+    kind = "array" if (spark_type or "").startswith("array<") else spark_type
+    return _OBSERVED.get(kind or "", ("{}", lambda v: v))
+
+
 def _observable(expr: str, spark_type: str | None) -> str:
     """``expr`` (a position of ``spark_type``) as a value every supported pyspark hands back
     alike from an observation: pyspark 3.x gives a metric as the JVM's object (a date, an
     instant or an array stays a Java object), 4.x as Python's. A number or a text passes as
     it is; :func:`_observed` reads the others back."""
-    if spark_type == "timestamp":
-        return f"unix_micros({expr})"
-    if spark_type == "timestamp_ntz":
-        return f"date_format({expr}, 'yyyy-MM-dd HH:mm:ss.SSSSSS')"
-    if spark_type == "date":
-        return f"unix_date({expr})"
-    if spark_type is not None and spark_type.startswith("array<"):
-        return f"to_json({expr})"
-    return expr
+    return _observation(spark_type)[0].format(expr)
 
 
 def _observed(value: Any, spark_type: str | None) -> Any:
     """The Python value of a position observed as :func:`_observable` made it: an instant
     in UTC (as Hyper gives it), a date, a wall-clock time, a list of decimals."""
-    if value is None:
-        return None
-    if spark_type == "timestamp":
-        return _EPOCH + timedelta(microseconds=int(value))
-    if spark_type == "timestamp_ntz":
-        return datetime.strptime(str(value), "%Y-%m-%d %H:%M:%S.%f")
-    if spark_type == "date":
-        return date(1970, 1, 1) + timedelta(days=int(value))
-    if spark_type is not None and spark_type.startswith("array<"):
-        return json.loads(str(value), parse_float=Decimal, parse_int=Decimal)
-    return value
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return None if value is None else _observation(spark_type)[1](value)

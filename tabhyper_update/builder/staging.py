@@ -326,7 +326,7 @@ def probe_rows(df: DataFrame) -> int:
             if node.nodeName() not in _PROBED_NODES:
                 return 0
             children = node.children()
-            pending.extend(children.apply(i) for i in range(children.size()))
+            pending.extend(map(children.apply, range(children.size())))
         return _rows_within_small(jdf)
     except Exception:  # a probe is optional: without one the rows are staged shared
         return 0

@@ -297,7 +297,7 @@ def _cmd_apply(args: argparse.Namespace) -> int:
             wait=args.wait,
             timeout=args.timeout,
         )
-    jobs = [_part_row(p) for p in result.parts]
+    jobs = list(map(_part_row, result.parts))
     if result.done and not payload.keep_files and payload.parts:
         payload.mark_applied([str(j["job_id"]) for j in jobs if j["job_id"]], _where(args))
     text = "\n".join(_describe_part(j, applied=args.wait) for j in jobs) or str(result)
@@ -549,7 +549,7 @@ def _cmd_state(args: argparse.Namespace) -> int:
     _emit(
         args,
         {"directory": str(store.records_dir), "records": [r.to_json() for r in records]},
-        "\n".join(describe(r) for r in records) or f"no records in {store.records_dir}",
+        "\n".join(map(describe, records)) or f"no records in {store.records_dir}",
     )
     return EXIT_OK
 

@@ -94,14 +94,17 @@ _TEXTS = {TypeTag.TEXT, TypeTag.VARCHAR, TypeTag.CHAR, TypeTag.JSON}
 _FLOATS = {TypeTag.DOUBLE, TypeTag.FLOAT}
 
 
+#: The types whose values pass between each other as one kind.
+_KINDS = {
+    **dict.fromkeys(_INTEGERS, "integer"),
+    **dict.fromkeys(_TEXTS, "text"),
+    **dict.fromkeys(_FLOATS, "float"),
+}
+
+
 def _category(tag: TypeTag) -> str:
-    if tag in _INTEGERS:
-        return "integer"
-    if tag in _TEXTS:
-        return "text"
-    if tag in _FLOATS:
-        return "float"
-    return str(tag.name).lower()
+    """A type's kind (:data:`_KINDS`; any other type its own)."""
+    return _KINDS.get(tag) or str(tag.name).lower()
 
 
 def _assignable(source: SqlType, target: SqlType) -> bool:

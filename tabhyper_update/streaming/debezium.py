@@ -702,7 +702,7 @@ class Debezium:
             if plan is not None and meta and not _is_text(f.dataType)
         }
         texts = [f for f in row.fields if _is_text(f.dataType)]
-        text = TextColumns(tuple(f.name for f in texts), tuple(self._static(f) for f in texts))
+        text = TextColumns(tuple(f.name for f in texts), tuple(map(self._static, texts)))
         if not texts:
             return _Plan(plans, found, None, None)
         if meta:
@@ -854,7 +854,7 @@ def _timed_text(out: DataFrame, text: TextColumns) -> DataFrame:
     all in one expression run only for those rows (``__clock`` and ``__table`` dropped)."""
     from pyspark.sql import functions as F
 
-    values = "array(" + ", ".join(sql_name(n) for n in text.names) + ")"
+    values = "array(" + ", ".join(map(sql_name, text.names)) + ")"
     decoded = text.decoded_sql(values, "`__clock`", "`__table`", "string")
     tdec = F.expr(f"CASE WHEN `__clock` IS NOT NULL THEN {decoded} END")
     out = out.select("*", tdec.alias("__tdec"))

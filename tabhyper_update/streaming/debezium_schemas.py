@@ -100,7 +100,7 @@ def clock_sql(text: TextColumns) -> str:
     day. One expression for every text column, evaluated only for an event whose schema
     was not worked out ahead."""
     names = "array(" + ", ".join(map(sql_text, text.names)) + ")"
-    statics = "array(" + ", ".join(sql_text(e) for e in text.statics) + ")"
+    statics = "array(" + ", ".join(map(sql_text, text.statics)) + ")"
 
     def info(part: str) -> str:
         at_image = "array_position(`__mimg`.field, c) - 1"
@@ -111,7 +111,7 @@ def clock_sql(text: TextColumns) -> str:
         f"transform({names}, (c, i) -> coalesce(try_element_at({by_name_sql()}, "
         f"{info('.name')}), get({statics}, i)))"
     )
-    times = "array(" + ", ".join(sql_text(t) for t in TIMES) + ")"
+    times = "array(" + ", ".join(map(sql_text, TIMES)) + ")"
     return (
         f"CASE WHEN `__mimg` IS NULL AND `__mtop` IS NULL THEN {text.static_clock()} "
         f"WHEN arrays_overlap({named}, {times}) THEN {named} END"

@@ -43,7 +43,16 @@ _TYPES = {
     TypeTag.TIMESTAMP: "DATETIME",
     TypeTag.TIMESTAMP_TZ: "DATETIME",
 }
-_AGGREGATES = {"SUM": "SUM", "AVG": "AVG", "MIN": "MIN", "MAX": "MAX", "COUNT": "COUNT"}
+#: The aggregations a field or a calculation may name: Hyper SQL of each (``{}``: its
+#: argument) and, in a calculation, the kind of its result.
+_AGGREGATES: dict[str, tuple[str, str]] = {
+    "SUM": ("SUM({})", "number"),
+    "AVG": ("AVG({})", "number"),
+    "MIN": ("MIN({})", "number"),
+    "MAX": ("MAX({})", "number"),
+    "COUNT": ("COUNT({})", "number"),
+    "COUNTD": ("COUNT(DISTINCT {})", "INTEGER"),
+}
 _TOKEN = re.compile(
     r"\s*(?:(?P<field>\[(?:[^\]]|\]\])+\])|(?P<string>'(?:[^']|'')*')"
     r"|(?P<number>\d+(?:\.\d+)?)|(?P<date>#[0-9: -]+#)|(?P<name>[A-Za-z_]+)"
@@ -244,13 +253,12 @@ class _Formula:
             args.append(self._or())
         self._take(")")
         sql = [a for a, _ in args]
-        if name in _AGGREGATES or name == "COUNTD":
+        if name in _AGGREGATES:
             if self.aggregate:
                 raise refused("an aggregation inside an aggregation")
             self.aggregate = True
-            if name == "COUNTD":
-                return f"COUNT(DISTINCT {sql[0]})", "INTEGER"
-            return f"{_AGGREGATES[name]}({sql[0]})", "number"
+            template, kind = _AGGREGATES[name]
+            return template.format(sql[0]), kind
         rule = _FUNCTIONS.get((name, len(sql)))
         made = rule(sql, [kind for _, kind in args]) if rule is not None else None
         if made is not None:
@@ -313,11 +321,9 @@ class _Query:
         function = spec.get("function")
         if function is None:
             return column, False
-        if function == "COUNTD":
-            return f"COUNT(DISTINCT {column})", True
         if function not in _AGGREGATES:
             raise refused(f"the function {function!r} is not supported here")
-        return f"{_AGGREGATES[function]}({column})", True
+        return _AGGREGATES[function][0].format(column), True
 
     def condition(self, spec: dict[str, Any]) -> str:
         sql, aggregate = self.expression(spec.get("field") or {})
@@ -404,7 +410,7 @@ def run_query(file: Path, body: dict[str, Any]) -> list[Any]:
     with connect(file) as conn:
         rows = conn.execute_list_query(text)
     if shape == "ARRAYS":
-        return [[_json_value(v) for v in row] for row in rows]
+        return [list(map(_json_value, row)) for row in rows]
     return [{n: _json_value(v) for n, v in zip(names, row, strict=True)} for row in rows]
 
 

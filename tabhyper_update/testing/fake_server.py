@@ -305,7 +305,7 @@ class FakeTableauServer:
     @property
     def jobs(self) -> list[dict[str, Any]]:
         with self.backend.lock:
-            return [job_body(j) for j in self.backend.jobs.values()]
+            return list(map(job_body, self.backend.jobs.values()))
 
     # -- faults --------------------------------------------------------------------------------
     def inject(self, route: str, **kwargs: Any) -> Fault:

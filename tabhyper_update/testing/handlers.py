@@ -164,7 +164,7 @@ class Handlers:
     def datasources(self, request: Request, site: str) -> Response:
         self._auth(request, site)
         found = self.backend.find_datasources(_filters(request))
-        return _page(request, "datasources", "datasource", [datasource_body(d) for d in found])
+        return _page(request, "datasources", "datasource", list(map(datasource_body, found)))
 
     def datasource(self, request: Request, site: str, ds: str) -> Response:
         self._auth(request, site)

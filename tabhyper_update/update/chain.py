@@ -298,21 +298,18 @@ class BoundPayload:
 
     def _units(self, given: ActionBatch | None, table: dict[str, str]) -> list[Unit]:
         """What goes to the server, part by part (empty when there is nothing to update)."""
-        if not self.payload.parts and given is not None and given.reads_source:
-            refuse_replace_from_nothing(given)
+        parts = self.payload.parts
+        if parts:
+            if given is not None:
+                self.payload.validate(given)
+            return [Unit(p, given or self.payload.derived_actions(p, **table)) for p in parts]
+        if given is None or given.reads_source:
+            if given is not None:
+                refuse_replace_from_nothing(given)
             log.info("empty payload: no rows to insert, upsert or delete by; nothing to update")
             return []
-        if given is not None:
-            self.payload.validate(given)
-        if self.payload.parts:
-            return [
-                Unit(p, given or self.payload.derived_actions(p, **table))
-                for p in self.payload.parts
-            ]
-        if given is None or given.reads_source:
-            log.info("empty payload: nothing to update")
-            return []
         # An update that reads nothing from the payload (e.g. delete by constant).
+        self.payload.validate(given)
         return [Unit(None, given)]
 
     def _cleanup(self) -> None:

@@ -158,7 +158,7 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
 def describe_status(found: dict[str, Any]) -> str:
     """:func:`status` as lines for a person."""
     lines = [line for ds in found["datasources"] for line in _datasource_lines(ds)]
-    lines += [_sink_line(sink) for sink in found["sinks"]]
+    lines += list(map(_sink_line, found["sinks"]))
     lines += [f"could not read {p['path']}: {p['reason']}" for p in found["problems"]]
     return "\n".join(lines) or f"nothing recorded in {found['directory']}"
 

@@ -77,9 +77,9 @@ def scrub_value(value: Any) -> Any:
     if isinstance(value, str):
         return scrub(value)
     if isinstance(value, tuple):
-        return tuple(scrub_value(v) for v in value)
+        return tuple(map(scrub_value, value))
     if isinstance(value, list):
-        return [scrub_value(v) for v in value]
+        return list(map(scrub_value, value))
     if isinstance(value, dict):
         return {k: scrub_value(v) for k, v in value.items()}
     return value
