@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from tableauhyperapi import HyperException, Name, SqlType, TableName, TypeTag
 
@@ -152,6 +152,11 @@ class _Refusal(Exception):
     pass
 
 
+#: The types of a timestamp constant and of a DATE column it is compared with (the column
+#: then read as a timestamp).
+_DATE_AS_TIMESTAMP = (TypeTag.TIMESTAMP, TypeTag.DATE)
+
+
 class _Sql:
     """Translation of conditions to SQL over aliases ``t`` (target) and ``s`` (source)."""
 
@@ -209,24 +214,15 @@ class _Sql:
     def _operands(self, node: Comparison) -> tuple[str, str]:
         """A comparison's two sides as SQL (a DATE column met with a timestamp constant
         read as a timestamp); refused when their types cannot be compared."""
-        if node.target_col is not None:
-            left, left_type = self.column("t", node.target_col)
-        else:
-            assert node.source_col is not None
-            left, left_type = self.column("s", node.source_col)
+        left, left_type = self.column(*node.left)
         right_type: SqlType | None
-        if node.const is not None:
-            right, right_type = self.const(node.const, left_type)
-            if (
-                right_type is not None
-                and right_type.tag == TypeTag.TIMESTAMP
-                and left_type.tag == TypeTag.DATE
-            ):
-                left = f"CAST({left} AS TIMESTAMP)"
-                left_type = SqlType.timestamp()
+        if node.const is None:
+            # The left side is then the target's column.
+            right, right_type = self.column("s", cast("str", node.source_col))
         else:
-            assert node.source_col is not None
-            right, right_type = self.column("s", node.source_col)
+            right, right_type = self.const(node.const, left_type)
+            if right_type is not None and (right_type.tag, left_type.tag) == _DATE_AS_TIMESTAMP:
+                left, left_type = f"CAST({left} AS TIMESTAMP)", SqlType.timestamp()
         if (
             right_type is not None
             and node.op != "has"

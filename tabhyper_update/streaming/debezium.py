@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -987,17 +988,14 @@ def _decoded(
 
     # SQL text, not columns: each column built is a few calls into the JVM, each a cost of
     # the planning of every batch of a stream.
+    by_level: dict[int, list[str]] = defaultdict(list)
+    for plan in plans:
+        steps = (plan or [])[:-1]
+        for (name, sql), level in zip(steps, _levels(steps), strict=True):
+            by_level[level].append(f"{sql} AS {sql_name(name)}")
     staged = raws
-    levels = [_levels(plan[:-1]) if plan else [] for plan in plans]
-    for level in range(max((max(lv, default=-1) for lv in levels), default=-1) + 1):
-        made = [
-            f"{sql} AS {sql_name(name)}"
-            for plan, lv in zip(plans, levels, strict=True)
-            for (name, sql), at in zip(plan or [], lv, strict=False)
-            if at == level
-        ]
-        if made:
-            staged = staged.selectExpr("*", *made)
+    for level in sorted(by_level):
+        staged = staged.selectExpr("*", *by_level[level])
     return staged.selectExpr(
         *[
             f"{plan[-1][1] if plan else sql_name(f'__raw{i}')} AS {sql_name(f.name)}"

@@ -313,6 +313,14 @@ class Comparison(_ConditionOps, _Model):
             _check_constant(self.op, self.const)
         return self
 
+    @property
+    def left(self) -> tuple[Literal["t", "s"], str]:
+        """The left side: the target's column (``"t"``), else the source's (``"s"``; its
+        right side is then a constant)."""
+        if self.target_col is not None:
+            return "t", self.target_col
+        return "s", cast("str", self.source_col)
+
 
 #: Conditions nest at most this deep (Tableau's own limit is not documented; deeper trees
 #: are a sign of a generated condition gone wrong, and would exhaust Python's recursion).
