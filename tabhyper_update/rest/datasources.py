@@ -19,7 +19,7 @@ from ..values.errors import (
 )
 from .projects import LUID, Project, find_project
 from .refs import DataSourceRef, given_columns, ref_from_item
-from .transport import as_list
+from .transport import as_list, child
 
 if TYPE_CHECKING:
     from .caller import RestCaller
@@ -41,9 +41,7 @@ def find_datasource(
     if columns is not None:
         plain = find_datasource(client, name_or_luid, project=project, connection=connection)
         return given_columns(plain, columns)
-    home = project if isinstance(project, Project) or project is None else None
-    if home is None and project is not None:
-        home = find_project(client, project)
+    home = find_project(client, project) if isinstance(project, str) else project
     ref = _by_luid(client, name_or_luid) if LUID.match(name_or_luid) and home is None else None
     if ref is None:
         ref = _one_by_name(client, name_or_luid, home)
@@ -55,7 +53,7 @@ def _by_luid(client: RestCaller, luid: str) -> DataSourceRef | None:
     name); refused when the server answers with another."""
     try:
         _, body = client.request("GET", f"datasources/{luid}", retry=True)
-        ref = ref_from_item((body or {}).get("datasource") or {})
+        ref = ref_from_item(child(body, "datasource") or {})
     except NotFoundError:
         return None
     if ref is not None and ref.id.lower() != luid.lower():
@@ -107,8 +105,7 @@ def _near_names(client: RestCaller, name: str) -> list[str]:
         )
     except TabHyperError:
         return []
-    listed = ((body or {}).get("datasources") or {}).get("datasource") or []
-    names = {str(i.get("name")) for i in (listed if isinstance(listed, list) else [listed])}
+    names = {str(i.get("name")) for i in as_list(child(body, "datasources", "datasource"))}
     names.discard("None")
     by_fold = {n.casefold(): n for n in names}
     close = difflib.get_close_matches(name.casefold(), list(by_fold), n=3, cutoff=0.6)
@@ -156,7 +153,7 @@ def _with_connection(
     if connection is None:
         return ref
     _, body = client.request("GET", f"datasources/{ref.id}/connections", retry=True)
-    ids = [c.get("id") for c in as_list(((body or {}).get("connections") or {}).get("connection"))]
+    ids = [c.get("id") for c in as_list(child(body, "connections", "connection"))]
     if connection not in ids:
         raise NotFoundError(
             status=None,

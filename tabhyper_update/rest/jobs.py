@@ -24,6 +24,7 @@ from ..values.errors import (
 )
 from ..values.policies import JobTimes, PollPolicy
 from ..values.redaction import get_logger, scrub_value
+from .transport import child
 
 if TYPE_CHECKING:
     import requests
@@ -130,7 +131,7 @@ class Job(BaseModel):
 
     @classmethod
     def from_response(cls, body: dict[str, Any] | None, client: JobSource | None) -> Job:
-        raw = (body or {}).get("job") if isinstance(body, dict) else None
+        raw = child(body, "job")
         if not isinstance(raw, dict):
             raise TransportError("the server answered without a job")
         # The server's words (notes above all) are scrubbed of the client's secrets before

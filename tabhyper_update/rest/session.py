@@ -42,7 +42,7 @@ from .refs import DataSourceRef, given_columns
 from .scopes import scope_for
 from .settings import ClientSettings, client_settings
 from .shared_tokens import shared_token
-from .transport import RetryPolicy, Transport, as_list
+from .transport import RetryPolicy, Transport, as_list, child
 from .updates import update_data
 from .uploads import (
     DEFAULT_UPLOAD_STREAMS,
@@ -226,7 +226,7 @@ class RestSession:
     def server_info(self) -> dict[str, Any]:
         """``serverinfo`` (no sign-in needed), probed at a version every server answers."""
         _, body = self._http.call("GET", f"api/{PROBE_VERSION}/serverinfo", retry=True)
-        info = (body or {}).get("serverInfo")
+        info = child(body, "serverInfo")
         if not isinstance(info, dict):
             raise TransportError("serverinfo answered without a serverInfo object")
         return info
@@ -273,7 +273,7 @@ class RestSession:
                     f"signing in to site {self.site!r} with {self.auth.describe()} was "
                     "refused: check the credentials and the site"
                 ) from None
-            creds = (body or {}).get("credentials") or {}
+            creds = child(body, "credentials") or {}
             token = creds.get("token")
             if not token:
                 raise TransportError("sign-in answered without a token")
@@ -450,8 +450,8 @@ class RestSession:
         if filters:
             params["filter"] = ",".join(filters)
         _, body = self.request("GET", rest, retry=True, params=params)
-        listed = as_list(((body or {}).get(rest) or {}).get(item))
-        pagination = (body or {}).get("pagination") or {}
+        listed = as_list(child(body, rest, item))
+        pagination = child(body, "pagination") or {}
         try:
             return listed, int(pagination.get("totalAvailable") or 0)
         except (TypeError, ValueError):

@@ -176,6 +176,14 @@ def _show_origin(origin: tuple[str, str, int | None]) -> str:
     return f"{scheme}://{host}" + (f":{port}" if port else "")
 
 
+def child(body: Any, *path: str) -> Any:
+    """The value at ``path`` in an answer's body (``None`` where the body, or any object on
+    the way, is not a JSON object or lacks the key)."""
+    for key in path:
+        body = body.get(key) if isinstance(body, dict) else None
+    return body
+
+
 def as_list(value: Any) -> list[Any]:
     """A JSON/XML child that may be absent, one object, or a list of objects."""
     if value is None:
@@ -568,7 +576,7 @@ def _error_fields(
     "summary", "detail"}}``, or the VizQL Data Service's ``{"errorCode", "message",
     "tab-error-code"}``; ``fallback`` the summary where the body names none (a body of
     neither shape, or a Data Service error without a message)."""
-    found = (body or {}).get("error")
+    found = child(body, "error")
     if isinstance(found, dict):
         code = found.get("code")
         return (

@@ -40,6 +40,7 @@ from ..values.errors import (
 )
 from ..values.redaction import get_logger
 from .caller import ProgressCallback, RestCaller
+from .transport import child
 
 __all__ = [
     "DEFAULT_UPLOAD_STREAMS",
@@ -238,7 +239,7 @@ class SequenceRefused(Exception):
 def initiate_upload(client: RestCaller) -> str:
     """Open an upload session; returns its id."""
     _, body = client.request("POST", "fileUploads", retry=True, expected=(200, 201))
-    session_id = ((body or {}).get("fileUpload") or {}).get("uploadSessionId")
+    session_id = child(body, "fileUpload", "uploadSessionId")
     if not session_id:
         raise TransportError("fileUploads answered without an uploadSessionId")
     return str(session_id)

@@ -3,6 +3,7 @@ counted by reason, with the keys whose last change they were and where they were
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,15 +54,12 @@ class QuarantineReport:
         """Several change sets' reports as one (None for none)."""
         if not reports:
             return None
-        if len(reports) == 1:
-            return reports[0]
-        reasons: dict[str, int] = {}
+        reasons: Counter[str] = Counter()
         for r in reports:
-            for reason, count in r.reasons.items():
-                reasons[reason] = reasons.get(reason, 0) + count
+            reasons.update(r.reasons)
         return cls(
             sum(r.rows for r in reports),
-            reasons,
+            dict(reasons),
             tuple(k for r in reports for k in r.keys)[:KEYS_LISTED],
             ",".join(r.batch for r in reports),
             ",".join(sorted({r.written_to for r in reports})),
