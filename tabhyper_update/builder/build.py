@@ -592,32 +592,24 @@ def _change_tables(
             sent,
             (last, committed),
         )
-    return [
+    tables = {KIND_UPSERT: (frame.name, sent), KIND_DELETE: (frame.delete_table, key_idx)}
+    upserts, deletes = (
         Staged(
-            frame.name,
-            [plans[i] for i in sent],
-            [staged_names[i] for i in sent],
+            name,
+            [plans[i] for i in columns],
+            [staged_names[i] for i in columns],
             files,
-            counts[KIND_UPSERT],
-            buckets=None if stats is None else stats.get(KIND_UPSERT, {}),
-            where=kind_is(KIND_UPSERT),
+            counts[kind],
+            buckets=None if stats is None else stats.get(kind, {}),
+            where=kind_is(kind),
             bucket_of=STAGED_BUCKET,
             size_of=size,
-            position=last,
-            committed_at=committed,
-        ),
-        Staged(
-            frame.delete_table,
-            [plans[i] for i in key_idx],
-            [staged_names[i] for i in key_idx],
-            files,
-            counts[KIND_DELETE],
-            buckets=None if stats is None else stats.get(KIND_DELETE, {}),
-            where=kind_is(KIND_DELETE),
-            bucket_of=STAGED_BUCKET,
-            size_of=size,
-        ),
-    ]
+        )
+        for kind, (name, columns) in tables.items()
+    )
+    # The upserts carry where the change set ends; the deletes are its keys alone.
+    upserts.position, upserts.committed_at = last, committed
+    return [upserts, deletes]
 
 
 # ---------------------------------------------------------------------------------------------

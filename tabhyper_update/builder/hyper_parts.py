@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -456,21 +456,47 @@ def write_parts(
         return sum(_range_stats(t, lo, hi)[0] for t in staged)
 
     pending = [r for r in plan if rows_in(*r)]
-    done: list[tuple[tuple[int, int], Path, dict[str, TableInfo]]] = []
+    whole = None
     if 1 < len(pending) <= _WHOLE_FIRST_UP_TO:
         # The estimate is an upper bound, and Hyper compresses well: a payload estimated
         # over the cap often fits in one file. Only a file really over the cap is split.
-        whole = (0, BUCKETS - 1)
-        path, tables = write(whole)
-        if path.stat().st_size <= cap_bytes:
-            pending, done = [], [(whole, path, tables)]
-        else:
-            path.unlink()
+        whole = _whole_if_it_fits(write, cap_bytes)
+        if whole is None:
             log.info(
                 "payload over %.1f MB: split into %d parts by the size estimate",
                 cap_bytes / _MB,
                 len(pending),
             )
+    done = [whole] if whole is not None else _written_within_cap(write, rows_in, pending, cap_bytes)
+    return _named_parts(done, directory)
+
+
+_Written = tuple[tuple[int, int], Path, dict[str, TableInfo]]
+
+
+def _whole_if_it_fits(
+    write: Callable[[tuple[int, int]], tuple[Path, dict[str, TableInfo]]], cap_bytes: int
+) -> _Written | None:
+    """Every bucket written as one file, kept where it is within ``cap_bytes`` (``None``
+    where it is not: the file removed)."""
+    whole = (0, BUCKETS - 1)
+    path, tables = write(whole)
+    if path.stat().st_size <= cap_bytes:
+        return whole, path, tables
+    path.unlink()
+    return None
+
+
+def _written_within_cap(
+    write: Callable[[tuple[int, int]], tuple[Path, dict[str, TableInfo]]],
+    rows_in: Callable[[int, int], int],
+    pending: list[tuple[int, int]],
+    cap_bytes: int,
+) -> list[_Written]:
+    """The bucket ranges ``pending`` written, each file over ``cap_bytes`` halved again
+    (its halves holding rows written in its place); every file written removed again on a
+    failure."""
+    done: list[_Written] = []
     try:
         while pending:
             lo, hi = pending.pop(0)
@@ -486,8 +512,7 @@ def write_parts(
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         raise
-
-    return _named_parts(done, directory)
+    return done
 
 
 def _halves(lo: int, hi: int, size: int, cap_bytes: int) -> tuple[tuple[int, int], ...]:
