@@ -304,27 +304,39 @@ def _q(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+#: What to set, by the declared type of a column whose integer or text could not be
+#: decoded (``{column}``, ``{decimal_handling}`` and ``{binary_handling}`` filled in).
+_TIME_HINT = (
+    " (an integer's unit is in the event's schema, which these events lack: pass "
+    "Debezium(..., time_precision='connect' | 'microseconds' | 'nanoseconds') or "
+    "units={{'{column}': 'millis' | 'micros' | 'nanos'}}; under time.precision.mode="
+    "adaptive a TIMESTAMP(0-3) column sends millis, (4-6) micros, (7-9) nanos)"
+)
+_HINTS = {
+    "DecimalType": (
+        " (decimal_handling={decimal_handling!r}: Debezium's decimal.handling.mode "
+        "precise sends base64 bytes, string or double a number; pass the connector's "
+        "setting as Debezium(..., decimal_handling=...), or turn the JSON converter's "
+        "schemas on)"
+    ),
+    "TimestampType": _TIME_HINT,
+    "TimestampNTZType": _TIME_HINT,
+    "DateType": _TIME_HINT,
+    "BinaryType": (
+        " (binary_handling={binary_handling!r}: pass the connector's "
+        "binary.handling.mode as Debezium(..., binary_handling=...))"
+    ),
+}
+
+
 def _hint(kind: str, column: str, settings: Encodings) -> str:
-    if kind == "DecimalType":
-        return (
-            f" (decimal_handling={settings.decimal_handling!r}: Debezium's decimal.handling.mode "
-            "precise sends base64 bytes, string or double a number; pass the connector's "
-            "setting as Debezium(..., decimal_handling=...), or turn the JSON converter's "
-            "schemas on)"
-        )
-    if kind in ("TimestampType", "TimestampNTZType", "DateType"):
-        return (
-            f" (an integer's unit is in the event's schema, which these events lack: pass "
-            f"Debezium(..., time_precision='connect' | 'microseconds' | 'nanoseconds') or "
-            f"units={{'{column}': 'millis' | 'micros' | 'nanos'}}; under time.precision.mode="
-            "adaptive a TIMESTAMP(0-3) column sends millis, (4-6) micros, (7-9) nanos)"
-        )
-    if kind == "BinaryType":
-        return (
-            f" (binary_handling={settings.binary_handling!r}: pass the connector's "
-            "binary.handling.mode as Debezium(..., binary_handling=...))"
-        )
-    return ""
+    """What to set for a column of ``kind`` whose value could not be decoded (:data:`_HINTS`;
+    nothing for another kind)."""
+    return _HINTS.get(kind, "").format(
+        column=column,
+        decimal_handling=settings.decimal_handling,
+        binary_handling=settings.binary_handling,
+    )
 
 
 def _decimal(raw: str, declared: DataType, enc: str, scale: str, prefix: str) -> list[Step]:
