@@ -70,6 +70,7 @@ from ..values.errors import (
     TabHyperError,
 )
 from ..values.redaction import get_logger
+from ..values.wording import check_choice
 from .claims import Claim, claim_sink
 from .debezium import Debezium
 
@@ -560,58 +561,52 @@ def _checked_arguments(
     """The change sets by table (``None`` for a plain stream), once every ``TableauSink``
     argument is checked: one of the wrong type, or arguments that do not go together,
     refused naming them."""
-    if not isinstance(target, (DataSourceRef, str)) or not target:
-        raise ArgumentTypeError(
-            f"TableauSink's target is a data source name or a DataSourceRef, got {target!r}"
-        )
+    _check_fields(target, prepare, sink_id, on_full_refresh)
     tables = _check_changes(changes)
-    bad_id = sink_id is not None and not (isinstance(sink_id, str) and _SINK_ID.fullmatch(sink_id))
-    # Each refusal in the order they are checked: whether it applies, its error, its words.
-    refusals: tuple[tuple[bool, type[Exception], str], ...] = (
+    # Each refusal of arguments that do not go together: whether it applies, its words.
+    refusals = (
         (
             tables is None and actions is None,
-            InvalidArgumentError,
             "TableauSink needs changes= (a ChangeSet, a Debezium, or a mapping of table "
             "name → either) or actions= for a plain stream",
         ),
         (
             tables is not None and actions is not None,
-            InvalidArgumentError,
             "TableauSink takes changes= (whose actions are derived) or actions=, not both",
         ),
         (
             tables is not None and len(tables) > 1 and target_table is not None,
-            InvalidArgumentError,
             "target_table= does not apply to a multi-table change set: each table's "
             "changes go to the table of its name",
         ),
         (
-            prepare is not None and not callable(prepare),
-            ArgumentTypeError,
-            f"prepare= takes a function, got {prepare!r}",
-        ),
-        (
-            bad_id,
-            InvalidArgumentError,
-            f"sink_id must be 1-128 letters, digits, '.', '_', ':' or '-' (starting with a "
-            f"letter or digit), got {sink_id!r}",
-        ),
-        (
-            on_full_refresh not in ("refuse", "replace"),
-            InvalidArgumentError,
-            f"on_full_refresh is 'refuse' or 'replace', got {on_full_refresh!r}",
-        ),
-        (
             on_full_refresh == "replace" and tables is None,
-            InvalidArgumentError,
             "on_full_refresh='replace' replaces the data source's tables from a change "
             "set's first batch: a plain stream (actions=) has none to replace them from",
         ),
     )
-    for refused, error, message in refusals:
+    for refused, message in refusals:
         if refused:
-            raise error(message)
+            raise InvalidArgumentError(message)
     return tables
+
+
+def _check_fields(
+    target: object, prepare: object, sink_id: object, on_full_refresh: object
+) -> None:
+    """Refuse a ``TableauSink`` argument that is wrong on its own, naming it."""
+    if not isinstance(target, (DataSourceRef, str)) or not target:
+        raise ArgumentTypeError(
+            f"TableauSink's target is a data source name or a DataSourceRef, got {target!r}"
+        )
+    if prepare is not None and not callable(prepare):
+        raise ArgumentTypeError(f"prepare= takes a function, got {prepare!r}")
+    if sink_id is not None and not (isinstance(sink_id, str) and _SINK_ID.fullmatch(sink_id)):
+        raise InvalidArgumentError(
+            f"sink_id must be 1-128 letters, digits, '.', '_', ':' or '-' (starting with a "
+            f"letter or digit), got {sink_id!r}"
+        )
+    check_choice(on_full_refresh, ("refuse", "replace"), "on_full_refresh", InvalidArgumentError)
 
 
 def _check_changes(changes: Changes | None) -> dict[str, ChangeSet | Debezium] | None:
