@@ -265,7 +265,7 @@ def _load_payload(args: argparse.Namespace) -> Payload | None:
 
 def _where(args: argparse.Namespace) -> dict[str, str]:
     """The server, site and data source this command names (flags, else environment)."""
-    site = args.site if getattr(args, "site", None) is not None else None
+    site = getattr(args, "site", None)
     return {
         "server": (args.server or os.environ.get("TABLEAU_SERVER_URL", "")).rstrip("/"),
         "site": site if site is not None else os.environ.get("TABLEAU_SITE", ""),
