@@ -41,7 +41,11 @@ def find_datasource(
     if columns is not None:
         plain = find_datasource(client, name_or_luid, project=project, connection=connection)
         return given_columns(plain, columns)
-    home = find_project(client, project) if isinstance(project, str) else project
+    home = (
+        project
+        if project is None or isinstance(project, Project)
+        else find_project(client, project)
+    )
     ref = _by_luid(client, name_or_luid) if LUID.match(name_or_luid) and home is None else None
     if ref is None:
         ref = _one_by_name(client, name_or_luid, home)
