@@ -62,6 +62,7 @@ from ..values.errors import (
     TabHyperError,
     build_failure,
 )
+from ..values.names import is_name
 from ..values.parts import PayloadPart
 from ..values.positions import json_positions
 from ..values.quarantine import QuarantineReport
@@ -651,5 +652,5 @@ def _claim_folders(
 
 
 def _check_names(name: str, what: str) -> None:
-    if not isinstance(name, str) or not name:
+    if not is_name(name):
         raise PayloadArgumentError(f"{what} must be a non-empty string, got {name!r}")

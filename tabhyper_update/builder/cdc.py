@@ -38,6 +38,7 @@ from ..values.changeset import (
     SoftDelete,
 )
 from ..values.errors import ArgumentTypeError, PayloadArgumentError, PayloadError
+from ..values.names import is_name
 from ..values.positions import order_sql, position_type
 from ..values.spark_sql import query_over, sql_name, sql_text
 
@@ -277,7 +278,7 @@ def _check_payload_tables(resolved: Mapping[str, ChangeSet]) -> None:
     owner: dict[str, str] = {}
     for name, cs in resolved.items():
         for value, what in ((cs.upsert_table, "upsert_table"), (cs.delete_table, "delete_table")):
-            if not isinstance(value, str) or not value or "\x00" in value:
+            if not is_name(value):
                 raise PayloadArgumentError(f"change set {name!r}: {what} must be a non-empty name")
             if value in owner:
                 raise PayloadArgumentError(

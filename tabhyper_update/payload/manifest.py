@@ -22,6 +22,7 @@ from ..local.hyper import connect, quote_name, table_ref
 from ..local.private_json import write_json
 from ..values.changeset import ChangeSet
 from ..values.errors import PayloadAppliedError, PayloadError, TabHyperError
+from ..values.names import is_name
 from ..values.parts import BUCKETS, ColumnInfo, PayloadPart, TableInfo, file_sha256, sql_type_text
 from ..values.quarantine import QuarantineReport
 from ..values.redaction import get_logger
@@ -276,7 +277,7 @@ def _read_part(manifest: Path, doc: dict[str, Any], item: Any) -> PayloadPart:
 
 def _part_file(manifest: Path, doc: dict[str, Any], name: Any) -> Path:
     """The part file ``name`` names, inside the manifest's folder and present."""
-    if not isinstance(name, str) or not name:
+    if not is_name(name):
         raise PayloadError(f"{str(manifest)!r}: a part's 'file' must be a file name")
     relative = Path(name)
     if relative.is_absolute() or ".." in relative.parts:

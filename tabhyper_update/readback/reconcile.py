@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession, client_for
 from ..values.errors import DataServiceError, InvalidArgumentError, QueryBudgetError
+from ..values.names import names_in
 from ..values.spark_sql import sql_name
 from .buckets import INTEGER_UNITS, IntegerBuckets, RangeBuckets
 from .check import judge_key, rows_by_key
@@ -492,10 +493,10 @@ def target_of(
 
 def _key_names(key: str | Sequence[str]) -> list[str]:
     """The key's columns, as ``key=`` names one or more."""
-    keys = [key] if isinstance(key, str) else list(key)
-    if not keys or not all(isinstance(k, str) and k for k in keys):
+    keys = names_in(key)
+    if keys is None:
         raise InvalidArgumentError("key must name one or more columns", argument="key")
-    return keys
+    return list(keys)
 
 
 def _compared(

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from ..local.spark_versions import require_supported_pyspark, struct_from_ddl
 from ..values.changeset import MISSING_OP, PARTIAL_UPDATE_OP, ChangeSet
 from ..values.errors import ArgumentTypeError, InvalidArgumentError, PayloadError
+from ..values.names import is_name, names_in
 from ..values.positions import OrderAs
 from ..values.spark_sql import sql_name, sql_text
 from ..values.wording import check_choice
@@ -883,7 +884,7 @@ def _check_arguments(row_schema: object, truncate: object, table: object, units:
             f"'id BIGINT, name STRING', got {type(row_schema).__name__}"
         )
     check_choice(truncate, ("error", "ignore"), "Debezium truncate=", InvalidArgumentError)
-    if table is not None and (not isinstance(table, str) or not table):
+    if table is not None and not is_name(table):
         raise ArgumentTypeError(f"Debezium table= takes a table name, got {table!r}")
     if units is not None and not isinstance(units, Mapping):
         raise ArgumentTypeError(
@@ -929,8 +930,8 @@ def _position_fields(
         )
     if position is None:
         position = CONNECTOR_POSITIONS[connector or "postgresql"]
-    positions = (position,) if isinstance(position, str) else tuple(position)
-    if not positions or not all(isinstance(p, str) and p for p in positions):
+    positions = names_in(position)
+    if positions is None:
         raise ArgumentTypeError(
             f"Debezium position= takes one or more column paths, got {position!r}"
         )

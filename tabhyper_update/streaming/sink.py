@@ -69,6 +69,7 @@ from ..values.errors import (
     InvalidArgumentError,
     TabHyperError,
 )
+from ..values.names import is_name
 from ..values.redaction import get_logger
 from ..values.wording import check_choice
 from .claims import Claim, claim_sink
@@ -616,7 +617,7 @@ def _check_changes(changes: Changes | None) -> dict[str, ChangeSet | Debezium] |
         return {"Extract": changes}
     if isinstance(changes, Mapping) and changes:
         for name, how in changes.items():
-            if not isinstance(name, str) or not name:
+            if not is_name(name):
                 raise ArgumentTypeError(f"TableauSink changes: {name!r} is not a table name")
             if not isinstance(how, (ChangeSet, Debezium)):
                 raise ArgumentTypeError(

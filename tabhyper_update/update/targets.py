@@ -12,6 +12,7 @@ from ..rest.refs import DataSourceRef
 from ..rest.session import RestSession
 from ..values.actions import DEFAULT_SCHEMA, DEFAULT_TABLE, ActionBatch, Replace
 from ..values.errors import ConfigurationError, InvalidArgumentError, PayloadError
+from ..values.names import is_name
 
 if TYPE_CHECKING:
     from ..values.parts import PayloadLike
@@ -99,6 +100,6 @@ def check_target(
         "target_schema": target_schema or DEFAULT_SCHEMA,
     }
     for what, value in target.items():
-        if not isinstance(value, str) or not value or "\x00" in value:
+        if not is_name(value):
             raise InvalidArgumentError(f"{what}= must be a non-empty name, got {value!r}")
     return target

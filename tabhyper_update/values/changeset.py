@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .errors import ArgumentTypeError, PayloadArgumentError
+from .names import is_name
 from .positions import OrderAs, check_order_as
 
 __all__ = [
@@ -131,7 +132,7 @@ _ARGUMENT_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
 
 
 def _column_name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value or "\x00" in value:
+    if not is_name(value):
         raise ArgumentTypeError(f"{what}= takes a column name, got {value!r}")
     if value.lower().startswith(RESERVED_PREFIX):
         raise PayloadArgumentError(

@@ -45,6 +45,7 @@ from pydantic import (
 )
 
 from .errors import ArgumentTypeError, InvalidActionBatchError, InvalidArgumentError, Problem
+from .names import is_name
 from .problems import problems_from
 
 __all__ = [
@@ -411,7 +412,7 @@ class _Column:
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, name: str) -> None:
-        if not isinstance(name, str) or not name:
+        if not is_name(name):
             raise InvalidArgumentError("a column name must be a non-empty string")
         self.name = name
 
