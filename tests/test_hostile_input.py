@@ -11,11 +11,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tabhyper_update import ChangeSet, Insert, PersonalAccessToken, TableauClient, build_payload
+from tabhyper_update import (
+    ChangeSet,
+    Debezium,
+    Insert,
+    PersonalAccessToken,
+    TabHyperError,
+    TableauClient,
+    build_payload,
+    target,
+)
 from tabhyper_update.cli import main
 from tabhyper_update.local import folders
 from tabhyper_update.local.folders import sweep_leftovers
@@ -414,3 +423,26 @@ def test_a_running_build_keeps_its_lease_fresh_until_released(
     # may be uploaded long after its build).
     assert sweep_leftovers(tmp_path) == 0
     assert folder.is_dir()
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        pytest.param(lambda: target("amount\x00"), id="a condition's column"),
+        pytest.param(lambda: Debezium("id BIGINT", key="id", table="orders\x00"), id="table="),
+        pytest.param(
+            lambda: Debezium("id BIGINT", key="id", position=["source.lsn", "seq\x00"]),
+            id="position=",
+        ),
+        pytest.param(lambda: build_payload({"Extract\x00": object()}), id="a payload table"),
+        pytest.param(lambda: build_payload({"": object()}), id="an empty payload table"),
+    ],
+)
+def test_a_name_holding_a_nul_is_refused_where_it_is_given(given: Any) -> None:
+    # No table, column or file name can hold a NUL: refused by the SDK, naming the argument,
+    # before any Spark job, file or request (not by Hyper or the file system later on).
+    with pytest.raises(TabHyperError) as caught:
+        given()
+    said = str(caught.value)
+    assert "\\x00" in said or "column name must be" in said or "non-empty" in said, said
+    assert "DataFrame" not in said  # the name is refused, not what it names
