@@ -381,7 +381,7 @@ class Payload:
         its table holds rows and has them all (a missing one is reported apart)."""
         if not isinstance(action, (Update, Upsert)) or action.source_table is None:
             return None
-        pairs = key_pairs(action.condition) if action.condition is not None else None
+        pairs = key_pairs(action.condition)
         info = self.tables.get(action.source_table)
         if pairs is None or info is None or not info.row_count:
             return None

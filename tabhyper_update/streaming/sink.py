@@ -300,14 +300,7 @@ class TableauSink:
         said = (found or {}).get("error")
         if not isinstance(said, dict) or (found or {}).get("updated_at", 0) < self._started_at:
             return None
-        cls = getattr(errors, str(said.get("class")), None)
-        if not (isinstance(cls, type) and issubclass(cls, TabHyperError)):
-            cls = TabHyperError
-        rebuilt = cls.__new__(cls)
-        TabHyperError.__init__(rebuilt, str(said.get("message")))
-        for name, value in (said.get("fields") or {}).items():
-            setattr(rebuilt, name, value)  # job_id, notes, status, code, ...
-        return rebuilt
+        return _error_from_record(said)
 
     # -- one batch ----------------------------------------------------------------------------
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -664,6 +657,19 @@ def _error_record(error: TabHyperError) -> dict[str, Any]:
         if not name.startswith("_") and isinstance(value, (str, int, float, bool, type(None)))
     }
     return {"class": type(error).__name__, "message": str(error), "fields": fields}
+
+
+def _error_from_record(said: dict[str, Any]) -> TabHyperError:
+    """The error :func:`_error_record` recorded, made again: its class (the SDK's, else
+    ``TabHyperError``), its message and its fields (a job's id, notes, status, code...)."""
+    cls = getattr(errors, str(said.get("class")), None)
+    if not (isinstance(cls, type) and issubclass(cls, TabHyperError)):
+        cls = TabHyperError
+    rebuilt = cls.__new__(cls)
+    TabHyperError.__init__(rebuilt, str(said.get("message")))
+    for name, value in (said.get("fields") or {}).items():
+        setattr(rebuilt, name, value)
+    return rebuilt
 
 
 _CONNECT_NEEDS_SINK_ID = (

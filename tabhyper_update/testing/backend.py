@@ -106,6 +106,15 @@ def _check_hyper(file: Path) -> None:
         raise bad_request("the uploaded Hyper database holds no table")
 
 
+def _overwrite(ds: DataSource, file: Path) -> None:
+    """``ds``'s data replaced by ``file``'s in one step (a reader sees the old file or the
+    new one, never a part of either)."""
+    staged = ds.path.with_suffix(".publish")
+    shutil.copyfile(file, staged)
+    staged.chmod(0o600)
+    os.replace(staged, ds.path)
+
+
 def _append(ds: DataSource, file: Path) -> None:
     """Insert the rows of each table of ``file`` into the same table of ``ds``."""
     batch = ActionBatch(
@@ -282,10 +291,7 @@ class FakeBackend:
             if self._being_updated(ds):
                 raise ApiFailure(409, "409000", "Conflict", "the data source is being updated")
             if mode == "overwrite":
-                staged = ds.path.with_suffix(".publish")
-                shutil.copyfile(file, staged)
-                staged.chmod(0o600)
-                os.replace(staged, ds.path)
+                _overwrite(ds, file)
                 return ds
         _append(ds, file)
         return ds

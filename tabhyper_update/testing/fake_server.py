@@ -428,15 +428,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def _serve(self) -> None:
-        parts = urlsplit(self.path)
-        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        request = Request(
-            self.command,
-            parts.path,
-            query,
-            {k.lower(): v for k, v in self.headers.items()},
-            self._body(),
-        )
+        request = self._request()
         response = self.app.handle(request)
         if response.drop == "before":
             self._drop()
@@ -448,15 +440,19 @@ class _Handler(BaseHTTPRequestHandler):
         if response.delay:
             time.sleep(response.delay)
         if response.drop == "after":
-            # The request was processed; the answer is cut off mid-body.
-            self.send_response(response.status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body) + 100))
-            self.end_headers()
-            self.wfile.write(body[: len(body) // 2])
-            self.wfile.flush()
-            self._drop()
-            return
+            self._cut_off(response, body, ctype)
+        else:
+            self._answer(response, body, ctype)
+
+    def _request(self) -> Request:
+        """The request as the fake's handlers take it (a query parameter given twice: its
+        last value; header names in lower case)."""
+        parts = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        return Request(self.command, parts.path, query, headers, self._body())
+
+    def _answer(self, response: Response, body: bytes, ctype: str) -> None:
         self.send_response(response.status)
         for key, value in response.headers.items():
             self.send_header(key, value)
@@ -466,6 +462,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if response.status != 204:
             self.wfile.write(body)
+
+    def _cut_off(self, response: Response, body: bytes, ctype: str) -> None:
+        """The answer of a request that was processed, cut off mid-body (its length said
+        longer than what is sent), then the connection dropped."""
+        self.send_response(response.status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body) + 100))
+        self.end_headers()
+        self.wfile.write(body[: len(body) // 2])
+        self.wfile.flush()
+        self._drop()
 
     def _drop(self) -> None:
         self.close_connection = True

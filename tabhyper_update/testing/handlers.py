@@ -287,12 +287,7 @@ class Handlers:
         earlier = self.backend.job_for_request(request_id)
         if earlier is not None:
             return self._repeated(request_id, earlier)
-        try:
-            # The wire format exactly as Tableau takes it: a lenient reader here would let a
-            # client's wire-format mistake pass the fake.
-            batch = ActionBatch.from_json(request.body.decode("utf-8"))
-        except (UnicodeDecodeError, InvalidActionBatchError) as err:
-            raise bad_request(str(err)) from None
+        batch = _batch_of(request)
         upload_id = request.query.get("uploadSessionId")
         if batch.reads_source and not upload_id:
             raise bad_request("the actions read a source table but no uploadSessionId was given")
@@ -445,3 +440,12 @@ def _service_body(request: Request) -> tuple[dict[str, Any], Any]:
         raise ServiceFailure(
             400, "400800", "Bad Request", "the body must name datasource.datasourceLuid"
         ) from None
+
+
+def _batch_of(request: Request) -> ActionBatch:
+    """The update's action batch, read as strictly as Tableau reads it: a lenient reader
+    here would let a client's wire-format mistake pass the fake."""
+    try:
+        return ActionBatch.from_json(request.body.decode("utf-8"))
+    except (UnicodeDecodeError, InvalidActionBatchError) as err:
+        raise bad_request(str(err)) from None

@@ -73,9 +73,9 @@ class Uploads:
         upload = self.open(session_id)
         if sequence is not None and not self.sequence_ids:
             raise bad_request("unknown query parameter 'sequenceID'")
-        if (sequence is None and upload.blocks) or (
-            sequence is not None and upload.size and not upload.blocks
-        ):
+        # An upload that has begun goes on the way it began: in blocks or appended to.
+        begun = upload.size or upload.blocks
+        if begun and bool(upload.blocks) != (sequence is not None):
             raise bad_request("an upload's blocks either all carry sequenceID or none does")
         with self.lock:
             self.appends_in_flight += 1

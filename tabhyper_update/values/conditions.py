@@ -543,9 +543,9 @@ def condition_columns(condition: Condition) -> tuple[set[str], set[str]]:
     return targets, sources
 
 
-def key_pairs(condition: Condition | bool) -> list[tuple[str, str]] | None:
+def key_pairs(condition: Condition | bool | None) -> list[tuple[str, str]] | None:
     """The (target, source) column pairs when ``condition`` is key equality (one column
-    equality, or a conjunction of them); ``None`` for any other condition."""
+    equality, or a conjunction of them); ``None`` for any other condition, or none."""
     if isinstance(condition, Comparison):
         if condition.op == "eq" and condition.target_col and condition.source_col:
             return [(condition.target_col, condition.source_col)]
