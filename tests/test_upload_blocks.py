@@ -164,6 +164,17 @@ def test_the_fake_assembles_blocks_by_sequence_and_refuses_a_gap(tmp_path: Path)
         with pytest.raises(ApiFailure) as refused:
             backend.uploads.append(mixed, b"b", 2)
         assert "all carry sequenceID or none" in refused.value.detail
+        # The other way round: begun in blocks, a plain append is refused too.
+        blocks_first = backend.uploads.initiate()
+        backend.uploads.append(blocks_first, b"a", 1)
+        with pytest.raises(ApiFailure) as refused:
+            backend.uploads.append(blocks_first, b"b")
+        assert "all carry sequenceID or none" in refused.value.detail
+        # Nothing sent yet: the first append chooses the way (here, blocks).
+        fresh = backend.uploads.initiate()
+        backend.uploads.append(fresh, b"", 1)
+        backend.uploads.append(fresh, b"xyz", 2)
+        assert backend.uploads.consume(fresh).read_bytes() == b"xyz"
 
 
 def test_upload_streams_is_checked() -> None:
