@@ -6,6 +6,7 @@
     python benchmarks/debezium_decoding.py --spark-defaults  # a JVM as Spark starts it
     python benchmarks/debezium_decoding.py --text-columns 12  # a wide table's text too
     python benchmarks/debezium_decoding.py --schemas on --same-size  # decoding apart from size
+    python benchmarks/debezium_decoding.py --schemas on --jvms 5 --rounds 3  # over 5 JVMs
 
 The same 1,000,000 change events (one create each, a key, a name, and three columns, laid out
 as the PostgreSQL connector writes them: its whole ``source`` block, the event's times, and
@@ -34,6 +35,11 @@ With schemas on, the encoded events are longer than the plain ones (their schema
 encoding: a semantic type, a decimal's scale and precision), and reading an event costs by
 its length. ``--same-size`` gives the plain events' schema a ``doc`` that makes it exactly
 as long as the encoded one: the ratio is then the decoding's alone.
+
+One JVM's ratio is not another's: the same build in a fresh JVM has taken from 1.12 to 1.40
+times its plain events' time (each JVM compiles the code its own way). ``--jvms N`` runs the
+whole measurement in N fresh JVMs, one after the other (each a run of this script), and
+prints each JVM's ratio of medians and the median of those ratios.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -264,23 +271,40 @@ def paired(what: str, taken: dict[str, list[float]]) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--schemas", choices=["off", "on", "both"], default="both")
-    parser.add_argument(
-        "--spark-defaults",
-        action="store_true",
-        help="a JVM without the SDK's -XX:-DontCompileHugeMethods (a session of the user's own)",
-    )
-    parser.add_argument("--text-columns", type=int, default=0, metavar="N")
-    parser.add_argument("--same-size", action="store_true", help="plain schemas as long")
-    args = parser.parse_args()
-    add_text_columns(args.text_columns)
+def check_samples(samples: dict[str, list[Any]]) -> None:
+    """The decoded rows equal the plain ones (an amount to the cent, a day, a moment)."""
+    for enc, plain in zip(samples["encoded"], samples["plain"], strict=True):
+        same_amount = abs(float(enc[2]) - plain[2]) < 0.005
+        same_day = str(enc[3]) == plain[3]
+        moment = enc[4].to_datetime() if hasattr(enc[4], "to_datetime") else enc[4]
+        epoch = datetime(1970, 1, 1)
+        same_time = (moment - epoch) // timedelta(microseconds=1) == plain[4]
+        same_text = enc[5:] == plain[5:]
+        if enc[0] != plain[0] or not (same_amount and same_day and same_time and same_text):
+            raise SystemExit(f"decoded {enc} differs from plain {plain}")
 
+
+def report(label: str, seconds: dict[str, list[float]], cpu: dict[str, list[float]]) -> None:
+    """Each form's times, the ratio of their medians and the rounds' own ratios."""
+    median = {f: statistics.median(s) for f, s in seconds.items()}
+    cpu_median = {f: statistics.median(s) for f, s in cpu.items()}
+    print(f"{label}:", flush=True)
+    for form, times in seconds.items():
+        shown = " / ".join(f"{t:.2f}" for t in times)
+        print(f"  {form:>8}: median {median[form]:.2f} s ({shown}), CPU {cpu_median[form]:.2f} s")
+    print(f"  encoded / plain: {median['encoded'] / median['plain']:.2f}x")
+    print(f"  {paired('wall seconds', seconds)}")
+    if cpu_median["plain"]:
+        print(f"  encoded / plain, CPU seconds: {cpu_median['encoded'] / cpu_median['plain']:.2f}x")
+        print(f"  {paired('CPU seconds', cpu)}", flush=True)
+
+
+def one_jvm(args: argparse.Namespace) -> dict[str, Any]:
+    """Every asked form measured in one Spark session (one JVM): per form of the events
+    (schemas off / on), each build's wall and CPU seconds."""
     from tabhyper_update.local.spark import own_spark
 
+    measured: dict[str, Any] = {}
     work = Path(tempfile.mkdtemp(prefix="debezium-decoding-"))
     try:
         conf = {"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}
@@ -306,35 +330,72 @@ def main() -> None:
                         took, used, samples[form] = build(spark, folders[form], form, work, clock)
                         seconds[form].append(took)
                         cpu[form].append(used)
-                median = {f: statistics.median(s) for f, s in seconds.items()}
-                cpu_median = {f: statistics.median(s) for f, s in cpu.items()}
-                label = "schemas on" if wrapped else "schemas off"
-                print(f"{args.events:,} events, {label}:", flush=True)
-                for form, times in seconds.items():
-                    shown = " / ".join(f"{t:.2f}" for t in times)
-                    print(
-                        f"  {form:>8}: median {median[form]:.2f} s ({shown}), "
-                        f"CPU {cpu_median[form]:.2f} s"
-                    )
-                print(f"  encoded / plain: {median['encoded'] / median['plain']:.2f}x")
-                print(f"  {paired('wall seconds', seconds)}")
-                if cpu_median["plain"]:
-                    ratio = cpu_median["encoded"] / cpu_median["plain"]
-                    print(f"  encoded / plain, CPU seconds: {ratio:.2f}x")
-                    print(f"  {paired('CPU seconds', cpu)}")
-                for enc, plain in zip(samples["encoded"], samples["plain"], strict=True):
-                    same_amount = abs(float(enc[2]) - plain[2]) < 0.005
-                    same_day = str(enc[3]) == plain[3]
-                    moment = enc[4].to_datetime() if hasattr(enc[4], "to_datetime") else enc[4]
-                    epoch = datetime(1970, 1, 1)
-                    same_time = (moment - epoch) // timedelta(microseconds=1) == plain[4]
-                    same_text = enc[5:] == plain[5:]
-                    if enc[0] != plain[0] or not (
-                        same_amount and same_day and same_time and same_text
-                    ):
-                        raise SystemExit(f"decoded {enc} differs from plain {plain}")
+                check_samples(samples)
+                label = f"{args.events:,} events, schemas {'on' if wrapped else 'off'}"
+                report(label, seconds, cpu)
+                measured[label] = {"seconds": seconds, "cpu": cpu}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return measured
+
+
+def several_jvms(args: argparse.Namespace, argv: list[str]) -> None:
+    """The same measurement in ``args.jvms`` fresh JVMs one after the other (each a run of
+    this script of its own): each JVM's ratio, and their median."""
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="debezium-decoding-jvms-") as folder:
+        for n in range(args.jvms):
+            out = Path(folder) / f"jvm{n}.json"
+            print(f"JVM {n + 1} of {args.jvms}", flush=True)
+            command = [sys.executable, __file__, *argv, "--jvms", "1", "--json", str(out)]
+            subprocess.run(command, check=True)
+            runs.append(json.loads(out.read_text()))
+    for label in runs[0]:
+        print(f"{label}, over {len(runs)} JVMs:")
+        for what in ("seconds", "cpu"):
+            ratios = []
+            for run in runs:
+                medians = {f: statistics.median(t) for f, t in run[label][what].items()}
+                ratios.append(medians["encoded"] / medians["plain"])
+            shown = ", ".join(f"{r:.2f}x" for r in ratios)
+            name = "wall seconds" if what == "seconds" else "CPU seconds"
+            print(f"  encoded / plain, {name}: median {statistics.median(ratios):.2f}x ({shown})")
+
+
+def without_jvms(argv: list[str]) -> list[str]:
+    """The arguments ``argv`` without ``--jvms N`` (or ``--jvms=N``)."""
+    kept: list[str] = []
+    skip = False
+    for a in argv:
+        if not skip and not a.startswith("--jvms"):
+            kept.append(a)
+        skip = a == "--jvms"
+    return kept
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--schemas", choices=["off", "on", "both"], default="both")
+    parser.add_argument(
+        "--spark-defaults",
+        action="store_true",
+        help="a JVM without the SDK's -XX:-DontCompileHugeMethods (a session of the user's own)",
+    )
+    parser.add_argument("--text-columns", type=int, default=0, metavar="N")
+    parser.add_argument("--same-size", action="store_true", help="plain schemas as long")
+    parser.add_argument("--jvms", type=int, default=1, help="fresh JVMs to measure in, in turn")
+    parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+    argv = sys.argv[1:]
+    args = parser.parse_args(argv)
+    if args.jvms > 1:
+        several_jvms(args, without_jvms(argv))
+        return
+    add_text_columns(args.text_columns)
+    measured = one_jvm(args)
+    if args.json:
+        args.json.write_text(json.dumps(measured))
 
 
 if __name__ == "__main__":

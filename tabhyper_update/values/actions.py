@@ -293,11 +293,6 @@ class ActionBatch(_Model):
         return cls.from_dict(data)
 
     @classmethod
-    def from_wire(cls, text: str | bytes) -> ActionBatch:
-        """:meth:`from_json`, by the name it had when a lenient reader stood beside it."""
-        return cls.from_json(text)
-
-    @classmethod
     def from_dict(cls, data: object) -> ActionBatch:
         """Read a batch from parsed JSON (a dict with ``actions``, or a bare list)."""
         if isinstance(data, list):
