@@ -344,6 +344,31 @@ def test_a_split_insert_killed_at_every_part_boundary_applies_every_row_once(
             assert StateStore(state).records() == []  # the run finished: its record went
 
 
+def test_a_later_part_refused_as_it_is_sent_says_which_parts_were_applied(
+    split_payloads: tuple[Path, Payload], start_file: Path, tmp_path: Path
+) -> None:
+    """A failure at any step of the run (here the second part's update request, refused)
+    says how far the update got."""
+    manifest, _ = split_payloads
+    insert = [Insert(target_table="Extract", source_table="Extract")]
+    with FakeTableauServer(pats={"ci": "pat-secret"}) as server:
+        server.add_datasource("Orders", start_file)
+        server.inject("update", nth=2, status=400, code="400000")
+        with client_for(server) as client:
+            payload = Payload.load(manifest)
+            n = len(payload.parts)
+            assert n > 1
+            with pytest.raises(ApiError) as caught:
+                payload.upload("Orders", client=client, progress=False, state_dir=tmp_path).apply(
+                    insert
+                )
+        assert caught.value.progress is not None
+        assert caught.value.progress.applied_parts == [1]
+        assert f"Part 1 of {n} was applied" in str(caught.value)
+        assert "resumes at part 2" in str(caught.value)
+        assert server.jobs_run  # the first part's job ran
+
+
 def test_a_later_part_that_fails_says_which_parts_were_applied_and_the_rerun_resumes(
     split_payloads: tuple[Path, Payload], start_file: Path, tmp_path: Path
 ) -> None:

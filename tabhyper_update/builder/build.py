@@ -521,7 +521,7 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
     columns = [f"{v} AS {s}" for v, s in zip(values, staged_names, strict=True)]
     # The ranked rows' statistics by kind (when Hyper ranks them), the greatest position
     # among the changes and their latest commit time.
-    stats, last, committed = None, None, None
+    ranked = None
     if route.by_hyper:
         log.debug("table %r: Spark tags the changes, Hyper ranks them", frame.name)
         tagging = spec.tags()
@@ -529,10 +529,11 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
         ranked = stage_and_rank(
             route.df, spec, plans, staged_names, tagged, target, route.probe, frame.name
         )
-        stats, last, committed = ranked or (None, None, None)
-    if stats is not None:
+    if ranked is not None:
+        stats, last, committed = ranked
         counts = kind_counts(stats)
     else:
+        stats = None
         counts, last, committed = rank_in_spark(
             route.df, spec, columns, values, lambda rows: _write_staged(rows, target, route.mode)
         )
@@ -542,7 +543,9 @@ def _stage_change_set(frame: _Frame, spec: CdcSpec, route: _Route, target: Path)
     quarantined = _set_aside(frame, spec) if counts.get(KIND_QUARANTINED) else None
     key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
     guard = guard_staged(spec, plans, staged_names, files, counts, stats, key_idx)
-    tables = _change_tables(frame, spec, plans, staged_names, files, counts, stats, last, committed)
+    tables = _change_tables(
+        frame, spec, plans, staged_names, files, counts, stats, key_idx, (last, committed)
+    )
     tables[0].quarantined = quarantined
     return [*guard, *tables]
 
@@ -570,12 +573,13 @@ def _change_tables(
     files: list[Path],
     counts: dict[str, int],
     stats: Any,
-    last: tuple[Any, ...] | None,
-    committed: float | None,
+    key_idx: list[int],
+    ends: tuple[tuple[Any, ...] | None, float | None],
 ) -> list[Staged]:
     """A change set's payload tables over its staged rows: its upserts first, then its
-    deletes (in history mode or with soft deletes, :func:`.history.mode_tables`)."""
-    key_idx = [i for i, p in enumerate(plans) if p.name in spec.key]
+    deletes (in history mode or with soft deletes, :func:`.history.mode_tables`).
+    ``key_idx``: the key's columns among ``plans``; ``ends``: where the change set ends
+    (its greatest position and latest commit time)."""
     sent = [i for i, p in enumerate(frame.plans) if p.name not in spec.guard_only]
     # Deletes share their upserts' rows: bucketed by key, estimated as whole rows.
     size = size_sql(plans, staged_names)
@@ -591,7 +595,7 @@ def _change_tables(
             counts,
             key_idx,
             sent,
-            (last, committed),
+            ends,
         )
     tables = {KIND_UPSERT: (frame.name, sent), KIND_DELETE: (frame.delete_table, key_idx)}
     upserts, deletes = (
@@ -609,7 +613,7 @@ def _change_tables(
         for kind, (name, columns) in tables.items()
     )
     # The upserts carry where the change set ends; the deletes are its keys alone.
-    upserts.position, upserts.committed_at = last, committed
+    upserts.position, upserts.committed_at = ends
     return [upserts, deletes]
 
 

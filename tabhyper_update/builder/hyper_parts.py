@@ -605,12 +605,8 @@ def _merged(stats: Mapping[str, BucketStats], kinds: Sequence[str]) -> BucketSta
     merged: BucketStats = {}
     for kind in kinds:
         for bucket, (rows, nbytes, digest) in stats.get(kind, {}).items():
-            had = merged.get(bucket)
-            merged[bucket] = (
-                (rows, nbytes, digest)
-                if had is None
-                else (had[0] + rows, had[1] + nbytes, had[2] + digest)
-            )
+            had_rows, had_bytes, had_digest = merged.get(bucket, (0, 0, RowDigest()))
+            merged[bucket] = (had_rows + rows, had_bytes + nbytes, had_digest + digest)
     return merged
 
 

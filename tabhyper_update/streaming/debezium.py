@@ -456,11 +456,11 @@ class Debezium:
         """A flattened row's columns, parsed only where the markers say it is one (NULL for
         any other event)."""
         from pyspark.sql import functions as F
+        from pyspark.sql.types import StructType
 
-        flat_top = _struct_of([(f.name, f.dataType) for f in flat_fields])
-        flat_wrapped = _struct_of([(f.name, f.dataType) for f in flat_fields]).add(
-            "payload", flat_top
-        )
+        # StructType.add changes its struct in place: the wrapper is a struct of its own.
+        flat_top = StructType(list(flat_fields))
+        flat_wrapped = StructType(list(flat_fields)).add("payload", flat_top)
         body = F.col("__body")
         marked = body["__op"].isNotNull() | body["__deleted"].isNotNull()
         is_flat = body["op"].isNull() & body["before"].isNull() & body["after"].isNull()
@@ -960,8 +960,7 @@ def _table_of(kept: DataFrame) -> Column:
     envelope: Any = kept.schema["e"].dataType
     names = getattr(envelope["source"].dataType, "names", ())
     named = [F.col(f"e.source.{n}") for n in ("table", "collection") if n in names]
-    found = F.coalesce(*named) if len(named) > 1 else named[0] if named else F.lit(None)
-    return found.cast("string")
+    return F.coalesce(*named, F.lit(None)).cast("string")
 
 
 def _all(conditions: Sequence[Column]) -> Column:
@@ -1037,14 +1036,13 @@ def _parsed(
     change rows took 1.17 times as long as the same events' with a plain number while the
     parse was carried on, 1.09 since it is dropped)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
 
     top: Any = lean["payload"].dataType
     wrapped = lean
     if decoding:
         # StructType.add changes the struct in place: each wrapper is a struct of its own.
-        wrapped = _struct_of([(f.name, f.dataType) for f in lean.fields]).add(
-            "schema", schema_info_type()
-        )
+        wrapped = StructType(list(lean.fields)).add("schema", schema_info_type())
     whole = F.from_json(value, wrapped, {"mode": "FAILFAST"})
     body = _payload_or_top("__parsed", top.fields)
     kept = [F.col(sql_name(c)) for c in events.columns]

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..rest.session import RestSession
 from ..values.errors import ApiError
 from ..values.redaction import get_logger
-from .identity import planned, progress_of, split_in_record
+from .identity import planned, split_in_record
 from .resplit import expand, parts_needed, split_part, splittable, stated_cap
 from .state import StateStore, UpdateRecord
 from .units import Unit
@@ -72,7 +72,6 @@ class OversizeSplitter:
                 "Build the payload with a smaller max_payload_mb, or raise the server's "
                 "cap (api.server.update_uploaded_file.max_size_in_mb)"
             )
-            err.note_progress(progress_of(record, index))
             raise err
         self.client.update_cap_bytes = cap
         k = parts_needed(part.size_bytes, cap)

@@ -92,8 +92,8 @@ class UpdateRun:
         server's cap is split (before it is sent, once the cap is known; else when the
         server refuses it) and its sub-parts sent in its place."""
         record, units, keys = self.record, self.units, self.keys
+        index = 0
         try:
-            index = 0
             while index < len(record.parts):
                 state = record.parts[index]
                 # A finished record may hold another split than this payload (same content, or
@@ -111,6 +111,10 @@ class UpdateRun:
                 if self._send_or_split(one, index, wait=wait, timeout=timeout):
                     self.sent.append(one)
                     index += 1
+        except TabHyperError as err:
+            # Said once, where a failure of any step leaves the run: how far it got.
+            err.note_progress(progress_of(record, index))
+            raise
         finally:
             self.uploader.stop()
         return [one.update for one in self.sent]
@@ -120,8 +124,7 @@ class UpdateRun:
     ) -> bool:
         """Send the part at ``index`` and wait for its job (the last part's only when
         ``wait``): False where the server refused it as too large and it was split in its
-        place (its first sub-part is then at ``index``). A failure carries how far the run
-        got."""
+        place (its first sub-part is then at ``index``)."""
         record, units = self.record, self.units
         try:
             self.submit(one)
@@ -131,13 +134,9 @@ class UpdateRun:
                 self.wait_part(one, timeout)
         except ApiError as err:
             if not too_large(err) or one.part is None or one.state.jobs_seen:
-                err.note_progress(progress_of(record, index))
                 raise
             self.splitter.refused(record, units, index, self.keys, err)
             return False
-        except TabHyperError as err:
-            err.note_progress(progress_of(record, index))
-            raise
         return True
 
     def _parts_ahead(self, part: PayloadPart | None, digest: str) -> int:
