@@ -33,7 +33,7 @@ from ._debezium_events import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from tabhyper_update import TableauClient
     from tabhyper_update.testing import FakeTableauServer
@@ -62,6 +62,13 @@ def apply_events(
 ) -> list[tuple[Any, ...]]:
     """Build the events' change set, apply it to data source ``Orders``, read it back."""
     events = spark.createDataFrame([(line,) for line in lines], "value string")
+    return apply_frame(client, server, events, debezium)
+
+
+def apply_frame(
+    client: TableauClient, server: FakeTableauServer, events: DataFrame, debezium: Debezium
+) -> list[tuple[Any, ...]]:
+    """:func:`apply_events` for events in a DataFrame of any of the forms Debezium reads."""
     payload = build_payload(debezium.changes(events), debezium.change_set)
     with payload:
         payload.upload("Orders", client=client).apply(target_table="Extract")
@@ -412,6 +419,26 @@ def test_rows_flattened_by_extract_new_record_state(
     settings: dict[str, Any] = {} if schemas else {"time_precision": "microseconds"}
     got = apply_events(spark, client, server, lines, Debezium(FLAT_ROW, key="id", **settings))
     assert [r[:2] for r in landed(got)] == [(1, AMOUNTS[1])]
+
+
+def test_rows_flattened_by_extract_new_record_state_as_columns(
+    spark: SparkSession, client: TableauClient, server: FakeTableauServer
+) -> None:
+    """The same flattened rows read already into columns (from Avro, or a table they were
+    written to): the row's columns typed as declared, the markers and the position beside
+    them. What lands is what their JSON lands as."""
+    changes = [(1, "c", 10, "false"), (2, "c", 11, "false"), (2, "d", 12, "true")]
+    changes += [(3, "r", 13, "false"), (3, None, 14, "true")]  # rewrite mode, no op
+    events = spark.createDataFrame(
+        [
+            (i, values(i)["amount"], values(i)["created"], op, lsn, deleted)
+            for i, op, lsn, deleted in changes
+        ],
+        f"{FLAT_ROW}, __op STRING, __lsn BIGINT, __deleted STRING",
+    )
+    got = apply_frame(client, server, events, Debezium(FLAT_ROW, key="id"))
+    # The target's id, amount and created (its other columns are not in the rows).
+    assert [(r[0], r[1], r[3]) for r in landed(got)] == [(1, AMOUNTS[1], WHEN[1])]
 
 
 def test_mongodb_documents_and_deletes_by_the_message_key(
