@@ -427,7 +427,8 @@ def test_rows_flattened_by_extract_new_record_state_as_columns(
     """The same flattened rows read already into columns (from Avro, or a table they were
     written to): the row's columns typed as declared, the markers and the position beside
     them. What lands is what their JSON lands as."""
-    changes = [(1, "c", 10, "false"), (2, "c", 11, "false"), (2, "d", 12, "true")]
+    changes: list[tuple[int, str | None, int, str]] = [(1, "c", 10, "false")]
+    changes += [(2, "c", 11, "false"), (2, "d", 12, "true")]
     changes += [(3, "r", 13, "false"), (3, None, 14, "true")]  # rewrite mode, no op
     events = spark.createDataFrame(
         [
